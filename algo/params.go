@@ -1,0 +1,59 @@
+package algo
+
+import (
+	"fmt"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Params is a validated [sluice.Limit] in the units the algorithms compute in.
+type Params struct {
+	Algorithm sluice.Algorithm
+	// Burst is the bucket capacity b (bucket family) or the window's limit L
+	// (window algorithms), in units.
+	Burst int64
+	// T is the emission interval in nanoseconds: Period/Rate rounded up.
+	T int64
+	// D is the capacity in nanoseconds of refill time, Burst*T.
+	D int64
+	// W is the window length in nanoseconds: the limit's Period.
+	W int64
+}
+
+// NewParams validates l and derives its Params.
+func NewParams(l sluice.Limit) (Params, error) {
+	if err := l.Validate(); err != nil {
+		return Params{}, fmt.Errorf("algo: %w", err)
+	}
+	p := Params{
+		Algorithm: l.Algorithm,
+		Burst:     l.Capacity(),
+		T:         int64(l.Interval()),
+		W:         int64(l.Period),
+	}
+	p.D = p.Burst * p.T // Validate bounds it by sluice.MaxCapacity
+	return p, nil
+}
+
+// Result is the outcome of one take, with durations in nanoseconds. It maps
+// one to one onto the fields of [sluice.Decision].
+type Result struct {
+	Allowed    bool
+	Reason     sluice.Reason
+	Remaining  int64
+	RetryAfter int64
+	ResetAfter int64
+	Delay      int64
+}
+
+func allowed(remaining, resetAfter int64) Result {
+	return Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+}
+
+func limited(remaining, retryAfter, resetAfter int64) Result {
+	return Result{Reason: sluice.ReasonLimited, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
+}
+
+func tooLarge(remaining, resetAfter int64) Result {
+	return Result{Reason: sluice.ReasonTooLarge, Remaining: remaining, ResetAfter: resetAfter}
+}

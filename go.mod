@@ -1,0 +1,3 @@
+module github.com/sluice-rl/sluice
+
+go 1.26

@@ -1,0 +1,26 @@
+package sluice
+
+import "context"
+
+// Take asks a [Store] for Cost units from the bucket or window of one
+// (Rule, Key) pair, governed by Limit.
+type Take struct {
+	Rule  string // the rule's id: a namespace for keys
+	Key   string // the rate-limit key within the rule, such as a user id
+	Limit Limit
+	// Cost is the number of units to take. 0 peeks: the decision reports the
+	// key's state and consumes nothing.
+	Cost int64
+}
+
+// Store keeps per-key limiter state and decides takes against it.
+//
+// Take decides every take in takes as one atomic step and writes the i-th
+// decision to out[i] (len(out) must be at least len(takes)): if any take is
+// not allowed, none of them consumes anything, and each decision reports what
+// its key would have answered alone. A store reads time from its own clock.
+// Take returns an error, and no decisions, when the store cannot answer (a
+// network failure, a deadline, an invalid limit or a negative cost).
+type Store interface {
+	Take(ctx context.Context, takes []Take, out []Decision) error
+}
