@@ -201,9 +201,9 @@ func TestInvalidLimitsAreErrorsNotPanics(t *testing.T) {
 		{Rate: 1, Period: 0},
 		{Rate: 1, Period: -time.Second},
 		{Rate: 1, Period: time.Second, Burst: -1},
-		{Rate: 2, Period: 1},                                        // two units per nanosecond
-		{Rate: 1, Period: time.Second, Burst: 1 << 62},              // refill time overflows
-		{Rate: 1, Period: sluice.MaxCapacity + 1},                   // window too long
+		{Rate: 2, Period: 1},                           // two units per nanosecond
+		{Rate: 1, Period: time.Second, Burst: 1 << 62}, // refill time overflows
+		{Rate: 1, Period: sluice.MaxCapacity + 1},      // window too long
 		{Rate: 5, Period: time.Second, Burst: 7, Algorithm: sluice.FixedWindow},
 		{Rate: sluice.MaxLogLimit + 1, Period: time.Hour, Algorithm: sluice.SlidingLog},
 		{Rate: 1, Period: time.Second, Algorithm: sluice.Algorithm(99)},
