@@ -1,0 +1,70 @@
+// Command sluice is the sluice rate limiter as a program.
+//
+//	sluice simulate SCENARIO [--format table|json|csv]
+//	sluice version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand of sluice.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"simulate", "run a built-in scenario through the real algorithms", runSimulate},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errUsage marks an error whose usage text has already been printed.
+type errUsage struct{ error }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
+				if _, ok := err.(errUsage); !ok {
+					fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+				}
+				return 2
+			}
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "sluice: a rate limiter for HTTP and gRPC APIs")
+	fmt.Fprintln(w, "\nUsage: sluice COMMAND [flags]   (sluice COMMAND --help for an example)")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}

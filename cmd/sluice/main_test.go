@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errw bytes.Buffer
+	code = run(context.Background(), args, &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+func TestSimulatePrintsTheScenarioInEachFormat(t *testing.T) {
+	code, out, errs := runCLI("simulate", "gcra-vs-token-bucket")
+	if code != 0 || !strings.Contains(out, "rejected") || !strings.Contains(out, "agree on every request") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	code, out, _ = runCLI("simulate", "--format", "json", "gcra-vs-token-bucket")
+	var v struct{ Agree bool }
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || !v.Agree {
+		t.Fatalf("json: exit %d, output %q", code, out)
+	}
+	code, out, _ = runCLI("simulate", "gcra-vs-token-bucket", "--format", "csv")
+	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 9 {
+		t.Fatalf("csv: exit %d, want a header and 8 rows:\n%s", code, out)
+	}
+}
+
+func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
+	for _, args := range [][]string{{}, {"nope"}, {"simulate"}, {"simulate", "nope"}, {"simulate", "gcra-vs-token-bucket", "--format", "xml"}, {"version", "x"}} {
+		code, _, errs := runCLI(args...)
+		if code != 2 || errs == "" {
+			t.Errorf("sluice %v: exit %d, stderr %q; want exit 2 and a reason", args, code, errs)
+		}
+	}
+}
+
+func TestHelpShowsAnExample(t *testing.T) {
+	for _, c := range commands() {
+		code, _, errs := runCLI(c.name, "--help")
+		if code != 0 || !strings.Contains(errs, "Example") {
+			t.Errorf("sluice %s --help: exit %d, stderr %q", c.name, code, errs)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Scenario is a built-in simulation.
+type Scenario struct {
+	Name        string
+	Description string
+	Run         func() (*Report, error)
+}
+
+// Scenarios returns the built-in scenarios, sorted by name.
+func Scenarios() []Scenario {
+	s := []Scenario{
+		{"gcra-vs-token-bucket", "GCRA and a token bucket side by side on SPEC §3's example: they agree", GCRAVsTokenBucket},
+	}
+	slices.SortFunc(s, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
+	return s
+}
+
+// Lookup returns the built-in scenario with the given name.
+func Lookup(name string) (Scenario, error) {
+	var names []string
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return Scenario{}, fmt.Errorf("sim: unknown scenario %q (want one of %s)", name, strings.Join(names, ", "))
+}
