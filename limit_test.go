@@ -117,3 +117,20 @@ func TestSystemClockIsMonotonic(t *testing.T) {
 		t.Fatalf("system clock is %v away from the wall clock", d)
 	}
 }
+
+func TestCoarseClockAdvancesAndStops(t *testing.T) {
+	c := NewCoarseClock(100 * time.Microsecond)
+	start := c.Now()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Now() == start {
+		if time.Now().After(deadline) {
+			t.Fatal("coarse clock did not advance in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.Stop()
+	c.Stop() // idempotent
+	if d := time.Duration(time.Now().UnixNano() - c.Now()); d < -time.Second || d > time.Minute {
+		t.Fatalf("coarse clock is %v away from the wall clock", d)
+	}
+}

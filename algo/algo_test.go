@@ -348,3 +348,16 @@ func ExampleGCRA_Take() {
 	// 5 true 0 0s
 	// 6 false 0 500ms
 }
+
+func TestSlidingLogUndoReversesCommit(t *testing.T) {
+	p := mustParams(t, sluice.Limit{Rate: 5, Period: time.Second, Algorithm: sluice.SlidingLog})
+	var s SlidingLog
+	s.Take(&p, 0, 2)
+	if r := s.Take(&p, 10, 3); !r.Allowed {
+		t.Fatal(r)
+	}
+	s.Undo(3)
+	if r := s.Take(&p, 20, 0); r.Remaining != 3 || r.ResetAfter != int64(time.Second)-20 {
+		t.Fatalf("after undo: %+v, want 3 remaining and the first take's reset", r)
+	}
+}

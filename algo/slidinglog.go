@@ -55,6 +55,12 @@ func (s *SlidingLog) Commit(p *Params, now, cost int64) {
 	}
 }
 
+// Undo removes the cost newest entries: it reverses the last Commit of that
+// cost, for a store whose multi-key take was denied by another key.
+func (s *SlidingLog) Undo(cost int64) {
+	s.n = max(0, s.n-int(cost))
+}
+
 // Take decides a take and, if it is allowed, logs it.
 func (s *SlidingLog) Take(p *Params, now, cost int64) Result {
 	r := s.Decide(p, now, cost)

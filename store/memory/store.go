@@ -1,0 +1,312 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
+)
+
+// DefaultMaxKeys is the default bound on the keys one rule may hold: about
+// 16 MiB of table for a GCRA rule at the bound. Past it, dead keys are reused
+// and then the least useful live keys evicted; see [WithMaxKeys].
+const DefaultMaxKeys = 1 << 20
+
+// Store is the embedded, in-process store. It implements [sluice.Store] for
+// every algorithm and is safe for concurrent use. The zero value is not
+// usable: call [New].
+type Store struct {
+	clock   sluice.Clock
+	maxKeys int
+	seed    maphash.Seed
+	nextID  atomic.Uint64
+
+	mu     sync.Mutex // serialises table creation
+	tables atomic.Pointer[map[tableKey]anyTable]
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read time from c instead of a [sluice.SystemClock].
+// Tests pass a [sluice.ManualClock]; a [sluice.CoarseClock] trades precision
+// for speed.
+func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
+
+// WithMaxKeys bounds the keys each rule may hold (rounded up to a multiple of
+// 128, the number of shards). At the bound a new key first takes the slot of
+// a dead key on its probe path, then evicts the key closest to its idle state
+// among the next 8 from its home slot. An evicted key returns as a fresh,
+// full key, which favours its client; evictions are counted in [Store.Stats].
+func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = max(1, n) } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.clock == nil {
+		s.clock = sluice.NewSystemClock()
+	}
+	empty := map[tableKey]anyTable{}
+	s.tables.Store(&empty)
+	return s
+}
+
+// A rule's keys live in a table of their own; a rule whose limit changes gets
+// a new table, and its keys start fresh, while unchanged rules keep theirs.
+type tableKey struct {
+	rule  string
+	limit sluice.Limit
+}
+
+type tableMeta struct {
+	id    uint64
+	rule  string
+	limit sluice.Limit
+}
+
+// anyTable is a table of any cell type.
+type anyTable interface {
+	meta() *tableMeta
+	locate(key string) (fp uint64, shard int)
+	mutex(shard int) *sync.Mutex
+	takeLocked(shard int, fp uint64, now, cost int64) (algo.Result, saved)
+	undoLocked(shard int, fp uint64, sv saved, cost int64)
+	take(key string, now, cost int64) algo.Result
+	forget(key string) bool
+	stats() (keys int, evictions uint64)
+}
+
+// table returns the table for (rule, l), creating it on first use.
+func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
+	k := tableKey{rule, l}
+	if t, ok := (*s.tables.Load())[k]; ok {
+		return t, nil
+	}
+	p, err := algo.NewParams(l)
+	if err != nil {
+		return nil, fmt.Errorf("memory: rule %q: %w", rule, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.tables.Load()
+	if t, ok := old[k]; ok {
+		return t, nil
+	}
+	id := s.nextID.Add(1)
+	var t anyTable
+	switch l.Algorithm {
+	case sluice.GCRA:
+		t = newTable[gcraCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.TokenBucket:
+		t = newTable[tokenBucketCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.LeakyMeter:
+		t = newTable[leakyMeterCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.LeakyQueue:
+		t = newTable[leakyQueueCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.FixedWindow:
+		t = newTable[fixedWindowCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.SlidingLog:
+		t = newTable[slidingLogCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.SlidingWindow:
+		t = newTable[slidingWindowCell](id, rule, l, p, s.seed, s.maxKeys)
+	}
+	next := make(map[tableKey]anyTable, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[k] = t
+	s.tables.Store(&next)
+	return t, nil
+}
+
+// ErrNegativeCost is returned for a take whose cost is below zero.
+var ErrNegativeCost = errors.New("memory: cost must be >= 0")
+
+// maxLocks is how many shard locks a multi-key take keeps on the stack.
+const maxLocks = 8
+
+type pending struct {
+	t     anyTable
+	shard int
+	fp    uint64
+	r     algo.Result
+	sv    saved
+}
+
+// Take implements [sluice.Store]: every take is decided in one atomic step
+// under the locks of all the shards involved, taken in a fixed order. If any
+// take is not allowed, the allowed ones are undone, so none consumes anything.
+// Each decision then reports its key's state as it stands.
+func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if len(out) < len(takes) {
+		return fmt.Errorf("memory: %d takes but room for %d decisions", len(takes), len(out))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var pbuf [maxLocks]pending
+	ps := pbuf[:0]
+	for _, tk := range takes {
+		if tk.Cost < 0 {
+			return ErrNegativeCost
+		}
+		t, err := s.table(tk.Rule, tk.Limit)
+		if err != nil {
+			return err
+		}
+		fp, sh := t.locate(tk.Key)
+		ps = append(ps, pending{t: t, shard: sh, fp: fp})
+	}
+	now := s.clock.Now()
+	if len(ps) == 1 {
+		p := &ps[0]
+		p.r = p.t.take(takes[0].Key, now, takes[0].Cost)
+		out[0] = decision(p.t.meta(), p.r)
+		return nil
+	}
+
+	var lbuf [maxLocks]lockRef
+	locks := lockOrder(ps, lbuf[:0])
+	for _, l := range locks {
+		l.m.Lock()
+	}
+	ok := true
+	for i := range ps {
+		p := &ps[i]
+		p.r, p.sv = p.t.takeLocked(p.shard, p.fp, now, takes[i].Cost)
+		ok = ok && p.r.Allowed
+	}
+	if !ok {
+		for i := len(ps) - 1; i >= 0; i-- {
+			if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 {
+				p.t.undoLocked(p.shard, p.fp, p.sv, takes[i].Cost)
+			}
+		}
+		for i := range ps { // report the state that stands after the undo
+			if p := &ps[i]; p.r.Allowed {
+				peek, _ := p.t.takeLocked(p.shard, p.fp, now, 0)
+				p.r.Remaining, p.r.ResetAfter = peek.Remaining, peek.ResetAfter
+			}
+		}
+	}
+	for i := len(locks) - 1; i >= 0; i-- {
+		locks[i].m.Unlock()
+	}
+	for i := range ps {
+		out[i] = decision(ps[i].t.meta(), ps[i].r)
+	}
+	return nil
+}
+
+type lockRef struct {
+	id    uint64
+	shard int
+	m     *sync.Mutex
+}
+
+// lockOrder appends the distinct shard mutexes of ps to refs, ordered by
+// table id and shard: the global order that keeps concurrent multi-key takes
+// free of deadlock.
+func lockOrder(ps []pending, refs []lockRef) []lockRef {
+	for _, p := range ps {
+		r := lockRef{p.t.meta().id, p.shard, p.t.mutex(p.shard)}
+		i := len(refs)
+		for i > 0 && (refs[i-1].id > r.id || refs[i-1].id == r.id && refs[i-1].shard > r.shard) {
+			i--
+		}
+		if i > 0 && refs[i-1].m == r.m {
+			continue // already held for an earlier take
+		}
+		refs = append(refs, lockRef{})
+		copy(refs[i+1:], refs[i:])
+		refs[i] = r
+	}
+	return refs
+}
+
+func decision(m *tableMeta, r algo.Result) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Reason:     r.Reason,
+		Rule:       m.rule,
+		Limit:      m.limit,
+		Remaining:  r.Remaining,
+		RetryAfter: durationOf(r.RetryAfter),
+		ResetAfter: durationOf(r.ResetAfter),
+		Delay:      durationOf(r.Delay),
+	}
+}
+
+func durationOf(ns int64) time.Duration { return time.Duration(ns) }
+
+// Forget removes key's state under rule (for every limit the rule has had),
+// so its next take starts fresh: an operator's "unlock this user". It
+// reports whether there was any state.
+func (s *Store) Forget(rule, key string) bool {
+	found := false
+	for k, t := range *s.tables.Load() {
+		if k.rule == rule && t.forget(key) {
+			found = true
+		}
+	}
+	return found
+}
+
+// RuleStats describes one rule's table.
+type RuleStats struct {
+	Rule      string
+	Limit     sluice.Limit
+	Keys      int    // occupied slots, including dead keys not yet reused
+	Evictions uint64 // live keys evicted to stay within the key bound
+}
+
+// Stats returns every table's statistics, for metrics.
+func (s *Store) Stats() []RuleStats {
+	var st []RuleStats
+	for _, t := range *s.tables.Load() {
+		keys, ev := t.stats()
+		m := t.meta()
+		st = append(st, RuleStats{Rule: m.rule, Limit: m.limit, Keys: keys, Evictions: ev})
+	}
+	return st
+}
+
+// Limiter is a handle on one rule of a store, for callers that know their
+// rule up front: it skips the rule lookup of [Store.Take]. It shares its
+// keys with Store.Take calls for the same rule and limit.
+type Limiter struct {
+	store *Store
+	t     anyTable
+	meta  *tableMeta
+}
+
+// Limiter returns a handle on rule with limit l.
+func (s *Store) Limiter(rule string, l sluice.Limit) (*Limiter, error) {
+	t, err := s.table(rule, l)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{store: s, t: t, meta: t.meta()}, nil
+}
+
+// Take takes cost units from key's bucket or window at the store's time.
+func (l *Limiter) Take(key string, cost int64) (sluice.Decision, error) {
+	if cost < 0 {
+		return sluice.Decision{}, ErrNegativeCost
+	}
+	return decision(l.meta, l.t.take(key, l.store.clock.Now(), cost)), nil
+}
+
+// Allow takes one unit from key and reports whether it was admitted.
+func (l *Limiter) Allow(key string) bool {
+	return l.t.take(key, l.store.clock.Now(), 1).Allowed
+}

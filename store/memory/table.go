@@ -1,0 +1,262 @@
+package memory
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
+)
+
+// shardBits sets the number of shards per table: 2^7 = 128 locks, so that
+// two cores rarely meet on one, while an empty rule costs only a few kB.
+const (
+	shardBits  = 7
+	numShards  = 1 << shardBits
+	minSlots   = 8
+	evictProbe = 8 // occupied slots looked at to choose an eviction victim
+)
+
+// Load factor: a shard grows (or compacts away its dead slots) once it is
+// 3/4 full. Linear probing stays short at that load: about 2.5 slots for a
+// key that is present and 8.5 for one that is not.
+const maxLoadNum, maxLoadDen = 3, 4
+
+// table holds one rule's keys: numShards open-addressing hash tables with
+// linear probing, each under its own mutex. A slot keeps a 64-bit hash of the
+// key, never the key itself, so memory per key is 8 bytes plus the state and
+// secrets never stay in memory (see the package doc on collisions).
+type table[C any, P cellOps[C]] struct {
+	m         tableMeta // id, rule and limit
+	params    algo.Params
+	seed      maphash.Seed
+	maxPer    int // most keys a shard may hold
+	maxSlots  int // a shard's largest slot array, a power of two
+	evictions atomic.Uint64
+	shards    [numShards]shard[C]
+}
+
+type slot[C any] struct {
+	fp uint64 // hash of the key with the low bit set; 0 marks an empty slot
+	c  C
+}
+
+type shard[C any] struct {
+	mu    sync.Mutex
+	slots []slot[C] // length is a power of two
+	count int       // occupied slots, live or dead
+	_     [64 - 8 - 24 - 8]byte
+}
+
+func newTable[C any, P cellOps[C]](id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *table[C, P] {
+	t := &table[C, P]{m: tableMeta{id: id, rule: rule, limit: l}, params: p, seed: seed}
+	t.maxPer = max(1, (maxKeys+numShards-1)/numShards)
+	t.maxSlots = max(minSlots, 1<<bits.Len(uint(t.maxPer*maxLoadDen/maxLoadNum)))
+	return t
+}
+
+// hash maps a key to its 64-bit fingerprint (never 0) and shard.
+func (t *table[C, P]) hash(key string) (fp uint64, sh int) {
+	h := maphash.String(t.seed, key)
+	return h | 1, int(h >> (64 - shardBits))
+}
+
+// home is the first slot to probe for fp in a shard of n slots.
+func home(fp uint64, n int) int { return int(fp>>1) & (n - 1) }
+
+// lookup returns the slot index of fp's key, inserting a fresh key when it is
+// absent: into the first dead slot on its probe path, else an empty slot,
+// growing the shard or evicting a key when it is full. Call with sh.mu held.
+func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
+	for {
+		n := len(sh.slots)
+		if n == 0 {
+			sh.slots = make([]slot[C], minSlots)
+			n = minSlots
+		}
+		mask := n - 1
+		dead := -1
+		i := home(fp, n)
+		for {
+			s := &sh.slots[i]
+			if s.fp == fp {
+				return i
+			}
+			if s.fp == 0 {
+				break
+			}
+			if dead < 0 && P(&s.c).resetAfter(&t.params, now) == 0 {
+				dead = i
+			}
+			i = (i + 1) & mask
+		}
+		if dead >= 0 { // implicit expiry: reuse the dead slot, no timer needed
+			s := &sh.slots[dead]
+			s.fp = fp
+			P(&s.c).fresh(&t.params, now)
+			return dead
+		}
+		if sh.count < min(n*maxLoadNum/maxLoadDen, t.maxPer) {
+			s := &sh.slots[i]
+			s.fp = fp
+			P(&s.c).fresh(&t.params, now)
+			sh.count++
+			return i
+		}
+		if !t.rehash(sh, now) {
+			t.evict(sh, fp, now)
+		}
+	}
+}
+
+// rehash rebuilds the shard without its dead slots, doubling it when it is
+// still more than half full. It returns false when nothing could be freed:
+// the shard is at its key bound and every key in it is live.
+func (t *table[C, P]) rehash(sh *shard[C], now int64) bool {
+	live := 0
+	for i := range sh.slots {
+		s := &sh.slots[i]
+		if s.fp != 0 && P(&s.c).resetAfter(&t.params, now) > 0 {
+			live++
+		}
+	}
+	if live >= t.maxPer {
+		return false
+	}
+	size := len(sh.slots)
+	for size < t.maxSlots && live+1 > size*maxLoadNum/maxLoadDen/2 {
+		size *= 2
+	}
+	if live == sh.count && size == len(sh.slots) {
+		return false
+	}
+	old := sh.slots
+	sh.slots = make([]slot[C], size)
+	sh.count = 0
+	mask := size - 1
+	for i := range old {
+		s := &old[i]
+		if s.fp == 0 || P(&s.c).resetAfter(&t.params, now) == 0 {
+			continue
+		}
+		j := home(s.fp, size)
+		for sh.slots[j].fp != 0 {
+			j = (j + 1) & mask
+		}
+		sh.slots[j] = *s
+		sh.count++
+	}
+	return true
+}
+
+// evict removes, among the first evictProbe occupied slots from fp's home,
+// the key closest to its idle state: the one whose loss changes the fewest
+// answers. The evicted key comes back as a fresh, full key, which favours its
+// client; every eviction is counted.
+func (t *table[C, P]) evict(sh *shard[C], fp uint64, now int64) {
+	n := len(sh.slots)
+	mask := n - 1
+	victim, best := -1, int64(0)
+	want := min(evictProbe, sh.count)
+	for i, seen := home(fp, n), 0; seen < want; i = (i + 1) & mask {
+		s := &sh.slots[i]
+		if s.fp == 0 {
+			continue
+		}
+		seen++
+		if r := P(&s.c).resetAfter(&t.params, now); victim < 0 || r < best {
+			victim, best = i, r
+		}
+	}
+	t.remove(sh, victim)
+	t.evictions.Add(1)
+}
+
+// remove empties slot i and shifts the rest of its probe cluster back, so no
+// tombstones are needed.
+func (t *table[C, P]) remove(sh *shard[C], i int) {
+	n := len(sh.slots)
+	mask := n - 1
+	sh.slots[i] = slot[C]{}
+	sh.count--
+	for j := (i + 1) & mask; sh.slots[j].fp != 0; j = (j + 1) & mask {
+		k := home(sh.slots[j].fp, n)
+		// Slot j may move back to i unless its home lies cyclically in (i, j].
+		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
+		}
+		sh.slots[i] = sh.slots[j]
+		sh.slots[j] = slot[C]{}
+		i = j
+	}
+}
+
+// find returns fp's slot index or -1. Call with sh.mu held.
+func (sh *shard[C]) find(fp uint64) int {
+	n := len(sh.slots)
+	if n == 0 {
+		return -1
+	}
+	mask := n - 1
+	for i := home(fp, n); sh.slots[i].fp != 0; i = (i + 1) & mask {
+		if sh.slots[i].fp == fp {
+			return i
+		}
+	}
+	return -1
+}
+
+// The methods below implement anyTable for the store.
+
+func (t *table[C, P]) meta() *tableMeta { return &t.m }
+
+func (t *table[C, P]) locate(key string) (uint64, int) { return t.hash(key) }
+
+func (t *table[C, P]) mutex(sh int) *sync.Mutex { return &t.shards[sh].mu }
+
+func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64) (algo.Result, saved) {
+	s := &t.shards[sh]
+	c := P(&s.slots[t.lookup(s, fp, now)].c)
+	sv := c.save()
+	return c.take(&t.params, now, cost), sv
+}
+
+func (t *table[C, P]) undoLocked(sh int, fp uint64, sv saved, cost int64) {
+	s := &t.shards[sh]
+	if i := s.find(fp); i >= 0 { // an eviction in the same take may have removed it
+		P(&s.slots[i].c).restore(sv, cost)
+	}
+}
+
+func (t *table[C, P]) take(key string, now, cost int64) algo.Result {
+	fp, i := t.hash(key)
+	sh := &t.shards[i]
+	sh.mu.Lock()
+	r := P(&sh.slots[t.lookup(sh, fp, now)].c).take(&t.params, now, cost)
+	sh.mu.Unlock()
+	return r
+}
+
+func (t *table[C, P]) forget(key string) bool {
+	fp, i := t.hash(key)
+	sh := &t.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if j := sh.find(fp); j >= 0 {
+		t.remove(sh, j)
+		return true
+	}
+	return false
+}
+
+func (t *table[C, P]) stats() (keys int, evictions uint64) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		keys += sh.count
+		sh.mu.Unlock()
+	}
+	return keys, t.evictions.Load()
+}

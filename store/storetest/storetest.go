@@ -1,0 +1,358 @@
+// Package storetest is the conformance suite every [sluice.Store] must pass:
+// decisions identical to package algo on random traffic, exactness under
+// concurrency, independence of keys and rules, all-or-nothing multi-key
+// takes, and expiry.
+//
+// A store's test calls [Run] with a factory that builds a fresh, empty store
+// reading time from the given clock:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, c sluice.Clock) sluice.Store {
+//			return memory.New(memory.WithClock(c))
+//		})
+//	}
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
+)
+
+// Factory returns a new, empty store that reads time from clock. It may
+// register cleanups with t.
+type Factory func(t *testing.T, clock sluice.Clock) sluice.Store
+
+// Epoch is the time the suite's clocks start at.
+var Epoch = time.Date(2026, 11, 29, 10, 15, 0, 0, time.UTC)
+
+// Run runs the whole suite against the stores newStore makes.
+func Run(t *testing.T, newStore Factory) {
+	t.Run("MatchesAlgoOnRandomTraffic", func(t *testing.T) { testMatchesAlgo(t, newStore) })
+	t.Run("ConcurrentTakesOnOneKeyAdmitExactlyTheLimit", func(t *testing.T) { testConcurrentExact(t, newStore) })
+	t.Run("KeysAndRulesAreIndependent", func(t *testing.T) { testIndependence(t, newStore) })
+	t.Run("MultiTakeIsAllOrNothing", func(t *testing.T) { testMultiTakeAtomic(t, newStore) })
+	t.Run("ConcurrentMultiTakesStayExact", func(t *testing.T) { testConcurrentMultiTake(t, newStore) })
+	t.Run("KeysExpireBackToFull", func(t *testing.T) { testExpiry(t, newStore) })
+	t.Run("BadTakesAreErrors", func(t *testing.T) { testBadTakes(t, newStore) })
+}
+
+// limits returns one small limit per algorithm.
+func limits() []sluice.Limit {
+	var ls []sluice.Limit
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Rate: 5, Period: time.Second, Algorithm: a}
+		if a.IsBucket() {
+			l.Burst = 8
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func take1(t *testing.T, s sluice.Store, rule, key string, l sluice.Limit, cost int64) sluice.Decision {
+	t.Helper()
+	var out [1]sluice.Decision
+	if err := s.Take(context.Background(), []sluice.Take{{Rule: rule, Key: key, Limit: l, Cost: cost}}, out[:]); err != nil {
+		t.Fatalf("Take(%s, %s, cost %d): %v", rule, key, cost, err)
+	}
+	return out[0]
+}
+
+// model is one key's state under package algo, the reference for the store.
+type model struct {
+	p       algo.Params
+	gcra    algo.GCRA
+	tb      algo.TokenBucket
+	started bool
+	meter   algo.LeakyMeter
+	queue   algo.LeakyQueue
+	fixed   algo.FixedWindow
+	log     algo.SlidingLog
+	sliding algo.SlidingWindow
+}
+
+func (m *model) take(now, cost int64) (r algo.Result) {
+	p := &m.p
+	switch p.Algorithm {
+	case sluice.GCRA:
+		m.gcra, r = m.gcra.Take(p, now, cost)
+	case sluice.TokenBucket:
+		if !m.started {
+			m.tb, m.started = p.NewTokenBucket(now), true
+		}
+		m.tb, r = m.tb.Take(p, now, cost)
+	case sluice.LeakyMeter:
+		m.meter, r = m.meter.Take(p, now, cost)
+	case sluice.LeakyQueue:
+		m.queue, r = m.queue.Take(p, now, cost)
+	case sluice.FixedWindow:
+		m.fixed, r = m.fixed.Take(p, now, cost)
+	case sluice.SlidingLog:
+		r = m.log.Take(p, now, cost)
+	case sluice.SlidingWindow:
+		m.sliding, r = m.sliding.Take(p, now, cost)
+	}
+	return r
+}
+
+func sameDecision(d sluice.Decision, r algo.Result) bool {
+	return d.Allowed == r.Allowed && d.Reason == r.Reason && d.Remaining == r.Remaining &&
+		int64(d.RetryAfter) == r.RetryAfter && int64(d.ResetAfter) == r.ResetAfter && int64(d.Delay) == r.Delay
+}
+
+func testMatchesAlgo(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(Epoch)
+			s := newStore(t, clock)
+			p, err := algo.NewParams(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := []string{"u1", "u2", "u3"}
+			models := map[string]*model{}
+			for _, k := range keys {
+				models[k] = &model{p: p}
+			}
+			rng := rand.New(rand.NewPCG(uint64(l.Algorithm), 1))
+			for i := range 400 {
+				switch rng.IntN(4) {
+				case 0:
+				case 1:
+					clock.Advance(time.Duration(rng.Int64N(p.T + p.W/10)))
+				case 2:
+					clock.Advance(time.Duration(rng.Int64N(2 * p.W)))
+				default:
+					clock.Advance(time.Duration(rng.Int64N(int64(time.Millisecond))))
+				}
+				k := keys[rng.IntN(len(keys))]
+				cost := int64(1)
+				if rng.IntN(5) == 0 {
+					cost = rng.Int64N(p.Burst + 2)
+				}
+				d := take1(t, s, "r", k, l, cost)
+				want := models[k].take(clock.Now(), cost)
+				if !sameDecision(d, want) {
+					t.Fatalf("step %d key %s cost %d: store %+v, algo %+v", i, k, cost, d, want)
+				}
+				if d.Rule != "r" || d.Limit != l {
+					t.Fatalf("decision names rule %q limit %v, want r, %v", d.Rule, d.Limit, l)
+				}
+			}
+		})
+	}
+}
+
+// testConcurrentExact fires many more takes than the limit at one key, from
+// many goroutines, at one instant: exactly as many are admitted as a
+// sequential run admits.
+func testConcurrentExact(t *testing.T, newStore Factory) {
+	const goroutines, each = 64, 16
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			l.Rate, l.Period = 100, time.Hour
+			if l.Algorithm.IsBucket() {
+				l.Burst = 100
+			}
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			want := 0
+			for range goroutines * each {
+				if take1(t, s, "r", "sequential", l, 1).Allowed {
+					want++
+				}
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines)
+			for range goroutines {
+				wg.Go(func() {
+					var out [1]sluice.Decision
+					for range each {
+						if err := s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "hot", Limit: l, Cost: 1}}, out[:]); err != nil {
+							errs <- err
+							return
+						}
+						if out[0].Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if got := admitted.Load(); got != int64(want) || want < 100 {
+				t.Fatalf("%d concurrent takes admitted %d, a sequential run %d (limit 100)", goroutines*each, got, want)
+			}
+		})
+	}
+}
+
+func testIndependence(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			for take1(t, s, "r1", "a", l, 1).Allowed {
+			}
+			fresh := take1(t, s, "r1", "zz", l, 0).Remaining
+			if got := take1(t, s, "r1", "b", l, 0).Remaining; got != fresh {
+				t.Fatalf("key b has %d remaining after key a was drained, want %d", got, fresh)
+			}
+			if got := take1(t, s, "r2", "a", l, 0).Remaining; got != fresh {
+				t.Fatalf("key a under rule r2 has %d remaining after r1 drained it, want %d", got, fresh)
+			}
+			if d := take1(t, s, "r1", "a", l, 1); d.Allowed {
+				t.Fatalf("drained key admitted: %+v", d)
+			}
+		})
+	}
+}
+
+func testMultiTakeAtomic(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			tight := sluice.Limit{Rate: 1, Period: time.Hour, Algorithm: sluice.GCRA}
+			takes := []sluice.Take{
+				{Rule: "loose", Key: "u", Limit: l, Cost: 2}, // 2: a leaky queue sends one at once
+				{Rule: "tight", Key: "u", Limit: tight, Cost: 1},
+				{Rule: "loose2", Key: "v", Limit: l, Cost: 2},
+			}
+			out := make([]sluice.Decision, 3)
+			before := take1(t, s, "loose", "u", l, 0).Remaining
+			if err := s.Take(ctx, takes, out); err != nil {
+				t.Fatal(err)
+			}
+			if !out[0].Allowed || !out[1].Allowed || !out[2].Allowed {
+				t.Fatalf("first multi-take: %+v", out)
+			}
+			if out[1].Rule != "tight" || out[2].Rule != "loose2" {
+				t.Fatalf("decisions out of order: %+v", out)
+			}
+			mid := take1(t, s, "loose", "u", l, 0).Remaining
+			mid2 := take1(t, s, "loose2", "v", l, 0).Remaining
+			if mid >= before {
+				t.Fatalf("allowed multi-take consumed nothing from loose: %d -> %d", before, mid)
+			}
+			for range 3 { // tight is exhausted: each try must consume nothing elsewhere
+				if err := s.Take(ctx, takes, out); err != nil {
+					t.Fatal(err)
+				}
+				if out[1].Allowed || out[1].Reason != sluice.ReasonLimited {
+					t.Fatalf("tight rule allowed twice in an hour: %+v", out[1])
+				}
+				if !out[0].Allowed || out[0].Remaining != mid {
+					t.Fatalf("loose decision in a denied take: %+v, want allowed with %d remaining (nothing consumed)", out[0], mid)
+				}
+			}
+			if got := take1(t, s, "loose", "u", l, 0).Remaining; got != mid {
+				t.Fatalf("denied multi-takes consumed from loose: %d -> %d", mid, got)
+			}
+			if got := take1(t, s, "loose2", "v", l, 0).Remaining; got != mid2 {
+				t.Fatalf("denied multi-takes consumed from loose2: %d -> %d", mid2, got)
+			}
+		})
+	}
+}
+
+// testConcurrentMultiTake: takes from two rules at once, concurrently; the
+// tighter rule admits exactly its limit and the looser loses exactly as many.
+func testConcurrentMultiTake(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	s := newStore(t, sluice.NewManualClock(Epoch))
+	a := sluice.Limit{Rate: 50, Period: time.Hour, Algorithm: sluice.SlidingLog}
+	b := sluice.Limit{Rate: 100, Period: time.Hour, Algorithm: sluice.GCRA}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			out := make([]sluice.Decision, 2)
+			takes := []sluice.Take{{Rule: "a", Key: "k", Limit: a, Cost: 1}, {Rule: "b", Key: "k", Limit: b, Cost: 1}}
+			if g%2 == 1 {
+				takes[0], takes[1] = takes[1], takes[0] // opposite orders must not deadlock
+			}
+			for range 20 {
+				if err := s.Take(ctx, takes, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].Allowed && out[1].Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 50 {
+		t.Fatalf("640 concurrent multi-takes admitted %d, want exactly 50", got)
+	}
+	if got := take1(t, s, "b", "k", b, 0).Remaining; got != 50 {
+		t.Fatalf("rule b has %d remaining, want 50: denied takes consumed from it", got)
+	}
+}
+
+func testExpiry(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(Epoch)
+			s := newStore(t, clock)
+			full := take1(t, s, "r", "k", l, 0).Remaining
+			var last sluice.Decision
+			for {
+				d := take1(t, s, "r", "k", l, 1)
+				if !d.Allowed {
+					break
+				}
+				last = d
+			}
+			if last.ResetAfter <= 0 {
+				t.Fatalf("drained key reports reset-after %v", last.ResetAfter)
+			}
+			clock.Advance(last.ResetAfter)
+			if d := take1(t, s, "r", "k", l, 0); d.Remaining != full || d.ResetAfter != 0 {
+				t.Fatalf("after reset-after %v: %+v, want %d remaining and idle", last.ResetAfter, d, full)
+			}
+			clock.Advance(1000 * time.Hour)
+			if d := take1(t, s, "r", "k", l, full); !d.Allowed {
+				t.Fatalf("full burst after a long idle time: %+v", d)
+			}
+		})
+	}
+}
+
+func testBadTakes(t *testing.T, newStore Factory) {
+	s := newStore(t, sluice.NewManualClock(Epoch))
+	ctx := context.Background()
+	good := sluice.Limit{Rate: 5, Period: time.Second}
+	for name, tk := range map[string]sluice.Take{
+		"negative cost": {Rule: "r", Key: "k", Limit: good, Cost: -1},
+		"invalid limit": {Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 0, Period: time.Second}, Cost: 1},
+	} {
+		out := make([]sluice.Decision, 1)
+		if err := s.Take(ctx, []sluice.Take{tk}, out); err == nil {
+			t.Errorf("%s: no error (decision %+v)", name, out[0])
+		}
+	}
+	if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: good, Cost: 1}}, nil); err == nil {
+		t.Error("no room for decisions: no error")
+	}
+	if d := take1(t, s, "r", "k", good, 0); d.Remaining != 5 {
+		t.Errorf("a failed take consumed: %+v", d)
+	}
+}
+
+// Describe returns a one-line description of a decision, for failure messages.
+func Describe(d sluice.Decision) string {
+	return fmt.Sprintf("%s allowed=%v reason=%v remaining=%d retry=%v reset=%v", d.Rule, d.Allowed, d.Reason, d.Remaining, d.RetryAfter, d.ResetAfter)
+}
