@@ -321,12 +321,12 @@ func TestLeakyQueueDelaysAdmittedRequests(t *testing.T) {
 	var s LeakyQueue
 	var r Result
 	for i, want := range []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond} {
-		s, r = s.Take(&p, 0, 1)
+		s = s.Take(&p, 0, 1, &r)
 		if !r.Allowed || r.Delay != int64(want) {
 			t.Fatalf("request %d: %+v, want allowed with delay %v", i+1, r, want)
 		}
 	}
-	_, r = s.Take(&p, 0, 1)
+	s.Take(&p, 0, 1, &r)
 	if r.Allowed || r.RetryAfter != int64(100*time.Millisecond) {
 		t.Fatalf("fifth request: %+v, want limited for 100ms", r)
 	}
@@ -337,7 +337,7 @@ func ExampleGCRA_Take() {
 	var s GCRA
 	var r Result
 	for i := range 6 {
-		s, r = s.Take(&p, 0, 1)
+		s = s.Take(&p, 0, 1, &r)
 		fmt.Println(i+1, r.Allowed, r.Remaining, time.Duration(r.RetryAfter))
 	}
 	// Output:
@@ -352,12 +352,13 @@ func ExampleGCRA_Take() {
 func TestSlidingLogUndoReversesCommit(t *testing.T) {
 	p := mustParams(t, sluice.Limit{Rate: 5, Period: time.Second, Algorithm: sluice.SlidingLog})
 	var s SlidingLog
-	s.Take(&p, 0, 2)
-	if r := s.Take(&p, 10, 3); !r.Allowed {
+	var r Result
+	s.Take(&p, 0, 2, &r)
+	if s.Take(&p, 10, 3, &r); !r.Allowed {
 		t.Fatal(r)
 	}
 	s.Undo(3)
-	if r := s.Take(&p, 20, 0); r.Remaining != 3 || r.ResetAfter != int64(time.Second)-20 {
+	if s.Take(&p, 20, 0, &r); r.Remaining != 3 || r.ResetAfter != int64(time.Second)-20 {
 		t.Fatalf("after undo: %+v, want 3 remaining and the first take's reset", r)
 	}
 }

@@ -22,68 +22,85 @@ func BenchmarkGCRA(b *testing.B) {
 	p, step := benchLimit(b, sluice.GCRA)
 	var s GCRA
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkTokenBucket(b *testing.B) {
 	p, step := benchLimit(b, sluice.TokenBucket)
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	s := p.NewTokenBucket(now)
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkLeakyMeter(b *testing.B) {
 	p, step := benchLimit(b, sluice.LeakyMeter)
 	var s LeakyMeter
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkLeakyQueue(b *testing.B) {
 	p, step := benchLimit(b, sluice.LeakyQueue)
 	var s LeakyQueue
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkFixedWindow(b *testing.B) {
 	p, step := benchLimit(b, sluice.FixedWindow)
 	var s FixedWindow
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkSlidingWindow(b *testing.B) {
 	p, step := benchLimit(b, sluice.SlidingWindow)
 	var s SlidingWindow
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s, _ = s.Take(&p, now, 1)
+		s = s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
 
 func BenchmarkSlidingLog(b *testing.B) {
 	p, step := benchLimit(b, sluice.SlidingLog)
 	var s SlidingLog
 	now := int64(1_700_000_000_000_000_000)
+	var r Result
 	for b.Loop() {
 		now += step
-		s.Take(&p, now, 1)
+		s.Take(&p, now, 1, &r)
 	}
+	sinkResult = r
 }
+
+// sinkResult keeps the benchmarks' results alive.
+var sinkResult Result

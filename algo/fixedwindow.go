@@ -17,7 +17,7 @@ type FixedWindow struct {
 }
 
 // Take decides a take of cost units at now.
-func (s FixedWindow) Take(p *Params, now, cost int64) (FixedWindow, Result) {
+func (s FixedWindow) Take(p *Params, now, cost int64, r *Result) FixedWindow {
 	if start := windowStart(now, p.W); start > s.Start {
 		s = FixedWindow{Start: start}
 	} else if start < s.Start {
@@ -29,16 +29,20 @@ func (s FixedWindow) Take(p *Params, now, cost int64) (FixedWindow, Result) {
 		reset = 0
 	}
 	if cost == 0 {
-		return s, allowed(p.Burst-s.Count, reset)
+		*r = allowed(p.Burst-s.Count, reset)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(p.Burst-s.Count, reset)
+		*r = tooLarge(p.Burst-s.Count, reset)
+		return s
 	}
 	if s.Count+cost > p.Burst {
-		return s, limited(p.Burst-s.Count, left, reset)
+		*r = limited(p.Burst-s.Count, left, reset)
+		return s
 	}
 	s.Count += cost
-	return s, allowed(p.Burst-s.Count, left)
+	*r = allowed(p.Burst-s.Count, left)
+	return s
 }
 
 // Idle reports whether nothing is counted in now's window.

@@ -15,20 +15,24 @@ type GCRA struct {
 }
 
 // Take decides a take of cost units at now.
-func (s GCRA) Take(p *Params, now, cost int64) (GCRA, Result) {
+func (s GCRA) Take(p *Params, now, cost int64, r *Result) GCRA {
 	tat := max(s.TAT, now)
 	backlog := subSat(tat, now) // time until the bucket is full again
 	if cost == 0 {
-		return s, allowed(gcraRemaining(p, backlog), backlog)
+		*r = allowed(gcraRemaining(p, backlog), backlog)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(gcraRemaining(p, backlog), backlog)
+		*r = tooLarge(gcraRemaining(p, backlog), backlog)
+		return s
 	}
 	after := addSat(backlog, cost*p.T)
 	if after > p.D {
-		return s, limited(gcraRemaining(p, backlog), after-p.D, backlog)
+		*r = limited(gcraRemaining(p, backlog), after-p.D, backlog)
+		return s
 	}
-	return GCRA{TAT: addSat(tat, cost*p.T)}, allowed(gcraRemaining(p, after), after)
+	*r = allowed(gcraRemaining(p, after), after)
+	return GCRA{TAT: addSat(tat, cost*p.T)}
 }
 
 // Idle reports whether the key is back to its full state at now, so its slot

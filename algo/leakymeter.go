@@ -16,21 +16,25 @@ type LeakyMeter struct {
 }
 
 // Take decides a take of cost units at now.
-func (s LeakyMeter) Take(p *Params, now, cost int64) (LeakyMeter, Result) {
+func (s LeakyMeter) Take(p *Params, now, cost int64, r *Result) LeakyMeter {
 	s = s.drain(now)
 	room := p.D - s.Level
 	if cost == 0 {
-		return s, allowed(room/p.T, s.Level)
+		*r = allowed(room/p.T, s.Level)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(room/p.T, s.Level)
+		*r = tooLarge(room/p.T, s.Level)
+		return s
 	}
 	need := cost * p.T
 	if need > room {
-		return s, limited(room/p.T, need-room, s.Level)
+		*r = limited(room/p.T, need-room, s.Level)
+		return s
 	}
 	s.Level += need
-	return s, allowed((room-need)/p.T, s.Level)
+	*r = allowed((room-need)/p.T, s.Level)
+	return s
 }
 
 // drain lets out what leaked since Last; an earlier now drains nothing.

@@ -19,24 +19,27 @@ type LeakyQueue struct {
 }
 
 // Take decides a take of cost units at now.
-func (s LeakyQueue) Take(p *Params, now, cost int64) (LeakyQueue, Result) {
+func (s LeakyQueue) Take(p *Params, now, cost int64, r *Result) LeakyQueue {
 	queued := s.queued(p, now)
 	reset := max(0, subSat(s.Next, now))
 	if cost == 0 {
-		return s, allowed(p.Burst-queued, reset)
+		*r = allowed(p.Burst-queued, reset)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(p.Burst-queued, reset)
+		*r = tooLarge(p.Burst-queued, reset)
+		return s
 	}
 	if queued+cost > p.Burst {
 		retry := subSat(subSat(s.Next-p.T, now), (p.Burst-cost)*p.T)
-		return s, limited(p.Burst-queued, retry, reset)
+		*r = limited(p.Burst-queued, retry, reset)
+		return s
 	}
 	departure := addSat(max(now, s.Next), (cost-1)*p.T)
 	next := LeakyQueue{Next: addSat(departure, p.T)}
-	r := allowed(p.Burst-next.queued(p, now), subSat(next.Next, now))
+	*r = allowed(p.Burst-next.queued(p, now), subSat(next.Next, now))
 	r.Delay = departure - now
-	return next, r
+	return next
 }
 
 // queued returns the number of admitted units that leave after now.

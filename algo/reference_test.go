@@ -273,22 +273,22 @@ func (f *fast) take(now, cost int64) (r Result) {
 	p := &f.p
 	switch p.Algorithm {
 	case sluice.GCRA:
-		f.gcra, r = f.gcra.Take(p, now, cost)
+		f.gcra = f.gcra.Take(p, now, cost, &r)
 	case sluice.TokenBucket:
 		if !f.started {
 			f.tb, f.started = p.NewTokenBucket(now), true
 		}
-		f.tb, r = f.tb.Take(p, now, cost)
+		f.tb = f.tb.Take(p, now, cost, &r)
 	case sluice.LeakyMeter:
-		f.meter, r = f.meter.Take(p, now, cost)
+		f.meter = f.meter.Take(p, now, cost, &r)
 	case sluice.LeakyQueue:
-		f.queue, r = f.queue.Take(p, now, cost)
+		f.queue = f.queue.Take(p, now, cost, &r)
 	case sluice.FixedWindow:
-		f.fixed, r = f.fixed.Take(p, now, cost)
+		f.fixed = f.fixed.Take(p, now, cost, &r)
 	case sluice.SlidingLog:
-		r = f.log.Take(p, now, cost)
+		f.log.Take(p, now, cost, &r)
 	case sluice.SlidingWindow:
-		f.sliding, r = f.sliding.Take(p, now, cost)
+		f.sliding = f.sliding.Take(p, now, cost, &r)
 	}
 	return r
 }

@@ -23,7 +23,7 @@ type SlidingLog struct {
 
 // Decide decides a take of cost units at now, without logging it. It drops
 // the entries that have left the window, which changes no answer.
-func (s *SlidingLog) Decide(p *Params, now, cost int64) Result {
+func (s *SlidingLog) Decide(p *Params, now, cost int64, r *Result) {
 	now = s.expire(p, now)
 	count := int64(s.n)
 	reset := int64(0)
@@ -31,15 +31,18 @@ func (s *SlidingLog) Decide(p *Params, now, cost int64) Result {
 		reset = addSat(s.at(s.n-1), p.W) - now
 	}
 	if cost == 0 {
-		return allowed(p.Burst-count, reset)
+		*r = allowed(p.Burst-count, reset)
+		return
 	}
 	if cost > p.Burst {
-		return tooLarge(p.Burst-count, reset)
+		*r = tooLarge(p.Burst-count, reset)
+		return
 	}
 	if k := count + cost - p.Burst; k > 0 {
-		return limited(p.Burst-count, addSat(s.at(int(k-1)), p.W)-now, reset)
+		*r = limited(p.Burst-count, addSat(s.at(int(k-1)), p.W)-now, reset)
+		return
 	}
-	return allowed(p.Burst-count-cost, p.W)
+	*r = allowed(p.Burst-count-cost, p.W)
 }
 
 // Commit logs cost entries at now. Call it only after Decide allowed the same
@@ -62,12 +65,11 @@ func (s *SlidingLog) Undo(cost int64) {
 }
 
 // Take decides a take and, if it is allowed, logs it.
-func (s *SlidingLog) Take(p *Params, now, cost int64) Result {
-	r := s.Decide(p, now, cost)
+func (s *SlidingLog) Take(p *Params, now, cost int64, r *Result) {
+	s.Decide(p, now, cost, r)
 	if r.Allowed && cost > 0 {
 		s.Commit(p, now, cost)
 	}
-	return r
 }
 
 // Len returns the number of logged entries, some of which may have left the

@@ -24,22 +24,26 @@ type SlidingWindow struct {
 }
 
 // Take decides a take of cost units at now.
-func (s SlidingWindow) Take(p *Params, now, cost int64) (SlidingWindow, Result) {
+func (s SlidingWindow) Take(p *Params, now, cost int64, r *Result) SlidingWindow {
 	s, now = s.roll(p, now)
 	e := now - s.Start
 	remaining := s.admissible(p, e)
 	reset := s.resetAfter(p, now)
 	if cost == 0 {
-		return s, allowed(remaining, reset)
+		*r = allowed(remaining, reset)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(remaining, reset)
+		*r = tooLarge(remaining, reset)
+		return s
 	}
 	if cost > remaining {
-		return s, limited(remaining, s.retryAfter(p, e, cost), reset)
+		*r = limited(remaining, s.retryAfter(p, e, cost), reset)
+		return s
 	}
 	s.Cur += cost
-	return s, allowed(s.admissible(p, e), s.resetAfter(p, now))
+	*r = allowed(s.admissible(p, e), s.resetAfter(p, now))
+	return s
 }
 
 // roll moves the state to now's window. A now before Start (time went back)

@@ -20,20 +20,24 @@ func (p *Params) NewTokenBucket(now int64) TokenBucket {
 }
 
 // Take decides a take of cost units at now.
-func (s TokenBucket) Take(p *Params, now, cost int64) (TokenBucket, Result) {
+func (s TokenBucket) Take(p *Params, now, cost int64, r *Result) TokenBucket {
 	s = s.refill(p, now)
 	if cost == 0 {
-		return s, allowed(s.Tokens/p.T, p.D-s.Tokens)
+		*r = allowed(s.Tokens/p.T, p.D-s.Tokens)
+		return s
 	}
 	if cost > p.Burst {
-		return s, tooLarge(s.Tokens/p.T, p.D-s.Tokens)
+		*r = tooLarge(s.Tokens/p.T, p.D-s.Tokens)
+		return s
 	}
 	need := cost * p.T
 	if s.Tokens < need {
-		return s, limited(s.Tokens/p.T, need-s.Tokens, p.D-s.Tokens)
+		*r = limited(s.Tokens/p.T, need-s.Tokens, p.D-s.Tokens)
+		return s
 	}
 	s.Tokens -= need
-	return s, allowed(s.Tokens/p.T, p.D-s.Tokens)
+	*r = allowed(s.Tokens/p.T, p.D-s.Tokens)
+	return s
 }
 
 // refill adds the tokens earned since Last; an earlier now adds none.

@@ -53,8 +53,8 @@ func GCRAVsTokenBucket() (*Report, error) {
 	}
 	for i, at := range times {
 		var rg, rt algo.Result
-		g, rg = g.Take(&pg, int64(at), 1)
-		tb, rt = tb.Take(&pt, int64(at), 1)
+		g = g.Take(&pg, int64(at), 1, &rg)
+		tb = tb.Take(&pt, int64(at), 1, &rt)
 		row := GCRAVsTokenBucketRow{T: at.Seconds(), GCRA: outcome(rg), TokenBucket: outcome(rt)}
 		res.Agree = res.Agree && row.GCRA == row.TokenBucket
 		res.Requests = append(res.Requests, row)

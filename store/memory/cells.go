@@ -2,9 +2,10 @@ package memory
 
 import "github.com/sluice-rl/sluice/algo"
 
-// A cell is one key's state in a table slot. Each algorithm gets its own cell
+// A cell is one key's state in a table slot (GCRA has a table of its own,
+// in gcratable.go). Each algorithm gets its own cell
 // type so a slot is exactly as large as its algorithm needs: 8 bytes of state
-// for GCRA and the leaky queue, 16 for the token bucket, leaky meter and fixed
+// for the leaky queue, 16 for the token bucket, leaky meter and fixed
 // window, 24 for the sliding window counter, and a pointer for the sliding log.
 type cellOps[C any] interface {
 	*C
@@ -24,51 +25,40 @@ type cellOps[C any] interface {
 // saved holds any fixed-size state: the largest is three int64 words.
 type saved [3]int64
 
-type gcraCell struct{ s algo.GCRA }
-
-func (c *gcraCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
-	return r
-}
-func (c *gcraCell) save() saved               { return saved{c.s.TAT} }
-func (c *gcraCell) restore(s saved, _ int64)  { c.s.TAT = s[0] }
-func (c *gcraCell) fresh(*algo.Params, int64) { c.s = algo.GCRA{} }
-func (c *gcraCell) resetAfter(_ *algo.Params, now int64) int64 {
-	return max(0, c.s.TAT-now)
-}
-
 type tokenBucketCell struct{ s algo.TokenBucket }
 
 func (c *tokenBucketCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
+	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
 func (c *tokenBucketCell) save() saved                     { return saved{c.s.Tokens, c.s.Last} }
 func (c *tokenBucketCell) restore(s saved, _ int64)        { c.s = algo.TokenBucket{Tokens: s[0], Last: s[1]} }
 func (c *tokenBucketCell) fresh(p *algo.Params, now int64) { c.s = p.NewTokenBucket(now) }
 func (c *tokenBucketCell) resetAfter(p *algo.Params, now int64) int64 {
-	_, r := c.s.Take(p, now, 0)
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
 	return r.ResetAfter
 }
 
 type leakyMeterCell struct{ s algo.LeakyMeter }
 
 func (c *leakyMeterCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
+	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
 func (c *leakyMeterCell) save() saved               { return saved{c.s.Level, c.s.Last} }
 func (c *leakyMeterCell) restore(s saved, _ int64)  { c.s = algo.LeakyMeter{Level: s[0], Last: s[1]} }
 func (c *leakyMeterCell) fresh(*algo.Params, int64) { c.s = algo.LeakyMeter{} }
 func (c *leakyMeterCell) resetAfter(p *algo.Params, now int64) int64 {
-	_, r := c.s.Take(p, now, 0)
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
 	return r.ResetAfter
 }
 
 type leakyQueueCell struct{ s algo.LeakyQueue }
 
 func (c *leakyQueueCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
+	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
 func (c *leakyQueueCell) save() saved               { return saved{c.s.Next} }
@@ -81,21 +71,22 @@ func (c *leakyQueueCell) resetAfter(_ *algo.Params, now int64) int64 {
 type fixedWindowCell struct{ s algo.FixedWindow }
 
 func (c *fixedWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
+	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
 func (c *fixedWindowCell) save() saved               { return saved{c.s.Start, c.s.Count} }
 func (c *fixedWindowCell) restore(s saved, _ int64)  { c.s = algo.FixedWindow{Start: s[0], Count: s[1]} }
 func (c *fixedWindowCell) fresh(*algo.Params, int64) { c.s = algo.FixedWindow{} }
 func (c *fixedWindowCell) resetAfter(p *algo.Params, now int64) int64 {
-	_, r := c.s.Take(p, now, 0)
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
 	return r.ResetAfter
 }
 
 type slidingWindowCell struct{ s algo.SlidingWindow }
 
 func (c *slidingWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s, r = c.s.Take(p, now, cost)
+	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
 func (c *slidingWindowCell) save() saved { return saved{c.s.Start, c.s.Prev, c.s.Cur} }
@@ -104,7 +95,8 @@ func (c *slidingWindowCell) restore(s saved, _ int64) {
 }
 func (c *slidingWindowCell) fresh(*algo.Params, int64) { c.s = algo.SlidingWindow{} }
 func (c *slidingWindowCell) resetAfter(p *algo.Params, now int64) int64 {
-	_, r := c.s.Take(p, now, 0)
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
 	return r.ResetAfter
 }
 
@@ -112,8 +104,9 @@ func (c *slidingWindowCell) resetAfter(p *algo.Params, now int64) int64 {
 // reused slot keeps its log's buffer.
 type slidingLogCell struct{ log *algo.SlidingLog }
 
-func (c *slidingLogCell) take(p *algo.Params, now, cost int64) algo.Result {
-	return c.log.Take(p, now, cost)
+func (c *slidingLogCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
+	c.log.Take(p, now, cost, &r)
+	return r
 }
 func (c *slidingLogCell) save() saved                 { return saved{} }
 func (c *slidingLogCell) restore(_ saved, cost int64) { c.log.Undo(cost) }
@@ -127,5 +120,7 @@ func (c *slidingLogCell) resetAfter(p *algo.Params, now int64) int64 {
 	if c.log == nil || c.log.Idle(p, now) {
 		return 0
 	}
-	return c.log.Decide(p, now, 0).ResetAfter
+	var r algo.Result
+	c.log.Decide(p, now, 0, &r)
+	return r.ResetAfter
 }

@@ -14,9 +14,9 @@ import (
 )
 
 // DefaultMaxKeys is the default bound on the keys one rule may hold: about
-// 16 MiB of table for a GCRA rule at the bound. Past it, dead keys are reused
+// 64 MiB of table for a GCRA rule at the bound. Past it, dead keys are reused
 // and then the least useful live keys evicted; see [WithMaxKeys].
-const DefaultMaxKeys = 1 << 20
+const DefaultMaxKeys = 1 << 22
 
 // Store is the embedded, in-process store. It implements [sluice.Store] for
 // every algorithm and is safe for concurrent use. The zero value is not
@@ -29,6 +29,10 @@ type Store struct {
 
 	mu     sync.Mutex // serialises table creation
 	tables atomic.Pointer[map[tableKey]anyTable]
+
+	sweepEvery time.Duration
+	stop       chan struct{}
+	stopOnce   sync.Once
 }
 
 // Option configures a Store.
@@ -46,6 +50,11 @@ func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 // full key, which favours its client; evictions are counted in [Store.Stats].
 func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = max(1, n) } }
 
+// WithSweepEvery starts a janitor that calls [Store.Sweep] every d, to give
+// memory back after bursts of keys. It is never needed for correct answers.
+// A store with a janitor must be closed with [Store.Close].
+func WithSweepEvery(d time.Duration) Option { return func(s *Store) { s.sweepEvery = d } }
+
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
@@ -57,7 +66,32 @@ func New(opts ...Option) *Store {
 	}
 	empty := map[tableKey]anyTable{}
 	s.tables.Store(&empty)
+	if s.sweepEvery > 0 {
+		s.stop = make(chan struct{})
+		go s.janitor()
+	}
 	return s
+}
+
+func (s *Store) janitor() {
+	t := time.NewTicker(s.sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.Sweep()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Close stops the janitor, if any. The store keeps answering.
+func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stopOnce.Do(func() { close(s.stop) })
+	}
+	return nil
 }
 
 // A rule's keys live in a table of their own; a rule whose limit changes gets
@@ -77,12 +111,14 @@ type tableMeta struct {
 type anyTable interface {
 	meta() *tableMeta
 	locate(key string) (fp uint64, shard int)
-	mutex(shard int) *sync.Mutex
+	lockShard(shard int)
+	unlockShard(shard int)
 	takeLocked(shard int, fp uint64, now, cost int64) (algo.Result, saved)
 	undoLocked(shard int, fp uint64, sv saved, cost int64)
 	take(key string, now, cost int64) algo.Result
 	forget(key string) bool
 	stats() (keys int, evictions uint64)
+	sweep(now int64)
 }
 
 // table returns the table for (rule, l), creating it on first use.
@@ -105,7 +141,7 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	var t anyTable
 	switch l.Algorithm {
 	case sluice.GCRA:
-		t = newTable[gcraCell](id, rule, l, p, s.seed, s.maxKeys)
+		t = newGCRATable(id, rule, l, p, s.seed, s.maxKeys)
 	case sluice.TokenBucket:
 		t = newTable[tokenBucketCell](id, rule, l, p, s.seed, s.maxKeys)
 	case sluice.LeakyMeter:
@@ -170,14 +206,14 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if len(ps) == 1 {
 		p := &ps[0]
 		p.r = p.t.take(takes[0].Key, now, takes[0].Cost)
-		out[0] = decision(p.t.meta(), p.r)
+		decide(&out[0], p.t.meta(), &p.r)
 		return nil
 	}
 
 	var lbuf [maxLocks]lockRef
 	locks := lockOrder(ps, lbuf[:0])
 	for _, l := range locks {
-		l.m.Lock()
+		l.t.lockShard(l.shard)
 	}
 	ok := true
 	for i := range ps {
@@ -199,10 +235,10 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 	}
 	for i := len(locks) - 1; i >= 0; i-- {
-		locks[i].m.Unlock()
+		locks[i].t.unlockShard(locks[i].shard)
 	}
 	for i := range ps {
-		out[i] = decision(ps[i].t.meta(), ps[i].r)
+		decide(&out[i], ps[i].t.meta(), &ps[i].r)
 	}
 	return nil
 }
@@ -210,7 +246,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 type lockRef struct {
 	id    uint64
 	shard int
-	m     *sync.Mutex
+	t     anyTable
 }
 
 // lockOrder appends the distinct shard mutexes of ps to refs, ordered by
@@ -218,12 +254,12 @@ type lockRef struct {
 // free of deadlock.
 func lockOrder(ps []pending, refs []lockRef) []lockRef {
 	for _, p := range ps {
-		r := lockRef{p.t.meta().id, p.shard, p.t.mutex(p.shard)}
+		r := lockRef{p.t.meta().id, p.shard, p.t}
 		i := len(refs)
 		for i > 0 && (refs[i-1].id > r.id || refs[i-1].id == r.id && refs[i-1].shard > r.shard) {
 			i--
 		}
-		if i > 0 && refs[i-1].m == r.m {
+		if i > 0 && refs[i-1].id == r.id && refs[i-1].shard == r.shard {
 			continue // already held for an earlier take
 		}
 		refs = append(refs, lockRef{})
@@ -233,20 +269,18 @@ func lockOrder(ps []pending, refs []lockRef) []lockRef {
 	return refs
 }
 
-func decision(m *tableMeta, r algo.Result) sluice.Decision {
-	return sluice.Decision{
-		Allowed:    r.Allowed,
-		Reason:     r.Reason,
-		Rule:       m.rule,
-		Limit:      m.limit,
-		Remaining:  r.Remaining,
-		RetryAfter: durationOf(r.RetryAfter),
-		ResetAfter: durationOf(r.ResetAfter),
-		Delay:      durationOf(r.Delay),
-	}
+// decide fills d from r, field by field: copying whole structs by value costs
+// more than the decision itself on the hot path.
+func decide(d *sluice.Decision, m *tableMeta, r *algo.Result) {
+	d.Allowed = r.Allowed
+	d.Reason = r.Reason
+	d.Rule = m.rule
+	d.Limit = m.limit
+	d.Remaining = r.Remaining
+	d.RetryAfter = time.Duration(r.RetryAfter)
+	d.ResetAfter = time.Duration(r.ResetAfter)
+	d.Delay = time.Duration(r.Delay)
 }
-
-func durationOf(ns int64) time.Duration { return time.Duration(ns) }
 
 // Forget removes key's state under rule (for every limit the rule has had),
 // so its next take starts fresh: an operator's "unlock this user". It
@@ -259,6 +293,19 @@ func (s *Store) Forget(rule, key string) bool {
 		}
 	}
 	return found
+}
+
+// Sweep drops the state of every dead key (one back to its idle state) and
+// shrinks the tables to fit the keys left, giving memory back to the runtime.
+// Answers are the same with or without sweeps: a dead key answers as a fresh
+// one. Tables drop dead keys on their own when they reach their key bound;
+// call Sweep (for example every minute, or see [WithSweepEvery]) to return
+// memory sooner after a burst of keys.
+func (s *Store) Sweep() {
+	now := s.clock.Now()
+	for _, t := range *s.tables.Load() {
+		t.sweep(now)
+	}
 }
 
 // RuleStats describes one rule's table.
@@ -286,6 +333,7 @@ func (s *Store) Stats() []RuleStats {
 type Limiter struct {
 	store *Store
 	t     anyTable
+	gcra  *gcraTable // t, when the algorithm is GCRA: a direct call
 	meta  *tableMeta
 }
 
@@ -295,7 +343,8 @@ func (s *Store) Limiter(rule string, l sluice.Limit) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{store: s, t: t, meta: t.meta()}, nil
+	g, _ := t.(*gcraTable)
+	return &Limiter{store: s, t: t, gcra: g, meta: t.meta()}, nil
 }
 
 // Take takes cost units from key's bucket or window at the store's time.
@@ -303,10 +352,25 @@ func (l *Limiter) Take(key string, cost int64) (sluice.Decision, error) {
 	if cost < 0 {
 		return sluice.Decision{}, ErrNegativeCost
 	}
-	return decision(l.meta, l.t.take(key, l.store.clock.Now(), cost)), nil
+	var r algo.Result
+	l.take(key, cost, &r)
+	var d sluice.Decision
+	decide(&d, l.meta, &r)
+	return d, nil
+}
+
+func (l *Limiter) take(key string, cost int64, r *algo.Result) {
+	now := l.store.clock.Now()
+	if l.gcra != nil {
+		l.gcra.takeInto(key, now, cost, r)
+		return
+	}
+	*r = l.t.take(key, now, cost)
 }
 
 // Allow takes one unit from key and reports whether it was admitted.
 func (l *Limiter) Allow(key string) bool {
-	return l.t.take(key, l.store.clock.Now(), 1).Allowed
+	var r algo.Result
+	l.take(key, 1, &r)
+	return r.Allowed
 }

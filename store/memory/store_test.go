@@ -25,9 +25,11 @@ func keysOf(s *Store) (keys int, evictions uint64) {
 func slotsOf(s *Store) int {
 	n := 0
 	for _, t := range *s.tables.Load() {
-		g := t.(*table[gcraCell, *gcraCell])
+		g := t.(*gcraTable)
 		for i := range g.shards {
-			n += len(g.shards[i].slots)
+			if p := g.shards[i].slots.Load(); p != nil {
+				n += len(*p)
+			}
 		}
 	}
 	return n
@@ -50,7 +52,7 @@ func TestFloodOfDistinctKeysStaysWithinTheBound(t *testing.T) {
 	if ev < uint64(19*bound) {
 		t.Fatalf("%d evictions counted, want at least %d", ev, 19*bound)
 	}
-	maxSlots := (*s.tables.Load())[tableKey{"flood", gcraLimit()}].(*table[gcraCell, *gcraCell]).maxSlots
+	maxSlots := (*s.tables.Load())[tableKey{"flood", gcraLimit()}].(*gcraTable).maxSlots
 	if got := slotsOf(s); got > numShards*maxSlots {
 		t.Fatalf("%d slots allocated, more than the bound allows (%d)", got, numShards*maxSlots)
 	}
@@ -88,7 +90,7 @@ func TestEvictedKeyReturnsFresh(t *testing.T) {
 	// Flood until the victim's shard evicts it.
 	for i := 0; ; i++ {
 		l.Allow(fmt.Sprint("other-", i))
-		if _, ev := keysOf(s); ev > 0 && !l.t.(*table[gcraCell, *gcraCell]).contains("victim") {
+		if _, ev := keysOf(s); ev > 0 && !l.gcra.contains("victim") {
 			break
 		}
 		if i > 100000 {
@@ -100,12 +102,12 @@ func TestEvictedKeyReturnsFresh(t *testing.T) {
 	}
 }
 
-func (t *table[C, P]) contains(key string) bool {
-	fp, i := t.hash(key)
+func (t *gcraTable) contains(key string) bool {
+	fp, i := t.locate(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.find(fp) >= 0
+	return t.find(sh, fp) != nil
 }
 
 func TestForgetUnlocksAKey(t *testing.T) {
@@ -208,4 +210,136 @@ func TestConcurrentGrowthAndEviction(t *testing.T) {
 	if keys, _ := keysOf(s); keys > 2*128*64 {
 		t.Fatalf("%d keys, bound %d", keys, 2*128*64)
 	}
+}
+
+func BenchmarkLimiterHotKey(b *testing.B) {
+	c := sluice.NewManualClock(epoch)
+	s := New(WithClock(c))
+	l, _ := s.Limiter("r", sluice.Limit{Rate: 100, Period: time.Second})
+	for b.Loop() {
+		c.Advance(time.Millisecond)
+		l.Allow("hot")
+	}
+}
+
+// Lock-free single takes and locked multi-key takes on one hot GCRA key at
+// one instant: together they admit exactly the burst, and the second rule is
+// charged exactly for the multi-key takes admitted.
+func TestLockFreeAndMultiKeyTakesShareOneKeyExactly(t *testing.T) {
+	for round := range 20 {
+		s := New(WithClock(sluice.NewManualClock(epoch)))
+		a := sluice.Limit{Rate: 100, Period: time.Hour}
+		b := sluice.Limit{Rate: 1000, Period: time.Hour, Algorithm: sluice.SlidingLog}
+		single, _ := s.Limiter("a", a)
+		var singles, multis sync.WaitGroup
+		var nSingle, nMulti [8]int
+		for g := range 8 {
+			if g%2 == 0 {
+				singles.Go(func() {
+					for range 50 {
+						if single.Allow("k") {
+							nSingle[g]++
+						}
+					}
+				})
+				continue
+			}
+			multis.Go(func() {
+				out := make([]sluice.Decision, 2)
+				takes := []sluice.Take{{Rule: "a", Key: "k", Limit: a, Cost: 1}, {Rule: "b", Key: "k", Limit: b, Cost: 1}}
+				for range 50 {
+					if err := s.Take(context.Background(), takes, out); err != nil {
+						t.Error(err)
+						return
+					}
+					if out[0].Allowed && out[1].Allowed {
+						nMulti[g]++
+					}
+				}
+			})
+		}
+		singles.Wait()
+		multis.Wait()
+		total, multi := 0, 0
+		for g := range 8 {
+			total += nSingle[g] + nMulti[g]
+			multi += nMulti[g]
+		}
+		if total != 100 {
+			t.Fatalf("round %d: %d admitted on a burst of 100", round, total)
+		}
+		bl, _ := s.Limiter("b", b)
+		if d, _ := bl.Take("k", 0); d.Remaining != int64(1000-multi) {
+			t.Fatalf("round %d: rule b has %d remaining, want %d", round, d.Remaining, 1000-multi)
+		}
+	}
+}
+
+func TestFloodEvictsForEveryAlgorithm(t *testing.T) {
+	const bound = 128 * 8
+	for _, a := range sluice.Algorithms() {
+		clock := sluice.NewManualClock(epoch)
+		s := New(WithClock(clock), WithMaxKeys(bound))
+		l, _ := s.Limiter("flood", sluice.Limit{Rate: 10, Period: time.Hour, Algorithm: a})
+		for i := range 10 * bound {
+			if d, _ := l.Take(fmt.Sprint("k", i), 1); !d.Allowed {
+				t.Fatalf("%v: fresh key %d refused: %+v", a, i, d)
+			}
+		}
+		keys, ev := keysOf(s)
+		if keys > bound || ev < uint64(9*bound) {
+			t.Fatalf("%v: %d keys (bound %d), %d evictions", a, keys, bound, ev)
+		}
+	}
+}
+
+func TestSweepGivesMemoryBackAndChangesNoAnswer(t *testing.T) {
+	for _, a := range sluice.Algorithms() {
+		clock := sluice.NewManualClock(epoch)
+		swept, control := New(WithClock(clock)), New(WithClock(clock))
+		lim := sluice.Limit{Rate: 2, Period: time.Minute, Algorithm: a}
+		l, _ := swept.Limiter("r", lim)
+		c, _ := control.Limiter("r", lim)
+		for i := range 20000 {
+			l.Take(fmt.Sprint("burst-", i), 1)
+			c.Take(fmt.Sprint("burst-", i), 1)
+		}
+		clock.Advance(5 * time.Minute) // every key is idle
+		l.Take("steady", 1)
+		c.Take("steady", 1)
+		swept.Sweep()
+		if keys, _ := keysOf(swept); keys != 1 {
+			t.Fatalf("%v: %d keys after a sweep, want only the live one", a, keys)
+		}
+		for _, k := range []string{"steady", "burst-7", "never-seen"} {
+			got, _ := l.Take(k, 0)
+			want, _ := c.Take(k, 0)
+			if got != want || (k == "steady" && got.ResetAfter == 0) {
+				t.Fatalf("%v: key %s after a sweep: %+v, without: %+v", a, k, got, want)
+			}
+		}
+	}
+}
+
+func TestJanitorRunsAndStops(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	s := New(WithClock(clock), WithSweepEvery(time.Millisecond))
+	defer s.Close()
+	l, _ := s.Limiter("r", gcraLimit())
+	for i := range 1000 {
+		l.Allow(fmt.Sprint(i))
+	}
+	clock.Advance(time.Hour)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if keys, _ := keysOf(s); keys == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("janitor did not sweep within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Close()
+	s.Close()
 }

@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -13,10 +15,9 @@ import (
 // shardBits sets the number of shards per table: 2^7 = 128 locks, so that
 // two cores rarely meet on one, while an empty rule costs only a few kB.
 const (
-	shardBits  = 7
-	numShards  = 1 << shardBits
-	minSlots   = 8
-	evictProbe = 8 // occupied slots looked at to choose an eviction victim
+	shardBits = 7
+	numShards = 1 << shardBits
+	minSlots  = 8
 )
 
 // Load factor: a shard grows (or compacts away its dead slots) once it is
@@ -52,9 +53,15 @@ type shard[C any] struct {
 
 func newTable[C any, P cellOps[C]](id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *table[C, P] {
 	t := &table[C, P]{m: tableMeta{id: id, rule: rule, limit: l}, params: p, seed: seed}
-	t.maxPer = max(1, (maxKeys+numShards-1)/numShards)
-	t.maxSlots = max(minSlots, 1<<bits.Len(uint(t.maxPer*maxLoadDen/maxLoadNum)))
+	t.maxPer, t.maxSlots = shardBounds(maxKeys)
 	return t
+}
+
+// shardBounds splits a table's key bound across its shards: each holds at
+// most maxPer keys in at most maxSlots slots (a power of two).
+func shardBounds(maxKeys int) (maxPer, maxSlots int) {
+	maxPer = max(1, (maxKeys+numShards-1)/numShards)
+	return maxPer, max(minSlots, 1<<bits.Len(uint(maxPer*maxLoadDen/maxLoadNum)))
 }
 
 // hash maps a key to its 64-bit fingerprint (never 0) and shard.
@@ -68,7 +75,7 @@ func home(fp uint64, n int) int { return int(fp>>1) & (n - 1) }
 
 // lookup returns the slot index of fp's key, inserting a fresh key when it is
 // absent: into the first dead slot on its probe path, else an empty slot,
-// growing the shard or evicting a key when it is full. Call with sh.mu held.
+// rebuilding the shard when it is full. Call with sh.mu held.
 func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
 	for {
 		n := len(sh.slots)
@@ -105,42 +112,50 @@ func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
 			sh.count++
 			return i
 		}
-		if !t.rehash(sh, now) {
-			t.evict(sh, fp, now)
-		}
+		t.rehash(sh, now, false)
 	}
 }
 
-// rehash rebuilds the shard without its dead slots, doubling it when it is
-// still more than half full. It returns false when nothing could be freed:
-// the shard is at its key bound and every key in it is live.
-func (t *table[C, P]) rehash(sh *shard[C], now int64) bool {
-	live := 0
+// rehash rebuilds the shard. While the shard may still grow it keeps dead
+// keys, so a key that comes back after a pause finds its slot; at its size
+// bound, or when sweeping, it drops them (implicit expiry). When the live keys
+// alone reach the shard's bound it first evicts a batch of them (see
+// evictBatch), so that a flood of new keys pays for one rebuild per batch,
+// not per key. Only a sweep shrinks the array.
+func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
+	type entry struct {
+		i     int
+		reset int64
+	}
+	dropDead := sweep || len(sh.slots) >= t.maxSlots
+	keep := make([]entry, 0, sh.count)
 	for i := range sh.slots {
 		s := &sh.slots[i]
-		if s.fp != 0 && P(&s.c).resetAfter(&t.params, now) > 0 {
-			live++
+		if s.fp == 0 {
+			continue
+		}
+		if r := P(&s.c).resetAfter(&t.params, now); r > 0 || !dropDead {
+			keep = append(keep, entry{i, r})
 		}
 	}
-	if live >= t.maxPer {
-		return false
+	drop := 0
+	if len(keep) >= t.maxPer {
+		// Evict the keys closest to their idle state: their loss changes
+		// the fewest answers.
+		drop = len(keep) - t.maxPer + evictBatch(t.maxPer)
+		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.reset, b.reset) })
+		t.evictions.Add(uint64(drop))
 	}
-	size := len(sh.slots)
-	for size < t.maxSlots && live+1 > size*maxLoadNum/maxLoadDen/2 {
-		size *= 2
-	}
-	if live == sh.count && size == len(sh.slots) {
-		return false
+	size := sizeFor(len(keep)-drop, t.maxSlots)
+	if !sweep {
+		size = max(size, len(sh.slots))
 	}
 	old := sh.slots
 	sh.slots = make([]slot[C], size)
 	sh.count = 0
 	mask := size - 1
-	for i := range old {
-		s := &old[i]
-		if s.fp == 0 || P(&s.c).resetAfter(&t.params, now) == 0 {
-			continue
-		}
+	for _, e := range keep[drop:] {
+		s := &old[e.i]
 		j := home(s.fp, size)
 		for sh.slots[j].fp != 0 {
 			j = (j + 1) & mask
@@ -148,30 +163,20 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64) bool {
 		sh.slots[j] = *s
 		sh.count++
 	}
-	return true
 }
 
-// evict removes, among the first evictProbe occupied slots from fp's home,
-// the key closest to its idle state: the one whose loss changes the fewest
-// answers. The evicted key comes back as a fresh, full key, which favours its
-// client; every eviction is counted.
-func (t *table[C, P]) evict(sh *shard[C], fp uint64, now int64) {
-	n := len(sh.slots)
-	mask := n - 1
-	victim, best := -1, int64(0)
-	want := min(evictProbe, sh.count)
-	for i, seen := home(fp, n), 0; seen < want; i = (i + 1) & mask {
-		s := &sh.slots[i]
-		if s.fp == 0 {
-			continue
-		}
-		seen++
-		if r := P(&s.c).resetAfter(&t.params, now); victim < 0 || r < best {
-			victim, best = i, r
-		}
+// evictBatch is how many live keys a full shard evicts at once: 1/16 of its
+// bound, at least one.
+func evictBatch(maxPer int) int { return max(1, maxPer/16) }
+
+// sizeFor returns the slot count for a shard about to hold live keys: the
+// smallest power of two that leaves it at most half full, up to maxSlots.
+func sizeFor(live, maxSlots int) int {
+	size := minSlots
+	for size < maxSlots && live+1 > size*maxLoadNum/maxLoadDen/2 {
+		size *= 2
 	}
-	t.remove(sh, victim)
-	t.evictions.Add(1)
+	return size
 }
 
 // remove empties slot i and shifts the rest of its probe cluster back, so no
@@ -214,7 +219,8 @@ func (t *table[C, P]) meta() *tableMeta { return &t.m }
 
 func (t *table[C, P]) locate(key string) (uint64, int) { return t.hash(key) }
 
-func (t *table[C, P]) mutex(sh int) *sync.Mutex { return &t.shards[sh].mu }
+func (t *table[C, P]) lockShard(sh int)   { t.shards[sh].mu.Lock() }
+func (t *table[C, P]) unlockShard(sh int) { t.shards[sh].mu.Unlock() }
 
 func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64) (algo.Result, saved) {
 	s := &t.shards[sh]
@@ -259,4 +265,15 @@ func (t *table[C, P]) stats() (keys int, evictions uint64) {
 		sh.mu.Unlock()
 	}
 	return keys, t.evictions.Load()
+}
+
+func (t *table[C, P]) sweep(now int64) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		if len(sh.slots) > 0 {
+			t.rehash(sh, now, true)
+		}
+		sh.mu.Unlock()
+	}
 }

@@ -83,22 +83,22 @@ func (m *model) take(now, cost int64) (r algo.Result) {
 	p := &m.p
 	switch p.Algorithm {
 	case sluice.GCRA:
-		m.gcra, r = m.gcra.Take(p, now, cost)
+		m.gcra = m.gcra.Take(p, now, cost, &r)
 	case sluice.TokenBucket:
 		if !m.started {
 			m.tb, m.started = p.NewTokenBucket(now), true
 		}
-		m.tb, r = m.tb.Take(p, now, cost)
+		m.tb = m.tb.Take(p, now, cost, &r)
 	case sluice.LeakyMeter:
-		m.meter, r = m.meter.Take(p, now, cost)
+		m.meter = m.meter.Take(p, now, cost, &r)
 	case sluice.LeakyQueue:
-		m.queue, r = m.queue.Take(p, now, cost)
+		m.queue = m.queue.Take(p, now, cost, &r)
 	case sluice.FixedWindow:
-		m.fixed, r = m.fixed.Take(p, now, cost)
+		m.fixed = m.fixed.Take(p, now, cost, &r)
 	case sluice.SlidingLog:
-		r = m.log.Take(p, now, cost)
+		m.log.Take(p, now, cost, &r)
 	case sluice.SlidingWindow:
-		m.sliding, r = m.sliding.Take(p, now, cost)
+		m.sliding = m.sliding.Take(p, now, cost, &r)
 	}
 	return r
 }
