@@ -49,9 +49,9 @@ type gcraSlot struct {
 
 type gcraShard struct {
 	mu    sync.Mutex
-	busy  atomic.Int32                // a multi-key take holds the lock
-	slots atomic.Pointer[[]gcraSlot]  // replaced whole on rebuild
-	count int                         // occupied slots, tombstones included; under mu
+	busy  atomic.Int32               // a multi-key take holds the lock
+	slots atomic.Pointer[[]gcraSlot] // replaced whole on rebuild
+	count int                        // occupied slots, tombstones included; under mu
 	_     [64 - 8 - 4 - 4 - 8 - 8]byte
 }
 
