@@ -38,7 +38,7 @@ func manyRandomKeys() []string {
 func BenchmarkHotKey(b *testing.B) {
 	for _, c := range contenders() {
 		b.Run(c.name+"/seq", func(b *testing.B) {
-			l, done := c.make(1)
+			l, done := c.make(1, busy)
 			defer done()
 			n := 0
 			for b.Loop() {
@@ -49,7 +49,7 @@ func BenchmarkHotKey(b *testing.B) {
 			sink.Add(int64(n))
 		})
 		b.Run(c.name+"/par", func(b *testing.B) {
-			l, done := c.make(1)
+			l, done := c.make(1, busy)
 			defer done()
 			b.RunParallel(func(pb *testing.PB) {
 				n := 0
@@ -71,7 +71,7 @@ func BenchmarkRandomKeys(b *testing.B) {
 	keys := manyRandomKeys()
 	for _, c := range contenders() {
 		b.Run(c.name+"/seq", func(b *testing.B) {
-			l, done := c.make(len(keys))
+			l, done := c.make(len(keys), busy)
 			defer done()
 			for _, k := range keys {
 				l.Allow(k)
@@ -88,7 +88,7 @@ func BenchmarkRandomKeys(b *testing.B) {
 			sink.Add(int64(n))
 		})
 		b.Run(c.name+"/par", func(b *testing.B) {
-			l, done := c.make(len(keys))
+			l, done := c.make(len(keys), busy)
 			defer done()
 			for _, k := range keys {
 				l.Allow(k)
@@ -139,7 +139,7 @@ func heapPerKey(c contender, n int) float64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	l, done := c.make(n)
+	l, done := c.make(n, lasting)
 	buf := make([]byte, 0, 32)
 	for i := range n {
 		buf = strconv.AppendInt(append(buf[:0], "user:"...), int64(i), 10)

@@ -169,11 +169,12 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 // bound, at least one.
 func evictBatch(maxPer int) int { return max(1, maxPer/16) }
 
-// sizeFor returns the slot count for a shard about to hold live keys: the
-// smallest power of two that leaves it at most half full, up to maxSlots.
-func sizeFor(live, maxSlots int) int {
+// sizeFor returns the slot count for a shard about to hold keys: the smallest
+// power of two that leaves it at most half full, up to maxSlots. A shard that
+// grows at 3/4 full therefore doubles.
+func sizeFor(keys, maxSlots int) int {
 	size := minSlots
-	for size < maxSlots && live+1 > size*maxLoadNum/maxLoadDen/2 {
+	for size < maxSlots && keys+1 > size/2 {
 		size *= 2
 	}
 	return size
