@@ -2,11 +2,12 @@ package memory
 
 import "github.com/sluice-rl/sluice/algo"
 
-// A cell is one key's state in a table slot (GCRA has a table of its own,
-// in gcratable.go). Each algorithm gets its own cell
-// type so a slot is exactly as large as its algorithm needs: 8 bytes of state
-// for the leaky queue, 16 for the token bucket, leaky meter and fixed
-// window, 24 for the sliding window counter, and a pointer for the sliding log.
+// A cell is one key's state in a slot of a locked table: the algorithms
+// whose state does not fit one word (the one-word algorithms have a lock-free
+// table of their own, in wordtable.go). Each algorithm gets its own cell
+// type so a slot is exactly as large as its algorithm needs: 16 bytes of
+// state for the fixed window, 24 for the sliding window counter, and a
+// pointer for the sliding log.
 type cellOps[C any] interface {
 	*C
 	// take decides a take at now and, if it is allowed, commits it.
@@ -24,49 +25,6 @@ type cellOps[C any] interface {
 
 // saved holds any fixed-size state: the largest is three int64 words.
 type saved [3]int64
-
-type tokenBucketCell struct{ s algo.TokenBucket }
-
-func (c *tokenBucketCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s = c.s.Take(p, now, cost, &r)
-	return r
-}
-func (c *tokenBucketCell) save() saved                     { return saved{c.s.Tokens, c.s.Last} }
-func (c *tokenBucketCell) restore(s saved, _ int64)        { c.s = algo.TokenBucket{Tokens: s[0], Last: s[1]} }
-func (c *tokenBucketCell) fresh(p *algo.Params, now int64) { c.s = p.NewTokenBucket(now) }
-func (c *tokenBucketCell) resetAfter(p *algo.Params, now int64) int64 {
-	var r algo.Result
-	c.s.Take(p, now, 0, &r)
-	return r.ResetAfter
-}
-
-type leakyMeterCell struct{ s algo.LeakyMeter }
-
-func (c *leakyMeterCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s = c.s.Take(p, now, cost, &r)
-	return r
-}
-func (c *leakyMeterCell) save() saved               { return saved{c.s.Level, c.s.Last} }
-func (c *leakyMeterCell) restore(s saved, _ int64)  { c.s = algo.LeakyMeter{Level: s[0], Last: s[1]} }
-func (c *leakyMeterCell) fresh(*algo.Params, int64) { c.s = algo.LeakyMeter{} }
-func (c *leakyMeterCell) resetAfter(p *algo.Params, now int64) int64 {
-	var r algo.Result
-	c.s.Take(p, now, 0, &r)
-	return r.ResetAfter
-}
-
-type leakyQueueCell struct{ s algo.LeakyQueue }
-
-func (c *leakyQueueCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
-	c.s = c.s.Take(p, now, cost, &r)
-	return r
-}
-func (c *leakyQueueCell) save() saved               { return saved{c.s.Next} }
-func (c *leakyQueueCell) restore(s saved, _ int64)  { c.s.Next = s[0] }
-func (c *leakyQueueCell) fresh(*algo.Params, int64) { c.s = algo.LeakyQueue{} }
-func (c *leakyQueueCell) resetAfter(_ *algo.Params, now int64) int64 {
-	return max(0, c.s.Next-now)
-}
 
 type fixedWindowCell struct{ s algo.FixedWindow }
 

@@ -140,14 +140,8 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	id := s.nextID.Add(1)
 	var t anyTable
 	switch l.Algorithm {
-	case sluice.GCRA:
-		t = newGCRATable(id, rule, l, p, s.seed, s.maxKeys)
-	case sluice.TokenBucket:
-		t = newTable[tokenBucketCell](id, rule, l, p, s.seed, s.maxKeys)
-	case sluice.LeakyMeter:
-		t = newTable[leakyMeterCell](id, rule, l, p, s.seed, s.maxKeys)
-	case sluice.LeakyQueue:
-		t = newTable[leakyQueueCell](id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyMeter, sluice.LeakyQueue:
+		t = newWordTable(id, rule, l, p, s.seed, s.maxKeys)
 	case sluice.FixedWindow:
 		t = newTable[fixedWindowCell](id, rule, l, p, s.seed, s.maxKeys)
 	case sluice.SlidingLog:
@@ -333,7 +327,7 @@ func (s *Store) Stats() []RuleStats {
 type Limiter struct {
 	store *Store
 	t     anyTable
-	gcra  *gcraTable // t, when the algorithm is GCRA: a direct call
+	word  *wordTable // t, when it is a word table: a direct call
 	meta  *tableMeta
 }
 
@@ -343,8 +337,8 @@ func (s *Store) Limiter(rule string, l sluice.Limit) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, _ := t.(*gcraTable)
-	return &Limiter{store: s, t: t, gcra: g, meta: t.meta()}, nil
+	w, _ := t.(*wordTable)
+	return &Limiter{store: s, t: t, word: w, meta: t.meta()}, nil
 }
 
 // Take takes cost units from key's bucket or window at the store's time.
@@ -361,8 +355,8 @@ func (l *Limiter) Take(key string, cost int64) (sluice.Decision, error) {
 
 func (l *Limiter) take(key string, cost int64, r *algo.Result) {
 	now := l.store.clock.Now()
-	if l.gcra != nil {
-		l.gcra.takeInto(key, now, cost, r)
+	if l.word != nil {
+		l.word.takeInto(key, now, cost, r)
 		return
 	}
 	*r = l.t.take(key, now, cost)

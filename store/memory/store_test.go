@@ -25,7 +25,7 @@ func keysOf(s *Store) (keys int, evictions uint64) {
 func slotsOf(s *Store) int {
 	n := 0
 	for _, t := range *s.tables.Load() {
-		g := t.(*gcraTable)
+		g := t.(*wordTable)
 		for i := range g.shards {
 			if p := g.shards[i].slots.Load(); p != nil {
 				n += len(*p)
@@ -52,7 +52,7 @@ func TestFloodOfDistinctKeysStaysWithinTheBound(t *testing.T) {
 	if ev < uint64(19*bound) {
 		t.Fatalf("%d evictions counted, want at least %d", ev, 19*bound)
 	}
-	maxSlots := (*s.tables.Load())[tableKey{"flood", gcraLimit()}].(*gcraTable).maxSlots
+	maxSlots := (*s.tables.Load())[tableKey{"flood", gcraLimit()}].(*wordTable).maxSlots
 	if got := slotsOf(s); got > numShards*maxSlots {
 		t.Fatalf("%d slots allocated, more than the bound allows (%d)", got, numShards*maxSlots)
 	}
@@ -90,7 +90,7 @@ func TestEvictedKeyReturnsFresh(t *testing.T) {
 	// Flood until the victim's shard evicts it.
 	for i := 0; ; i++ {
 		l.Allow(fmt.Sprint("other-", i))
-		if _, ev := keysOf(s); ev > 0 && !l.gcra.contains("victim") {
+		if _, ev := keysOf(s); ev > 0 && !l.word.contains("victim") {
 			break
 		}
 		if i > 100000 {
@@ -102,7 +102,7 @@ func TestEvictedKeyReturnsFresh(t *testing.T) {
 	}
 }
 
-func (t *gcraTable) contains(key string) bool {
+func (t *wordTable) contains(key string) bool {
 	fp, i := t.locate(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
@@ -342,4 +342,24 @@ func TestJanitorRunsAndStops(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
+}
+
+// A packed bucket under a clock that steps back looks emptier, never fuller.
+func TestPackedBucketsAreConservativeWhenTheClockStepsBack(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyMeter, sluice.GCRA, sluice.LeakyQueue} {
+		clock := sluice.NewManualClock(epoch)
+		s := New(WithClock(clock))
+		l, _ := s.Limiter("r", sluice.Limit{Rate: 10, Period: time.Second, Burst: 5, Algorithm: a})
+		for {
+			if d, _ := l.Take("k", 1); !d.Allowed {
+				break
+			}
+		}
+		clock.Advance(time.Second) // the bucket is full again
+		later, _ := l.Take("k", 0)
+		clock.Advance(-time.Minute)
+		if back, _ := l.Take("k", 0); back.Remaining > later.Remaining {
+			t.Fatalf("%v: stepping back a minute shows %d remaining, more than the %d of the later time", a, back.Remaining, later.Remaining)
+		}
+	}
 }

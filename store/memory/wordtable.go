@@ -12,72 +12,124 @@ import (
 	"github.com/sluice-rl/sluice/algo"
 )
 
-// gcraTable is the table for GCRA, whose whole state is one int64: a key's
-// take is a compare-and-swap on its TAT, with no lock. The shard mutex only
-// serialises changes to the table's structure (inserts, rebuilds, tombstones)
-// and multi-key takes.
+// wordTable is the table for the algorithms whose whole state is one int64
+// word: GCRA (its TAT), the leaky queue (its next departure slot), and the
+// token bucket and leaky meter, packed as the instant their bucket was (or
+// would have been) empty (see packBucket). A key's take is a compare-and-swap
+// on its word, with no lock. The shard mutex only serialises changes to the
+// table's structure (inserts, rebuilds, tombstones) and multi-key takes.
 //
 // Lock-free takes are exact because a slot never changes identity while it
-// can be updated: a slot is written with its TAT before its fingerprint is
+// can be updated: a slot is written with its word before its fingerprint is
 // published, is updated only by compare-and-swap while it holds that key,
-// and ends frozen (TAT = frozen) for good, as a tombstone or when its shard
+// and ends frozen (word = frozen) for good, as a tombstone or when its shard
 // is rebuilt into a new array. A reader that matched a slot's fingerprint
-// therefore either updates that key's TAT or sees frozen and moves on; a
+// therefore either updates that key's word or sees frozen and moves on; a
 // late compare-and-swap can never land on another key's state.
 //
 // A multi-key take sets its shards' busy flag under their locks; lock-free
-// takes read busy before and after reading a TAT and fall back to the lock
+// takes read busy before and after reading a word and fall back to the lock
 // when it is set, so they never decide on units a multi-key take holds
 // tentatively (and may give back).
-type gcraTable struct {
+//
+// In every one of these encodings a larger word means a fuller (less idle)
+// key, and the key is idle once word + idleShift <= now.
+type wordTable struct {
 	m         tableMeta
 	params    algo.Params
+	idleShift int64 // the key is idle once word + idleShift <= now
 	seed      maphash.Seed
 	maxPer    int
 	maxSlots  int
 	evictions atomic.Uint64
-	shards    [numShards]gcraShard
+	shards    [numShards]wordShard
 }
 
-// frozen marks a slot that no longer takes updates. Real TATs are >= 0.
-const frozen = math.MinInt64
+// frozen marks a slot that no longer takes updates; fresh is the word of a
+// new key, idle in every encoding. step never returns either.
+const (
+	frozen = math.MinInt64
+	fresh  = math.MinInt64 + 1
+)
 
-type gcraSlot struct {
+type wordSlot struct {
 	fp  atomic.Uint64
-	tat atomic.Int64
+	tat atomic.Int64 // the state word
 }
 
-type gcraShard struct {
+type wordShard struct {
 	mu    sync.Mutex
 	busy  atomic.Int32               // a multi-key take holds the lock
-	slots atomic.Pointer[[]gcraSlot] // replaced whole on rebuild
+	slots atomic.Pointer[[]wordSlot] // replaced whole on rebuild
 	count int                        // occupied slots, tombstones included; under mu
 	_     [64 - 8 - 4 - 4 - 8 - 8]byte
 }
 
-func newGCRATable(id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *gcraTable {
-	t := &gcraTable{m: tableMeta{id: id, rule: rule, limit: l}, params: p, seed: seed}
+func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *wordTable {
+	t := &wordTable{m: tableMeta{id: id, rule: rule, limit: l}, params: p, seed: seed}
 	t.maxPer, t.maxSlots = shardBounds(maxKeys)
+	if l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyMeter {
+		t.idleShift = p.D
+	}
 	return t
 }
 
-func (t *gcraTable) meta() *tableMeta { return &t.m }
+// step decides a take on the state word v at now, writing the result to r,
+// and returns the next word.
+func (t *wordTable) step(v, now, cost int64, r *algo.Result) int64 {
+	p := &t.params
+	switch p.Algorithm {
+	case sluice.GCRA:
+		return max(algo.GCRA{TAT: v}.Take(p, now, cost, r).TAT, fresh)
+	case sluice.LeakyQueue:
+		return max(algo.LeakyQueue{Next: v}.Take(p, now, cost, r).Next, fresh)
+	case sluice.TokenBucket:
+		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Take(p, now, cost, r)
+		return packBucket(tb.Last, tb.Tokens)
+	default: // sluice.LeakyMeter
+		m := algo.LeakyMeter{Level: p.D - bucketLevel(p, v, now), Last: now}.Take(p, now, cost, r)
+		return packBucket(m.Last, p.D-m.Level)
+	}
+}
 
-func (t *gcraTable) locate(key string) (uint64, int) {
+// A token bucket's two words (tokens, last) pack into one: e = last - tokens,
+// the instant the bucket was empty, tokens being counted in nanoseconds of
+// refill. At any later now the bucket holds min(D, now - e) tokens, exactly
+// what refilling (tokens, last) to now gives, so with a clock that never
+// steps back the packed bucket decides exactly as algo.TokenBucket (the store
+// conformance suite checks it). A clock that steps back by d makes a packed
+// bucket look d emptier, like GCRA, where the two-word form counts no time.
+// The leaky meter packs the same way, its level being D - tokens.
+func packBucket(last, tokens int64) int64 {
+	return max(last-tokens, fresh)
+}
+
+// bucketLevel returns the tokens a packed bucket holds at now.
+func bucketLevel(p *algo.Params, e, now int64) int64 {
+	elapsed := now - e
+	if e < 0 && now > 0 && elapsed < 0 { // overflowed: the bucket is long full
+		return p.D
+	}
+	return min(max(elapsed, 0), p.D)
+}
+
+func (t *wordTable) meta() *tableMeta { return &t.m }
+
+func (t *wordTable) locate(key string) (uint64, int) {
 	h := maphash.String(t.seed, key)
 	return h | 1, int(h >> (64 - shardBits))
 }
 
 // take decides a take on key: lock-free when the key is present and no
 // multi-key take holds its shard, under the shard lock otherwise.
-func (t *gcraTable) take(key string, now, cost int64) (r algo.Result) {
+func (t *wordTable) take(key string, now, cost int64) (r algo.Result) {
 	t.takeInto(key, now, cost, &r)
 	return r
 }
 
 // takeInto is take writing its result through r, for callers that hold the
 // concrete table: a Result returned by value costs more than the decision.
-func (t *gcraTable) takeInto(key string, now, cost int64, r *algo.Result) {
+func (t *wordTable) takeInto(key string, now, cost int64, r *algo.Result) {
 	fp, i := t.locate(key)
 	sh := &t.shards[i]
 	if t.takeFast(sh, fp, now, cost, r) {
@@ -89,7 +141,7 @@ func (t *gcraTable) takeInto(key string, now, cost int64, r *algo.Result) {
 }
 
 // takeFast decides a take without the lock, if it can.
-func (t *gcraTable) takeFast(sh *gcraShard, fp uint64, now, cost int64, r *algo.Result) bool {
+func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, cost int64, r *algo.Result) bool {
 	p := sh.slots.Load()
 	if p == nil {
 		return false
@@ -116,8 +168,8 @@ func (t *gcraTable) takeFast(sh *gcraShard, fp uint64, now, cost int64, r *algo.
 			if sh.busy.Load() != 0 {
 				return false
 			}
-			next := algo.GCRA{TAT: old}.Take(&t.params, now, cost, r)
-			if next.TAT == old || s.tat.CompareAndSwap(old, next.TAT) {
+			next := t.step(old, now, cost, r)
+			if !r.Allowed || cost == 0 || s.tat.CompareAndSwap(old, next) {
 				return true
 			}
 		}
@@ -128,18 +180,18 @@ func (t *gcraTable) takeFast(sh *gcraShard, fp uint64, now, cost int64, r *algo.
 // takeLocked decides a take with the shard lock held, inserting the key if
 // absent. Lock-free takes may still run on the shard (unless busy is set), so
 // writes are compare-and-swap.
-func (t *gcraTable) takeLocked(i int, fp uint64, now, cost int64) (r algo.Result, sv saved) {
+func (t *wordTable) takeLocked(i int, fp uint64, now, cost int64) (r algo.Result, sv saved) {
 	sv = t.lockedInto(i, fp, now, cost, &r)
 	return r, sv
 }
 
-func (t *gcraTable) lockedInto(i int, fp uint64, now, cost int64, r *algo.Result) saved {
+func (t *wordTable) lockedInto(i int, fp uint64, now, cost int64, r *algo.Result) saved {
 	sh := &t.shards[i]
 	s := t.lookup(sh, fp, now)
 	for {
 		old := s.tat.Load()
-		next := algo.GCRA{TAT: old}.Take(&t.params, now, cost, r)
-		if next.TAT == old || s.tat.CompareAndSwap(old, next.TAT) {
+		next := t.step(old, now, cost, r)
+		if !r.Allowed || cost == 0 || s.tat.CompareAndSwap(old, next) {
 			return saved{old}
 		}
 	}
@@ -147,11 +199,11 @@ func (t *gcraTable) lockedInto(i int, fp uint64, now, cost int64, r *algo.Result
 
 // lookup returns fp's live slot, inserting a fresh one if there is none.
 // Call with sh.mu held.
-func (t *gcraTable) lookup(sh *gcraShard, fp uint64, now int64) *gcraSlot {
+func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
 	for {
 		p := sh.slots.Load()
 		if p == nil {
-			fresh := make([]gcraSlot, minSlots)
+			fresh := make([]wordSlot, minSlots)
 			sh.slots.Store(&fresh)
 			p = &fresh
 		}
@@ -170,7 +222,7 @@ func (t *gcraTable) lookup(sh *gcraShard, fp uint64, now int64) *gcraSlot {
 		}
 		if sh.count < min(len(slots)*maxLoadNum/maxLoadDen, t.maxPer) {
 			s := &slots[i]
-			s.tat.Store(0) // a fresh key; published by the fingerprint
+			s.tat.Store(fresh) // published by the fingerprint
 			s.fp.Store(fp)
 			sh.count++
 			return s
@@ -181,11 +233,11 @@ func (t *gcraTable) lookup(sh *gcraShard, fp uint64, now int64) *gcraSlot {
 
 // rebuild freezes every slot of the shard and copies its keys into a new
 // array, dropping tombstones. While the shard may still grow it keeps dead
-// keys (TAT <= now) too, so a key that comes back after a pause is found
+// keys too, so a key that comes back after a pause is found
 // without the lock; at its size bound, or when sweeping, it drops them
 // (implicit expiry), and if the live keys alone reach the key bound it evicts
 // a batch of those closest to idle. A sweep may also shrink the array.
-func (t *gcraTable) rebuild(sh *gcraShard, now int64, sweep bool) {
+func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 	type entry struct {
 		fp  uint64
 		tat int64
@@ -198,13 +250,14 @@ func (t *gcraTable) rebuild(sh *gcraShard, now int64, sweep bool) {
 		if s.fp.Load() == 0 {
 			continue
 		}
-		if v := s.tat.Swap(frozen); v != frozen && (v > now || !dropDead) {
+		if v := s.tat.Swap(frozen); v != frozen && (!t.idle(v, now) || !dropDead) {
 			keep = append(keep, entry{s.fp.Load(), v})
 		}
 	}
 	drop := 0
 	if len(keep) >= t.maxPer {
 		drop = len(keep) - t.maxPer + evictBatch(t.maxPer)
+		// Evict the keys closest to idle: in every encoding, the smallest words.
 		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.tat, b.tat) })
 		t.evictions.Add(uint64(drop))
 	}
@@ -212,7 +265,7 @@ func (t *gcraTable) rebuild(sh *gcraShard, now int64, sweep bool) {
 	if !sweep {
 		size = max(size, len(old))
 	}
-	slots := make([]gcraSlot, size)
+	slots := make([]wordSlot, size)
 	mask := size - 1
 	for _, e := range keep[drop:] {
 		j := home(e.fp, size)
@@ -226,9 +279,15 @@ func (t *gcraTable) rebuild(sh *gcraShard, now int64, sweep bool) {
 	sh.slots.Store(&slots)
 }
 
+// idle reports whether the key with word v is back to its idle state at now.
+func (t *wordTable) idle(v, now int64) bool {
+	d := now - v // negative only if it overflowed: then v is long past
+	return v <= now && (d < 0 || d >= t.idleShift)
+}
+
 // sweep drops every dead key and shrinks the shards to fit what is left,
 // giving memory back. Answers are the same with or without it.
-func (t *gcraTable) sweep(now int64) {
+func (t *wordTable) sweep(now int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
@@ -239,26 +298,26 @@ func (t *gcraTable) sweep(now int64) {
 	}
 }
 
-func (t *gcraTable) lockShard(i int) {
+func (t *wordTable) lockShard(i int) {
 	t.shards[i].mu.Lock()
 	t.shards[i].busy.Store(1)
 }
 
-func (t *gcraTable) unlockShard(i int) {
+func (t *wordTable) unlockShard(i int) {
 	t.shards[i].busy.Store(0)
 	t.shards[i].mu.Unlock()
 }
 
 // With busy set, no lock-free take can change a slot of the shard, so an
 // undo restores the saved TAT exactly.
-func (t *gcraTable) undoLocked(i int, fp uint64, sv saved, _ int64) {
+func (t *wordTable) undoLocked(i int, fp uint64, sv saved, _ int64) {
 	if s := t.find(&t.shards[i], fp); s != nil {
 		s.tat.Store(sv[0])
 	}
 }
 
 // find returns fp's live slot or nil. Call with sh.mu held.
-func (t *gcraTable) find(sh *gcraShard, fp uint64) *gcraSlot {
+func (t *wordTable) find(sh *wordShard, fp uint64) *wordSlot {
 	p := sh.slots.Load()
 	if p == nil {
 		return nil
@@ -273,7 +332,7 @@ func (t *gcraTable) find(sh *gcraShard, fp uint64) *gcraSlot {
 	return nil
 }
 
-func (t *gcraTable) forget(key string) bool {
+func (t *wordTable) forget(key string) bool {
 	fp, i := t.locate(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
@@ -285,7 +344,7 @@ func (t *gcraTable) forget(key string) bool {
 	return false
 }
 
-func (t *gcraTable) stats() (keys int, evictions uint64) {
+func (t *wordTable) stats() (keys int, evictions uint64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
