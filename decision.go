@@ -22,6 +22,9 @@ const (
 	ReasonLocked
 	// ReasonUnavailable: the store failed and the rule fails closed.
 	ReasonUnavailable
+	// ReasonMissingKey: the request lacks a source of the rule's key and the
+	// rule rejects such requests.
+	ReasonMissingKey
 )
 
 var reasonNames = [...]string{
@@ -30,6 +33,7 @@ var reasonNames = [...]string{
 	ReasonTooLarge:    "cost-exceeds-limit",
 	ReasonLocked:      "locked",
 	ReasonUnavailable: "unavailable",
+	ReasonMissingKey:  "missing-key",
 }
 
 // String returns the reason's stable name, such as "limited".

@@ -1,3 +1,8 @@
 module github.com/sluice-rl/sluice
 
 go 1.26
+
+require (
+	github.com/sony/gobreaker/v2 v2.4.0
+	go.yaml.in/yaml/v3 v3.0.6
+)

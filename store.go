@@ -11,6 +11,9 @@ type Take struct {
 	// Cost is the number of units to take. 0 peeks: the decision reports the
 	// key's state and consumes nothing.
 	Cost int64
+	// DryRun decides the take as usual but consumes nothing: the decision
+	// is the one the real take would get (its Remaining as if taken).
+	DryRun bool
 }
 
 // Store keeps per-key limiter state and decides takes against it.
@@ -20,7 +23,16 @@ type Take struct {
 // not allowed, none of them consumes anything, and each decision reports what
 // its key would have answered alone. A store reads time from its own clock.
 // Take returns an error, and no decisions, when the store cannot answer (a
-// network failure, a deadline, an invalid limit or a negative cost).
+// network failure, a deadline, an invalid limit or a negative cost). Take
+// must return promptly once ctx is done, and must not retain the Key strings
+// after it returns: callers may build them in reused buffers.
 type Store interface {
 	Take(ctx context.Context, takes []Take, out []Decision) error
+}
+
+// NonBlocking is implemented by stores whose Take never waits on I/O, such
+// as the embedded store: callers need not bound them with a deadline or a
+// circuit breaker.
+type NonBlocking interface {
+	NonBlocking()
 }

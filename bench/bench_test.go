@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // randomKeys returns n distinct keys ("user:<n>") in a shuffled order.
@@ -142,7 +143,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 
 func heapPerKey(c contender, n int) float64 {
 	var before, after runtime.MemStats
-	runtime.GC()
+	settle()
 	runtime.ReadMemStats(&before)
 	l, done := c.make(n, lasting)
 	buf := make([]byte, 0, 32)
@@ -150,9 +151,26 @@ func heapPerKey(c contender, n int) float64 {
 		buf = strconv.AppendInt(append(buf[:0], "user:"...), int64(i), 10)
 		l.Allow(string(buf))
 	}
-	runtime.GC()
+	settle()
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(l)
 	done()
 	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+}
+
+// settle collects garbage until the heap stops shrinking, so that stores
+// freed by finalizers (ulule's janitor stops in one) are gone before a
+// measurement.
+func settle() {
+	var m runtime.MemStats
+	last := uint64(0)
+	for range 5 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // let finalizers run
+		runtime.ReadMemStats(&m)
+		if m.HeapAlloc == last {
+			return
+		}
+		last = m.HeapAlloc
+	}
 }

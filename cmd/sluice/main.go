@@ -1,11 +1,13 @@
 // Command sluice is the sluice rate limiter as a program.
 //
+//	sluice check FILE...
 //	sluice simulate SCENARIO [--format table|json|csv]
 //	sluice version
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +24,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"check", "validate rule files and describe their rules", runCheck},
 		{"simulate", "run a built-in scenario through the real algorithms", runSimulate},
 		{"version", "print the version", runVersion},
 	}
@@ -47,6 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands() {
 		if c.name == args[0] {
 			if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
+				var exit errExit
+				if errors.As(err, &exit) {
+					return exit.code
+				}
 				if _, ok := err.(errUsage); !ok {
 					fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
 				}

@@ -47,3 +47,14 @@ func TestHelpShowsAnExample(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckDescribesGoodFilesAndListsEveryFault(t *testing.T) {
+	code, out, errs := runCLI("check", "../../examples/shop.yaml")
+	if code != 0 || !strings.Contains(out, "user-default: every request, per user: at most 20 at once, then 100 per minute") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	code, _, errs = runCLI("check", "../../rules/testdata/bad.yaml")
+	if code != 1 || strings.Count(errs, "bad.yaml:") < 8 {
+		t.Fatalf("bad file: exit %d, stderr:\n%s", code, errs)
+	}
+}

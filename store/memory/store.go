@@ -115,7 +115,7 @@ type anyTable interface {
 	unlockShard(shard int)
 	takeLocked(shard int, fp uint64, now, cost int64) (algo.Result, saved)
 	undoLocked(shard int, fp uint64, sv saved, cost int64)
-	take(key string, now, cost int64) algo.Result
+	take(key string, now, cost int64, dry bool) algo.Result
 	forget(key string) bool
 	stats() (keys int, evictions uint64)
 	sweep(now int64)
@@ -174,8 +174,9 @@ type pending struct {
 
 // Take implements [sluice.Store]: every take is decided in one atomic step
 // under the locks of all the shards involved, taken in a fixed order. If any
-// take is not allowed, the allowed ones are undone, so none consumes anything.
-// Each decision then reports its key's state as it stands.
+// take is not allowed, the allowed ones are undone, so none consumes anything;
+// dry-run takes are always undone. Each decision then reports its key's state
+// as it stands.
 func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	if len(out) < len(takes) {
 		return fmt.Errorf("memory: %d takes but room for %d decisions", len(takes), len(out))
@@ -199,7 +200,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	now := s.clock.Now()
 	if len(ps) == 1 {
 		p := &ps[0]
-		p.r = p.t.take(takes[0].Key, now, takes[0].Cost)
+		p.r = p.t.take(takes[0].Key, now, takes[0].Cost, takes[0].DryRun)
 		decide(&out[0], p.t.meta(), &p.r)
 		return nil
 	}
@@ -215,14 +216,16 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		p.r, p.sv = p.t.takeLocked(p.shard, p.fp, now, takes[i].Cost)
 		ok = ok && p.r.Allowed
 	}
-	if !ok {
-		for i := len(ps) - 1; i >= 0; i-- {
-			if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 {
-				p.t.undoLocked(p.shard, p.fp, p.sv, takes[i].Cost)
-			}
+	undone := false
+	for i := len(ps) - 1; i >= 0; i-- {
+		if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 && (!ok || takes[i].DryRun) {
+			p.t.undoLocked(p.shard, p.fp, p.sv, takes[i].Cost)
+			undone = true
 		}
+	}
+	if undone && !ok {
 		for i := range ps { // report the state that stands after the undo
-			if p := &ps[i]; p.r.Allowed {
+			if p := &ps[i]; p.r.Allowed && !takes[i].DryRun {
 				peek, _ := p.t.takeLocked(p.shard, p.fp, now, 0)
 				p.r.Remaining, p.r.ResetAfter = peek.Remaining, peek.ResetAfter
 			}
@@ -302,6 +305,9 @@ func (s *Store) Sweep() {
 	}
 }
 
+// NonBlocking marks the store as never waiting on I/O ([sluice.NonBlocking]).
+func (s *Store) NonBlocking() {}
+
 // RuleStats describes one rule's table.
 type RuleStats struct {
 	Rule      string
@@ -359,7 +365,7 @@ func (l *Limiter) take(key string, cost int64, r *algo.Result) {
 		l.word.takeInto(key, now, cost, r)
 		return
 	}
-	*r = l.t.take(key, now, cost)
+	*r = l.t.take(key, now, cost, false)
 }
 
 // Allow takes one unit from key and reports whether it was admitted.

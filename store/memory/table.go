@@ -237,11 +237,16 @@ func (t *table[C, P]) undoLocked(sh int, fp uint64, sv saved, cost int64) {
 	}
 }
 
-func (t *table[C, P]) take(key string, now, cost int64) algo.Result {
+func (t *table[C, P]) take(key string, now, cost int64, dry bool) algo.Result {
 	fp, i := t.hash(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
-	r := P(&sh.slots[t.lookup(sh, fp, now)].c).take(&t.params, now, cost)
+	c := P(&sh.slots[t.lookup(sh, fp, now)].c)
+	sv := c.save()
+	r := c.take(&t.params, now, cost)
+	if dry && r.Allowed && cost > 0 {
+		c.restore(sv, cost)
+	}
 	sh.mu.Unlock()
 	return r
 }

@@ -122,13 +122,17 @@ func (t *wordTable) locate(key string) (uint64, int) {
 
 // take decides a take on key: lock-free when the key is present and no
 // multi-key take holds its shard, under the shard lock otherwise.
-func (t *wordTable) take(key string, now, cost int64) (r algo.Result) {
+func (t *wordTable) take(key string, now, cost int64, dry bool) (r algo.Result) {
+	if dry {
+		cost = -cost // see takeInto
+	}
 	t.takeInto(key, now, cost, &r)
 	return r
 }
 
 // takeInto is take writing its result through r, for callers that hold the
 // concrete table: a Result returned by value costs more than the decision.
+// A negative cost is a dry run of -cost: decided, never written.
 func (t *wordTable) takeInto(key string, now, cost int64, r *algo.Result) {
 	fp, i := t.locate(key)
 	sh := &t.shards[i]
@@ -168,8 +172,8 @@ func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, cost int64, r *algo.
 			if sh.busy.Load() != 0 {
 				return false
 			}
-			next := t.step(old, now, cost, r)
-			if !r.Allowed || cost == 0 || s.tat.CompareAndSwap(old, next) {
+			next := t.step(old, now, max(cost, -cost), r)
+			if !r.Allowed || cost <= 0 || s.tat.CompareAndSwap(old, next) {
 				return true
 			}
 		}
@@ -190,8 +194,8 @@ func (t *wordTable) lockedInto(i int, fp uint64, now, cost int64, r *algo.Result
 	s := t.lookup(sh, fp, now)
 	for {
 		old := s.tat.Load()
-		next := t.step(old, now, cost, r)
-		if !r.Allowed || cost == 0 || s.tat.CompareAndSwap(old, next) {
+		next := t.step(old, now, max(cost, -cost), r)
+		if !r.Allowed || cost <= 0 || s.tat.CompareAndSwap(old, next) {
 			return saved{old}
 		}
 	}

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("MultiTakeIsAllOrNothing", func(t *testing.T) { testMultiTakeAtomic(t, newStore) })
 	t.Run("ConcurrentMultiTakesStayExact", func(t *testing.T) { testConcurrentMultiTake(t, newStore) })
 	t.Run("KeysExpireBackToFull", func(t *testing.T) { testExpiry(t, newStore) })
+	t.Run("DryRunsConsumeNothing", func(t *testing.T) { testDryRun(t, newStore) })
 	t.Run("BadTakesAreErrors", func(t *testing.T) { testBadTakes(t, newStore) })
 }
 
@@ -326,6 +327,34 @@ func testExpiry(t *testing.T, newStore Factory) {
 			clock.Advance(1000 * time.Hour)
 			if d := take1(t, s, "r", "k", l, full); !d.Allowed {
 				t.Fatalf("full burst after a long idle time: %+v", d)
+			}
+		})
+	}
+}
+
+// testDryRun: a dry run decides exactly as the real take would, alone or in
+// a multi-key take, and consumes nothing.
+func testDryRun(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			other := sluice.Limit{Rate: 100, Period: time.Hour}
+			out := make([]sluice.Decision, 2)
+			for i := range 12 {
+				before := take1(t, s, "r", "k", l, 0)
+				takes := []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 2, DryRun: true}, {Rule: "o", Key: "k", Limit: other, Cost: 1}}
+				if err := s.Take(ctx, takes[:1+i%2], out); err != nil {
+					t.Fatal(err)
+				}
+				dry := out[0]
+				if after := take1(t, s, "r", "k", l, 0); after != before {
+					t.Fatalf("step %d: dry run consumed: %s -> %s", i, Describe(before), Describe(after))
+				}
+				real := take1(t, s, "r", "k", l, 2)
+				if dry.Allowed != real.Allowed || dry.RetryAfter != real.RetryAfter {
+					t.Fatalf("step %d: dry run %s, real take %s", i, Describe(dry), Describe(real))
+				}
 			}
 		})
 	}

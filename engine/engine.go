@@ -1,0 +1,387 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Store keeps the counts. Required.
+	Store sluice.Store
+	// Fallback keeps the per-node fallback counts applied while the store
+	// fails and rules fail open: usually the embedded store. Without one,
+	// failing open admits everything.
+	Fallback sluice.Store
+	// StoreTimeout bounds every call to Store (default 5ms). Stores that
+	// never block (sluice.NonBlocking) are called without one.
+	StoreTimeout time.Duration
+	// BreakerFailures is how many consecutive failed store calls open the
+	// circuit breaker (default 5); BreakerOpenFor is how long it stays open
+	// before letting one probe through (default 1s).
+	BreakerFailures uint32
+	BreakerOpenFor  time.Duration
+	// OnBreakerChange, if set, is told of every breaker state change.
+	OnBreakerChange func(from, to string)
+	// Logger receives reload and breaker events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Engine evaluates requests against the current rule set. It is safe for
+// concurrent use.
+type Engine struct {
+	store    sluice.Store
+	fallback sluice.Store
+	timeout  time.Duration
+	local    bool
+	breaker  *gobreaker.CircuitBreaker[struct{}]
+	log      *slog.Logger
+	set      atomic.Pointer[ruleSet]
+	reloads  [2]atomic.Uint64 // ok, failed
+}
+
+// ErrBreakerOpen is the store error while the circuit breaker is open.
+var ErrBreakerOpen = errors.New("engine: store circuit breaker is open")
+
+// New returns an engine serving cfg.
+func New(cfg *rules.Config, o Options) (*Engine, error) {
+	if o.Store == nil {
+		return nil, errors.New("engine: Options.Store is required")
+	}
+	if cfg == nil {
+		return nil, errors.New("engine: no rule set")
+	}
+	e := &Engine{store: o.Store, fallback: o.Fallback, timeout: o.StoreTimeout, log: o.Logger}
+	if e.timeout <= 0 {
+		e.timeout = 5 * time.Millisecond
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	_, e.local = o.Store.(sluice.NonBlocking)
+	failures := o.BreakerFailures
+	if failures == 0 {
+		failures = 5
+	}
+	openFor := o.BreakerOpenFor
+	if openFor <= 0 {
+		openFor = time.Second
+	}
+	e.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "store",
+		MaxRequests: 1,
+		Timeout:     openFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			e.log.Warn("sluice: store circuit breaker", "from", from.String(), "to", to.String())
+			if o.OnBreakerChange != nil {
+				o.OnBreakerChange(from.String(), to.String())
+			}
+		},
+	})
+	e.set.Store(compile(cfg))
+	return e, nil
+}
+
+// BreakerState returns the circuit breaker's state: "closed", "open" or
+// "half-open".
+func (e *Engine) BreakerState() string { return e.breaker.State().String() }
+
+// Config returns the rule set being served.
+func (e *Engine) Config() *rules.Config { return e.set.Load().cfg }
+
+// ruleSet is a rules.Config compiled for evaluation.
+type ruleSet struct {
+	cfg   *rules.Config
+	rules []*rule
+}
+
+type rule struct {
+	*rules.Rule
+	lockID, rejectsID, fallbackID string
+	lockLimit, rejectsLimit       sluice.Limit
+	stats                         counters
+}
+
+func compile(cfg *rules.Config) *ruleSet {
+	rs := &ruleSet{cfg: cfg}
+	for _, r := range cfg.Rules {
+		c := &rule{Rule: r, fallbackID: r.ID + "#fallback"}
+		if p := r.Penalty; p != nil {
+			c.lockID, c.rejectsID = r.ID+"#lock", r.ID+"#rejections"
+			c.lockLimit = sluice.Limit{Rate: 1, Period: p.Block, Burst: 1}
+			c.rejectsLimit = sluice.Limit{Rate: p.After, Period: r.Limit.Period, Algorithm: sluice.SlidingLog}
+			if p.After > sluice.MaxLogLimit {
+				c.rejectsLimit.Algorithm = sluice.SlidingWindow
+			}
+		}
+		rs.rules = append(rs.rules, c)
+	}
+	return rs
+}
+
+// CheckOptions adjust one check.
+type CheckOptions struct {
+	// Cost multiplies every rule's cost (0 means 1).
+	Cost int64
+	// DryRun decides without consuming anything.
+	DryRun bool
+}
+
+// Check evaluates req against the rule set and fills res (which may be
+// reused across calls; its slices keep their capacity). It returns an error
+// only for a caller's mistake, such as a negative cost: store failures are
+// answered by each rule's fail mode.
+func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions, res *Result) error {
+	if opt.Cost < 0 {
+		return fmt.Errorf("engine: cost must be >= 0, got %d", opt.Cost)
+	}
+	mult := opt.Cost
+	if mult == 0 {
+		mult = 1
+	}
+	rs := e.set.Load()
+	res.reset(rs)
+
+	// Match the rules and build their keys into one buffer.
+	for _, r := range rs.rules {
+		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
+		if !ok {
+			continue
+		}
+		start := len(res.keyBuf)
+		res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix)
+		if !ok {
+			if r.RejectMissingKey && !r.Shadow {
+				res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
+			} else {
+				r.stats.skipped.Add(1)
+				res.Skipped++
+			}
+			continue
+		}
+		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
+	}
+	// The buffer is complete: keys may now point into it.
+	for i := range res.matched {
+		m := &res.matched[i]
+		m.key = bufString(res.keyBuf[m.start:m.end])
+	}
+
+	if !e.checkLocks(ctx, res, opt.DryRun) {
+		e.enforced(ctx, res, mult, opt.DryRun)
+	}
+	e.shadowed(ctx, res, mult, opt.DryRun)
+	res.combine()
+	for i := range res.Statuses {
+		res.Statuses[i].count()
+	}
+	if !res.Allowed && !opt.DryRun {
+		e.penalize(ctx, res)
+	}
+	return nil
+}
+
+// bufString views b as a string without copying. Stores do not keep keys
+// past their call, and the buffer is not written again before the next
+// Check.
+func bufString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// checkLocks peeks at the penalty locks of the matched rules. A locked key
+// rejects the request before anything else is consumed.
+func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
+	res.takes = res.takes[:0]
+	res.idx = res.idx[:0]
+	for i := range res.matched {
+		m := &res.matched[i]
+		if m.r.Penalty != nil && !m.r.Shadow {
+			res.takes = append(res.takes, sluice.Take{Rule: m.r.lockID, Key: m.key, Limit: m.r.lockLimit})
+			res.idx = append(res.idx, i)
+		}
+	}
+	if len(res.takes) == 0 {
+		return false
+	}
+	decs := res.decisions(len(res.takes))
+	if err := e.call(ctx, res.takes, decs); err != nil {
+		return false // the lock is unknown: let the rules' own fail modes decide
+	}
+	locked := false
+	for j, d := range decs {
+		if d.Remaining == 0 {
+			m := &res.matched[res.idx[j]]
+			res.add(m.r, m.key, sluice.Decision{
+				Rule: m.r.ID, Limit: m.r.Limit, Reason: sluice.ReasonLocked,
+				RetryAfter: d.ResetAfter, ResetAfter: d.ResetAfter,
+			})
+			locked = true
+		}
+	}
+	return locked
+}
+
+// enforced takes from every matched enforced rule in one store call.
+func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool) {
+	res.takes = res.takes[:0]
+	res.idx = res.idx[:0]
+	for i := range res.matched {
+		m := &res.matched[i]
+		if m.r.Shadow {
+			continue
+		}
+		cost := m.r.Cost * mult
+		res.takes = append(res.takes, sluice.Take{
+			Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: cost,
+			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
+		})
+		res.idx = append(res.idx, i)
+	}
+	if len(res.takes) == 0 {
+		return
+	}
+	decs := res.decisions(len(res.takes))
+	if err := e.call(ctx, res.takes, decs); err != nil {
+		e.failed(ctx, res, err)
+		return
+	}
+	for j, d := range decs {
+		m := &res.matched[res.idx[j]]
+		st := res.add(m.r, m.key, d)
+		if len(m.r.CountOn) > 0 && d.Allowed && !dry {
+			st.charge = res.takes[j].Cost
+		}
+	}
+}
+
+// failed answers the enforced rules of a request whose store call failed:
+// fail-closed rules reject, fail-open rules fall back to their per-node limit.
+func (e *Engine) failed(ctx context.Context, res *Result, err error) {
+	res.StoreError = err
+	for j, tk := range res.takes {
+		m := &res.matched[res.idx[j]]
+		d := sluice.Decision{Rule: m.r.ID, Limit: m.r.Limit, Allowed: true}
+		if m.r.FailClosed {
+			d.Allowed, d.Reason = false, sluice.ReasonUnavailable
+			d.RetryAfter = e.breakerRetry()
+			st := res.add(m.r, m.key, d)
+			st.FailedClosed = true
+			continue
+		}
+		if e.fallback != nil {
+			var out [1]sluice.Decision
+			fb := sluice.Take{Rule: m.r.fallbackID, Key: tk.Key, Limit: m.r.Fallback, Cost: tk.Cost, DryRun: tk.DryRun}
+			if e.fallback.Take(ctx, []sluice.Take{fb}, out[:]) == nil {
+				d = out[0]
+				d.Rule, d.Limit = m.r.ID, m.r.Limit
+			}
+		}
+		st := res.add(m.r, m.key, d)
+		st.FailedOpen = true
+	}
+}
+
+// breakerRetry suggests when to retry a request refused for a failing store.
+func (e *Engine) breakerRetry() time.Duration { return time.Second }
+
+// shadowed evaluates the shadow rules in a call of their own: they count as
+// if enforced, but never decide the request.
+func (e *Engine) shadowed(ctx context.Context, res *Result, mult int64, dry bool) {
+	res.takes = res.takes[:0]
+	res.idx = res.idx[:0]
+	for i := range res.matched {
+		if m := &res.matched[i]; m.r.Shadow {
+			res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: m.r.Cost * mult, DryRun: dry})
+			res.idx = append(res.idx, i)
+		}
+	}
+	if len(res.takes) == 0 {
+		return
+	}
+	decs := res.decisions(len(res.takes))
+	if err := e.call(ctx, res.takes, decs); err != nil {
+		return // a shadow rule never affects the answer, not even by failing
+	}
+	for j, d := range decs {
+		m := &res.matched[res.idx[j]]
+		res.add(m.r, m.key, d).Shadow = true
+	}
+}
+
+// penalize counts the rejections of penalty rules and locks the keys that
+// reach their rule's After within its period.
+func (e *Engine) penalize(ctx context.Context, res *Result) {
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.r == nil || st.r.Penalty == nil || st.Shadow || st.Allowed || st.Reason != sluice.ReasonLimited {
+			continue
+		}
+		var out [1]sluice.Decision
+		count := []sluice.Take{{Rule: st.r.rejectsID, Key: st.key, Limit: st.r.rejectsLimit, Cost: 1}}
+		if e.call(ctx, count, out[:]) != nil || out[0].Remaining > 0 {
+			continue
+		}
+		lock := []sluice.Take{{Rule: st.r.lockID, Key: st.key, Limit: st.r.lockLimit, Cost: 1}}
+		if e.call(ctx, lock, out[:]) == nil && out[0].Allowed {
+			st.r.stats.locked.Add(1)
+			e.log.Info("sluice: key locked by penalty", "rule", st.r.ID, "for", st.r.Penalty.Block)
+		}
+	}
+}
+
+// Charge completes a check after the response: it charges the countOn rules
+// whose status list holds status. Call it once per allowed request.
+func (e *Engine) Charge(ctx context.Context, res *Result, status int) {
+	var takes [1]sluice.Take
+	var out [1]sluice.Decision
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.charge == 0 || !counts(st.r.CountOn, status) {
+			continue
+		}
+		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: st.charge}
+		if e.call(ctx, takes[:], out[:]) == nil {
+			st.r.stats.charged.Add(1)
+		}
+		st.charge = 0
+	}
+}
+
+func counts(statuses []int, status int) bool {
+	for _, s := range statuses {
+		if s == status {
+			return true
+		}
+	}
+	return false
+}
+
+// call makes one store call, bounded by the deadline and the breaker unless
+// the store never blocks.
+func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if e.local {
+		return e.store.Take(ctx, takes, out)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	_, err := e.breaker.Execute(func() (struct{}, error) {
+		return struct{}{}, e.store.Take(ctx, takes, out)
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return ErrBreakerOpen
+	}
+	return err
+}

@@ -1,0 +1,443 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func mustRules(t testing.TB, src string) *rules.Config {
+	t.Helper()
+	c, err := rules.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// faultyStore wraps a store and fails or stalls on demand. A stalled call
+// waits for its context, as a slow network call would.
+type faultyStore struct {
+	inner sluice.Store
+	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall
+	calls atomic.Int64
+}
+
+var errDown = errors.New("store down")
+
+func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	f.calls.Add(1)
+	switch f.mode.Load() {
+	case 1:
+		return errDown
+	case 2:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.inner.Take(ctx, takes, out)
+}
+
+type fixture struct {
+	e     *Engine
+	clock *sluice.ManualClock
+	store *faultyStore
+	mem   *memory.Store
+}
+
+func newFixture(t testing.TB, src string, o Options) *fixture {
+	t.Helper()
+	clock := sluice.NewManualClock(epoch)
+	mem := memory.New(memory.WithClock(clock))
+	f := &fixture{clock: clock, store: &faultyStore{inner: mem}, mem: mem}
+	o.Store = f.store
+	if o.Fallback == nil {
+		o.Fallback = memory.New(memory.WithClock(clock))
+	}
+	o.Logger = quiet
+	e, err := New(mustRules(t, src), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.e = e
+	return f
+}
+
+func (f *fixture) check(t testing.TB, req *rules.Request) *Result {
+	t.Helper()
+	var res Result
+	if err := f.e.Check(context.Background(), req, CheckOptions{}, &res); err != nil {
+		t.Fatal(err)
+	}
+	return &res
+}
+
+func userReq(user string) *rules.Request {
+	return &rules.Request{Method: "GET", Path: "/items", ClientIP: netip.MustParseAddr("203.0.113.7"),
+		Header: http.Header{"X-User-Id": {user}}}
+}
+
+// The reference shop file means what it says: per user and IP, 10 per 15
+// minutes ("login" has no match, so it counts every request); per user, 20
+// at once then 100 per minute; otp-sms and tenant skip requests without a
+// phone or tenant.
+func TestShopRulesMeanWhatTheySay(t *testing.T) {
+	c, err := rules.Load("../examples/shop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.New(memory.WithClock(sluice.NewManualClock(epoch)))
+	e, _ := New(c, Options{Store: mem, Logger: quiet})
+	var res Result
+	ctx := context.Background()
+	for i := range 11 { // one user, one address
+		e.Check(ctx, userReq("u42"), CheckOptions{}, &res)
+		if want := i < 10; res.Allowed != want {
+			t.Fatalf("request %d: allowed=%v, want %v (%+v)", i+1, res.Allowed, want, res.Decision)
+		}
+	}
+	if res.Decision.Rule != "login" || res.Decision.RetryAfter != 90*time.Second || res.Skipped != 2 {
+		t.Fatalf("11th: %+v (skipped %d), want login for 90s with otp-sms and tenant skipped", res.Decision, res.Skipped)
+	}
+	for i := range 11 { // the same user from other addresses: 20 in all, then user-default
+		req := userReq("u42")
+		req.ClientIP = netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 3)})
+		e.Check(ctx, req, CheckOptions{}, &res)
+		if want := i < 10; res.Allowed != want {
+			t.Fatalf("request %d from another address: allowed=%v (%+v)", i+1, res.Allowed, res.Decision)
+		}
+	}
+	if res.Decision.Rule != "user-default" || res.Decision.RetryAfter != 600*time.Millisecond {
+		t.Fatalf("21st for the user: %+v, want user-default for 600ms", res.Decision)
+	}
+}
+
+func TestADenialConsumesNothingFromTheOtherRules(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: loose, key: [user], rate: 100, per: 1h}
+  - {id: tight, key: [user], rate: 2, per: 1h}
+`, Options{})
+	for range 2 {
+		f.check(t, userReq("u"))
+	}
+	for range 5 {
+		if res := f.check(t, userReq("u")); res.Allowed || res.Decision.Rule != "tight" {
+			t.Fatalf("over the tight rule: %+v", res.Decision)
+		}
+	}
+	lim, _ := f.mem.Limiter("loose", sluice.Limit{Rate: 100, Period: time.Hour})
+	if d, _ := lim.Take("u", 0); d.Remaining != 98 {
+		t.Fatalf("loose rule has %d left, want 98: denied requests consumed from it", d.Remaining)
+	}
+}
+
+func TestShadowRulesReportButNeverReject(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: real, key: [user], rate: 100, per: 1h}
+  - {id: trial, key: [user], rate: 3, per: 1h, mode: shadow}
+`, Options{})
+	var wouldBlock int
+	for range 10 {
+		res := f.check(t, userReq("u"))
+		if !res.Allowed {
+			t.Fatalf("a shadow rule rejected: %+v", res.Decision)
+		}
+		for _, st := range res.Statuses {
+			if st.Shadow && !st.Allowed {
+				wouldBlock++
+			}
+		}
+	}
+	if wouldBlock != 7 {
+		t.Fatalf("shadow rule would have blocked %d, want 7", wouldBlock)
+	}
+	for _, s := range f.e.Stats() {
+		if s.Rule == "trial" && (s.ShadowLimited != 7 || s.Allowed != 3) {
+			t.Fatalf("shadow stats %+v", s)
+		}
+	}
+}
+
+func TestPenaltyLocksTheKeyAcrossEngines(t *testing.T) {
+	src := `
+rules:
+  - {id: login, key: [user], rate: 2, per: 1m, penalty: {after: 3, block: 15m}}
+`
+	f := newFixture(t, src, Options{})
+	other, _ := New(mustRules(t, src), Options{Store: f.store, Logger: quiet}) // a second gateway
+	var res Result
+	for i := range 5 { // 2 allowed, then 3 rejections: the third locks
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+		if want := i < 2; res.Allowed != want || (!want && res.Reason != sluice.ReasonLimited) {
+			t.Fatalf("attempt %d: %+v", i+1, res.Decision)
+		}
+	}
+	f.clock.Advance(2 * time.Minute) // the rate limit alone would admit again
+	other.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+	if res.Allowed || res.Reason != sluice.ReasonLocked || res.Decision.RetryAfter <= 12*time.Minute {
+		t.Fatalf("after the penalty, on the other gateway: %+v, want locked for ~13 more minutes", res.Decision)
+	}
+	f.clock.Advance(14 * time.Minute)
+	if f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res); !res.Allowed {
+		t.Fatalf("after the lock expired: %+v", res.Decision)
+	}
+}
+
+func TestCountOnChargesOnlyMatchingResponses(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: login, match: {method: POST, path: /login}, key: [user], rate: 3, per: 15m, algorithm: sliding-log, countOn: {status: [401, 403]}}
+`, Options{})
+	login := func() *Result {
+		req := userReq("u")
+		req.Method, req.Path = "POST", "/login"
+		return f.check(t, req)
+	}
+	for range 10 { // successful logins never count
+		res := login()
+		if !res.Allowed {
+			t.Fatalf("successful logins were counted: %+v", res.Decision)
+		}
+		f.e.Charge(context.Background(), res, 200)
+	}
+	for i := range 3 {
+		res := login()
+		if !res.Allowed {
+			t.Fatalf("failed attempt %d rejected early: %+v", i+1, res.Decision)
+		}
+		f.e.Charge(context.Background(), res, 401)
+	}
+	res := login()
+	if res.Allowed || res.Decision.Rule != "login" || res.Decision.RetryAfter != 15*time.Minute {
+		t.Fatalf("after 3 failures: %+v, want rejected for 15m", res.Decision)
+	}
+}
+
+func TestStoreFailuresFollowEachRulesFailMode(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: open, key: [user], rate: 100, per: 1h, fallback: {rate: 2, per: 1h}}
+  - {id: otp, match: {path: /otp}, key: [user], rate: 3, per: 10m, failMode: closed}
+`, Options{BreakerFailures: 1000})
+	f.store.mode.Store(1)
+	for i := range 3 {
+		res := f.check(t, userReq("u"))
+		if want := i < 2; res.Allowed != want || !res.Statuses[0].FailedOpen || res.StoreError == nil {
+			t.Fatalf("fail-open request %d: allowed=%v %+v", i+1, res.Allowed, res.Statuses)
+		}
+	}
+	otp := userReq("v")
+	otp.Path = "/otp"
+	res := f.check(t, otp)
+	if res.Allowed || res.Reason != sluice.ReasonUnavailable || res.Decision.Rule != "otp" || res.Decision.RetryAfter <= 0 {
+		t.Fatalf("fail-closed rule: %+v", res.Decision)
+	}
+}
+
+func TestAStalledStoreIsCutOffByTheDeadline(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.store.mode.Store(2)
+	done := make(chan *Result)
+	go func() { done <- f.check(t, userReq("u")) }()
+	select {
+	case res := <-done:
+		if !res.Allowed || !errors.Is(res.StoreError, context.DeadlineExceeded) {
+			t.Fatalf("stalled store: allowed=%v error=%v", res.Allowed, res.StoreError)
+		}
+	case <-time.After(30 * time.Second): // a hang, not a duration assertion
+		t.Fatal("check hung on a stalled store")
+	}
+}
+
+func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
+	var mu sync.Mutex
+	var changes []string
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{
+		BreakerFailures: 3, BreakerOpenFor: 50 * time.Millisecond,
+		OnBreakerChange: func(from, to string) { mu.Lock(); changes = append(changes, from+"->"+to); mu.Unlock() },
+	})
+	f.store.mode.Store(1)
+	for range 3 {
+		f.check(t, userReq("u"))
+	}
+	if s := f.e.BreakerState(); s != "open" {
+		t.Fatalf("breaker %s after 3 failures, want open", s)
+	}
+	calls := f.store.calls.Load()
+	res := f.check(t, userReq("u"))
+	if f.store.calls.Load() != calls || !errors.Is(res.StoreError, ErrBreakerOpen) || !res.Allowed {
+		t.Fatalf("open breaker still called the store (%d -> %d) or answered wrongly: %+v", calls, f.store.calls.Load(), res)
+	}
+	f.store.mode.Store(0) // the store is back
+	deadline := time.Now().Add(10 * time.Second)
+	for f.e.BreakerState() != "closed" {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker never closed: %s", f.e.BreakerState())
+		}
+		time.Sleep(10 * time.Millisecond)
+		f.check(t, userReq("u"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(changes) != "[closed->open open->half-open half-open->closed]" {
+		t.Fatalf("breaker changes %v", changes)
+	}
+}
+
+func TestMissingKeysSkipOrRejectAsTheRuleSays(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: by-user, key: [user], rate: 5, per: 1m}
+  - {id: by-tenant, key: [tenant], rate: 5, per: 1m, onMissingKey: reject}
+`, Options{})
+	req := userReq("u")
+	res := f.check(t, req)
+	if res.Allowed || res.Reason != sluice.ReasonMissingKey || res.Decision.Rule != "by-tenant" {
+		t.Fatalf("missing tenant: %+v", res.Decision)
+	}
+	req.Header = http.Header{"X-Tenant-Id": {"t1"}}
+	res = f.check(t, req)
+	if !res.Allowed || res.Skipped != 1 {
+		t.Fatalf("missing user: allowed=%v skipped=%d", res.Allowed, res.Skipped)
+	}
+}
+
+func TestReloadKeepsUnchangedCountsAndRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n  - {id: b, key: [user], rate: 10, per: 1h}\n")
+	c, _ := rules.Load(path)
+	mem := memory.New(memory.WithClock(sluice.NewManualClock(epoch)))
+	e, _ := New(c, Options{Store: mem, Logger: quiet})
+	var res Result
+	for range 3 {
+		e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+	}
+	write("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n  - {id: b, key: [user], rate: 20, per: 1h}\n")
+	if err := e.ReloadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+	if res.Allowed || res.Decision.Rule != "a" {
+		t.Fatalf("unchanged rule a lost its count: %+v", res.Decision)
+	}
+	for _, st := range res.Statuses {
+		if st.Rule == "b" && st.Remaining != 20 { // fresh, and the denial by a consumed nothing
+			t.Fatalf("changed rule b kept old state: %+v", st.Decision)
+		}
+	}
+	write("rules:\n  - {id: a, key: [user], rate: 0, per: 1h}\n")
+	if err := e.ReloadFile(path); err == nil {
+		t.Fatal("invalid file accepted")
+	}
+	if got := len(e.Config().Rules); got != 2 {
+		t.Fatalf("after a refused reload %d rules serve, want the old 2", got)
+	}
+	if ok, refused := e.Reloads(); ok != 1 || refused != 1 {
+		t.Fatalf("reloads ok=%d refused=%d", ok, refused)
+	}
+}
+
+func TestWatchFileReloadsOnChange(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(path, []byte("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	c, _ := rules.Load(path)
+	e, _ := New(c, Options{Store: memory.New(), Logger: quiet})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.WatchFile(ctx, path, 5*time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	os.WriteFile(path, []byte("rules:\n  - {id: z, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Config().Rules[0].ID != "z" {
+		if time.Now().After(deadline) {
+			t.Fatal("file change not picked up in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDryRunConsumesNothing(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 2, per: 1h}\n", Options{})
+	var res Result
+	for range 5 {
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{DryRun: true}, &res)
+		if !res.Allowed || res.Decision.Remaining != 1 { // as if taken, yet nothing is
+			t.Fatalf("dry run: %+v", res.Decision)
+		}
+	}
+	f.e.Check(context.Background(), userReq("u"), CheckOptions{Cost: 3, DryRun: true}, &res)
+	if res.Allowed {
+		t.Fatal("dry run of cost 3 on a burst of 2 allowed")
+	}
+}
+
+func TestConcurrentChecksAreExact(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 50, per: 1h}\n  - {id: s, key: [user], rate: 80, per: 1h, algorithm: sliding-window}\n", Options{})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			var res Result
+			for range 20 {
+				f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 50 {
+		t.Fatalf("%d admitted, want exactly 50", admitted.Load())
+	}
+}
+
+// BenchmarkFiveRules evaluates a request against five matching rules on the
+// embedded store.
+func BenchmarkFiveRules(b *testing.B) {
+	f := newFixture(b, `
+rules:
+  - {id: ip, key: [ip], rate: 1000000, per: 1s}
+  - {id: user, key: [user], rate: 1000000, per: 1s, burst: 1000}
+  - {id: route, key: [user, route], match: {path: "/items"}, rate: 1000000, per: 1s}
+  - {id: tenant, key: [tenant], rate: 1000000, per: 1s, algorithm: token-bucket}
+  - {id: window, key: [user], rate: 1000000, per: 1s, algorithm: sliding-window}
+`, Options{})
+	req := userReq("u42")
+	req.Header["X-Tenant-Id"] = []string{"t1"}
+	var res Result
+	ctx := context.Background()
+	for b.Loop() {
+		f.clock.Advance(time.Microsecond)
+		f.e.Check(ctx, req, CheckOptions{}, &res)
+	}
+	if len(res.Statuses) != 5 || !res.Allowed {
+		b.Fatalf("statuses %d, allowed %v", len(res.Statuses), res.Allowed)
+	}
+}

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Result is the answer to one check. Reuse one Result per goroutine (or from
+// a sync.Pool) to keep checks free of allocations.
+type Result struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Reason is why: sluice.ReasonOK, or the deciding rule's reason.
+	Reason sluice.Reason
+	// Decision is the deciding rule's decision: when rejected, the rejecting
+	// rule that asks to wait longest (a cost that can never pass comes
+	// first); when allowed, the enforced rule with the least remaining. Its
+	// Rule is "" when no enforced rule applied.
+	Decision sluice.Decision
+	// Delay is how long a leaky-queue rule asks the request to wait.
+	Delay time.Duration
+	// Statuses has every evaluated rule's decision, enforced and shadow.
+	Statuses []Status
+	// Skipped counts matching rules skipped because a key source was
+	// missing from the request.
+	Skipped int
+	// StoreError is the store failure that the fail modes answered, if any.
+	StoreError error
+
+	matched []matched
+	keyBuf  []byte
+	takes   []sluice.Take
+	idx     []int
+	decs    []sluice.Decision
+}
+
+// Status is one rule's part in a result.
+type Status struct {
+	sluice.Decision
+	// Shadow rules are reported, never enforced.
+	Shadow bool
+	// FailedOpen: the store failed and the rule let the request through
+	// under its per-node fallback limit; FailedClosed: it rejected.
+	FailedOpen, FailedClosed bool
+
+	r      *rule
+	key    string
+	charge int64 // units a countOn rule will charge after the response
+}
+
+type matched struct {
+	r          *rule
+	start, end int
+	key        string
+}
+
+func (res *Result) reset(rs *ruleSet) {
+	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
+	res.Skipped, res.StoreError = 0, nil
+	clear(res.Statuses) // drop references to keys and rules of the last check
+	res.Statuses = res.Statuses[:0]
+	res.matched = res.matched[:0]
+	res.keyBuf = res.keyBuf[:0]
+}
+
+func (res *Result) add(r *rule, key string, d sluice.Decision) *Status {
+	res.Statuses = append(res.Statuses, Status{Decision: d, r: r, key: key})
+	return &res.Statuses[len(res.Statuses)-1]
+}
+
+func (res *Result) decisions(n int) []sluice.Decision {
+	if cap(res.decs) < n {
+		res.decs = make([]sluice.Decision, n)
+	}
+	return res.decs[:n]
+}
+
+// combine sets the overall answer from the enforced statuses.
+func (res *Result) combine() {
+	var decider *Status
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.Shadow {
+			continue
+		}
+		if !st.Allowed {
+			if res.Allowed || rejectsHarder(st, decider) {
+				decider = st
+			}
+			res.Allowed = false
+			continue
+		}
+		if st.Delay > res.Delay {
+			res.Delay = st.Delay
+		}
+		if res.Allowed && (decider == nil || st.Remaining < decider.Remaining) {
+			decider = st
+		}
+	}
+	if decider != nil {
+		res.Decision = decider.Decision
+		res.Reason = decider.Reason
+	}
+	if !res.Allowed {
+		res.Delay = 0
+	}
+}
+
+// rejectsHarder orders rejections: a cost that can never pass, then the
+// longest wait.
+func rejectsHarder(a, b *Status) bool {
+	if (a.Reason == sluice.ReasonTooLarge) != (b.Reason == sluice.ReasonTooLarge) {
+		return a.Reason == sluice.ReasonTooLarge
+	}
+	return a.RetryAfter > b.RetryAfter
+}
+
+// counters are one rule's outcome counts, for metrics.
+type counters struct {
+	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged atomic.Uint64
+}
+
+func (st *Status) count() {
+	c := &st.r.stats
+	switch {
+	case st.FailedOpen:
+		c.failedOpen.Add(1)
+	case st.FailedClosed:
+		c.failedClosed.Add(1)
+	case st.Shadow && !st.Allowed:
+		c.shadowLimited.Add(1)
+	case st.Allowed:
+		c.allowed.Add(1)
+	default:
+		c.limited.Add(1)
+	}
+}
+
+// RuleStats are one rule's counts since the engine started (or since the
+// rule was last changed by a reload).
+type RuleStats struct {
+	Rule                                                                          string
+	Shadow                                                                        bool
+	Allowed, Limited, ShadowLimited, FailedOpen, FailedClosed, Skipped, Locked, Charged uint64
+}
+
+// Stats returns the counts of every rule being served.
+func (e *Engine) Stats() []RuleStats {
+	rs := e.set.Load()
+	out := make([]RuleStats, len(rs.rules))
+	for i, r := range rs.rules {
+		c := &r.stats
+		out[i] = RuleStats{
+			Rule: r.ID, Shadow: r.Shadow,
+			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),
+			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(),
+			Locked: c.locked.Load(), Charged: c.charged.Load(),
+		}
+	}
+	return out
+}

@@ -1,0 +1,512 @@
+package rules
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"go.yaml.in/yaml/v3"
+)
+
+// decoder walks the YAML node tree (JSON parses as YAML too), so that every
+// value keeps its line and column, and collects every fault instead of
+// stopping at the first.
+type decoder struct {
+	file string
+	errs Errors
+}
+
+func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
+	e := &Error{File: d.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	d.errs = append(d.errs, e)
+}
+
+// fields walks a mapping, calling the handler of each known key and
+// reporting unknown and repeated ones.
+func (d *decoder) fields(n *yaml.Node, field string, known map[string]func(v *yaml.Node, field string)) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, field, "want a mapping, got %s", describe(n))
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		sub := k.Value
+		if field != "" {
+			sub = field + "." + k.Value
+		}
+		h, ok := known[k.Value]
+		switch {
+		case !ok:
+			names := make([]string, 0, len(known))
+			for name := range known {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			d.fail(k, sub, "unknown field %q (known: %s)", k.Value, strings.Join(names, ", "))
+		case seen[k.Value]:
+			d.fail(k, sub, "field given twice")
+		default:
+			seen[k.Value] = true
+			h(v, sub)
+		}
+	}
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	if n.Tag == "!!null" {
+		return "nothing"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+func (d *decoder) str(n *yaml.Node, field string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		d.fail(n, field, "want a string, got %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (d *decoder) integer(n *yaml.Node, field string) (int64, bool) {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n, field, "want an integer, got %s", describe(n))
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		d.fail(n, field, "want an integer, got %q", n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Value {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		}
+	}
+	d.fail(n, field, "want true or false, got %s", describe(n))
+	return false, false
+}
+
+func (d *decoder) period(n *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := d.str(n, field)
+	if !ok {
+		return 0, false
+	}
+	p, err := sluice.ParsePeriod(s)
+	if err != nil {
+		d.fail(n, field, "%v", err)
+		return 0, false
+	}
+	return p, true
+}
+
+// strings accepts one string or a list of them.
+func (d *decoder) strings(n *yaml.Node, field string) ([]string, []*yaml.Node) {
+	if n.Kind == yaml.SequenceNode {
+		var out []string
+		var nodes []*yaml.Node
+		for i, item := range n.Content {
+			if s, ok := d.str(item, fmt.Sprintf("%s[%d]", field, i)); ok {
+				out = append(out, s)
+				nodes = append(nodes, item)
+			}
+		}
+		if len(n.Content) == 0 {
+			d.fail(n, field, "empty list")
+		}
+		return out, nodes
+	}
+	if s, ok := d.str(n, field); ok {
+		return []string{s}, []*yaml.Node{n}
+	}
+	return nil, nil
+}
+
+func (d *decoder) config(data []byte) *Config {
+	c := &Config{File: d.file, Sources: defaultSources(), IPv6Prefix: DefaultIPv6Prefix}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		d.errs = append(d.errs, &Error{File: d.file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")})
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		d.fail(nil, "", "the file is empty; want a mapping with a rules list")
+		return nil
+	}
+	root := doc.Content[0]
+	var rulesNode *yaml.Node
+	d.fields(root, "", map[string]func(*yaml.Node, string){
+		"keys": func(v *yaml.Node, f string) { d.keys(c, v, f) },
+		"trustedProxies": func(v *yaml.Node, f string) {
+			items, nodes := d.strings(v, f)
+			for i, s := range items {
+				p, err := parsePrefix(s)
+				if err != nil {
+					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%q is not an IP address or CIDR prefix", s)
+					continue
+				}
+				c.TrustedProxies = append(c.TrustedProxies, p)
+			}
+		},
+		"ipv6Prefix": func(v *yaml.Node, f string) {
+			if n, ok := d.integer(v, f); ok {
+				if n < 1 || n > 128 {
+					d.fail(v, f, "must be between 1 and 128, got %d", n)
+				}
+				c.IPv6Prefix = int(n)
+			}
+		},
+		"rules": func(v *yaml.Node, f string) { rulesNode = v },
+	})
+	if root.Kind != yaml.MappingNode {
+		return nil
+	}
+	if rulesNode == nil {
+		d.fail(root, "rules", "missing: a rule file needs a rules list")
+		return c
+	}
+	// Rules come last so that every named key source is known.
+	if rulesNode.Kind != yaml.SequenceNode {
+		d.fail(rulesNode, "rules", "want a list, got %s", describe(rulesNode))
+		return c
+	}
+	ids := map[string]int{}
+	for i, rn := range rulesNode.Content {
+		r := d.rule(c, rn, fmt.Sprintf("rules[%d]", i))
+		if r == nil {
+			continue
+		}
+		if line, dup := ids[r.ID]; dup && r.ID != "" {
+			d.fail(rn, fmt.Sprintf("rules[%d].id", i), "duplicate id %q (first at line %d)", r.ID, line)
+		}
+		ids[r.ID] = rn.Line
+		c.Rules = append(c.Rules, r)
+	}
+	return c
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+func (d *decoder) keys(c *Config, n *yaml.Node, field string) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, field, "want a mapping of key source names, got %s", describe(n))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := field + "." + k.Value
+		if _, builtin := builtinSources[k.Value]; builtin || strings.Contains(k.Value, ":") || k.Value == "" {
+			d.fail(k, f, "%q cannot name a key source: it is built in or contains ':'", k.Value)
+			continue
+		}
+		s := &Source{Name: k.Value}
+		kinds := 0
+		set := func(kind SourceKind) func(*yaml.Node, string) {
+			return func(v *yaml.Node, f string) {
+				if p, ok := d.str(v, f); ok {
+					if p == "" {
+						d.fail(v, f, "empty name")
+					}
+					s.Kind, s.Param = kind, p
+					if kind == FromHeader {
+						s.Param = http.CanonicalHeaderKey(p)
+					}
+					kinds++
+				}
+			}
+		}
+		d.fields(v, f, map[string]func(*yaml.Node, string){
+			"header": set(FromHeader),
+			"query":  set(FromQuery),
+			"cookie": set(FromCookie),
+			"body":   set(FromBody),
+			"scheme": func(v *yaml.Node, f string) { s.Scheme, _ = d.str(v, f) },
+			"hash":   func(v *yaml.Node, f string) { s.Hash, _ = d.boolean(v, f) },
+		})
+		switch {
+		case kinds == 0 && v.Kind == yaml.MappingNode:
+			d.fail(v, f, "name where the key comes from: one of header, query, cookie or body")
+		case kinds > 1:
+			d.fail(v, f, "give only one of header, query, cookie or body")
+		case s.Scheme != "" && s.Kind != FromHeader:
+			d.fail(v, f+".scheme", "scheme applies only to a header")
+		}
+		c.Sources[k.Value] = s
+	}
+}
+
+func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
+	r := &Rule{Cost: 1, Line: n.Line}
+	var rateNode, perNode, burstNode, costNode *yaml.Node
+	var fallback struct {
+		rate, burst int64
+		per         time.Duration
+		node        *yaml.Node
+	}
+	d.fields(n, field, map[string]func(*yaml.Node, string){
+		"id": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				if !validID(s) {
+					d.fail(v, f, "%q: an id is 1-64 letters, digits, '-', '_' or '.'", s)
+				}
+				r.ID = s
+			}
+		},
+		"match": func(v *yaml.Node, f string) { d.match(&r.Match, v, f) },
+		"key": func(v *yaml.Node, f string) {
+			names, nodes := d.strings(v, f)
+			for i, name := range names {
+				s, err := c.source(name)
+				if err != nil {
+					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
+					continue
+				}
+				r.Key = append(r.Key, s)
+			}
+		},
+		"rate": func(v *yaml.Node, f string) {
+			rateNode = v
+			if x, ok := d.integer(v, f); ok {
+				if x <= 0 {
+					d.fail(v, f, "must be > 0, got %d", x)
+				}
+				r.Limit.Rate = x
+			}
+		},
+		"per": func(v *yaml.Node, f string) {
+			perNode = v
+			r.Limit.Period, _ = d.period(v, f)
+		},
+		"burst": func(v *yaml.Node, f string) {
+			burstNode = v
+			if x, ok := d.integer(v, f); ok {
+				if x <= 0 {
+					d.fail(v, f, "must be > 0, got %d", x)
+				}
+				r.Limit.Burst = x
+			}
+		},
+		"algorithm": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				a, err := sluice.ParseAlgorithm(s)
+				if err != nil {
+					d.fail(v, f, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
+				}
+				r.Limit.Algorithm = a
+			}
+		},
+		"cost": func(v *yaml.Node, f string) {
+			costNode = v
+			if x, ok := d.integer(v, f); ok {
+				if x <= 0 {
+					d.fail(v, f, "must be > 0, got %d", x)
+				}
+				r.Cost = x
+			}
+		},
+		"mode": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				switch s {
+				case "enforce":
+				case "shadow":
+					r.Shadow = true
+				default:
+					d.fail(v, f, "want enforce or shadow, got %q", s)
+				}
+			}
+		},
+		"failMode": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				switch s {
+				case "open":
+				case "closed":
+					r.FailClosed = true
+				default:
+					d.fail(v, f, "want open or closed, got %q", s)
+				}
+			}
+		},
+		"onMissingKey": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				switch s {
+				case "skip":
+				case "reject":
+					r.RejectMissingKey = true
+				default:
+					d.fail(v, f, "want skip or reject, got %q", s)
+				}
+			}
+		},
+		"countOn": func(v *yaml.Node, f string) {
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"status": func(v *yaml.Node, f string) {
+					items := []*yaml.Node{v}
+					if v.Kind == yaml.SequenceNode {
+						items = v.Content
+					}
+					for i, item := range items {
+						if x, ok := d.integer(item, fmt.Sprintf("%s[%d]", f, i)); ok {
+							if x < 100 || x > 599 {
+								d.fail(item, fmt.Sprintf("%s[%d]", f, i), "%d is not an HTTP status", x)
+							}
+							r.CountOn = append(r.CountOn, int(x))
+						}
+					}
+				},
+			})
+			if len(r.CountOn) == 0 {
+				d.fail(v, f+".status", "list the response statuses that count")
+			}
+		},
+		"penalty": func(v *yaml.Node, f string) {
+			p := &Penalty{}
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"after": func(v *yaml.Node, f string) {
+					if x, ok := d.integer(v, f); ok {
+						if x <= 0 {
+							d.fail(v, f, "must be > 0, got %d", x)
+						}
+						p.After = x
+					}
+				},
+				"block": func(v *yaml.Node, f string) { p.Block, _ = d.period(v, f) },
+			})
+			if p.After == 0 || p.Block == 0 {
+				d.fail(v, f, "give both after (rejections) and block (a period such as 15m)")
+			}
+			r.Penalty = p
+		},
+		"fallback": func(v *yaml.Node, f string) {
+			fallback.node = v
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"rate": func(v *yaml.Node, f string) {
+					if x, ok := d.integer(v, f); ok {
+						fallback.rate = x
+					}
+				},
+				"per":   func(v *yaml.Node, f string) { fallback.per, _ = d.period(v, f) },
+				"burst": func(v *yaml.Node, f string) { fallback.burst, _ = d.integer(v, f) },
+			})
+		},
+	})
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	if r.ID == "" {
+		d.fail(n, field+".id", "missing: every rule needs an id")
+	}
+	if len(r.Key) == 0 && !d.failedUnder(field+".key") {
+		d.fail(n, field+".key", "missing: say whose requests count, such as [user] or [ip]")
+	}
+	if rateNode == nil {
+		d.fail(n, field+".rate", "missing")
+	}
+	if perNode == nil {
+		d.fail(n, field+".per", "missing: a period such as 1s, 1m, 15m, 1h or 1d")
+	}
+	if r.Limit.Rate > 0 && r.Limit.Period > 0 && r.Limit.Burst >= 0 {
+		if err := r.Limit.Validate(); err != nil {
+			at := burstNode
+			if at == nil {
+				at = rateNode
+			}
+			d.fail(at, field, "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
+		} else if r.Cost > r.Limit.Capacity() {
+			d.fail(costNode, field+".cost", "cost %d is more than the burst %d: no request could ever pass", r.Cost, r.Limit.Capacity())
+		}
+	}
+	r.Fallback = r.Limit
+	if fallback.node != nil {
+		fb := sluice.Limit{Rate: fallback.rate, Period: fallback.per, Burst: fallback.burst, Algorithm: sluice.GCRA}
+		if fb.Period == 0 {
+			fb.Period = r.Limit.Period
+		}
+		if err := fb.Validate(); err != nil {
+			d.fail(fallback.node, field+".fallback", "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
+		}
+		r.Fallback = fb
+	}
+	return r
+}
+
+func (d *decoder) failedUnder(field string) bool {
+	for _, e := range d.errs {
+		if strings.HasPrefix(e.Field, field) {
+			return true
+		}
+	}
+	return false
+}
+
+func validID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) match(m *Match, n *yaml.Node, field string) {
+	d.fields(n, field, map[string]func(*yaml.Node, string){
+		"method": func(v *yaml.Node, f string) {
+			ms, _ := d.strings(v, f)
+			for _, s := range ms {
+				m.Methods = append(m.Methods, strings.ToUpper(s))
+			}
+		},
+		"path": func(v *yaml.Node, f string) {
+			ps, nodes := d.strings(v, f)
+			for i, s := range ps {
+				p, err := ParsePattern(s)
+				if err != nil {
+					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
+					continue
+				}
+				m.Paths = append(m.Paths, p)
+			}
+		},
+		"host": func(v *yaml.Node, f string) {
+			hs, _ := d.strings(v, f)
+			for _, s := range hs {
+				m.Hosts = append(m.Hosts, strings.ToLower(s))
+			}
+		},
+	})
+}

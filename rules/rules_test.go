@@ -1,0 +1,265 @@
+package rules
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+func TestReferenceShopLoadsAsWritten(t *testing.T) {
+	c, err := Load("../examples/shop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		key   string
+		limit sluice.Limit
+		fail  bool
+	}{
+		"user-default": {"user", sluice.Limit{Rate: 100, Period: time.Minute, Burst: 20}, false},
+		"login":        {"user+ip", sluice.Limit{Rate: 10, Period: 15 * time.Minute}, false},
+		"otp-sms":      {"phone", sluice.Limit{Rate: 3, Period: 10 * time.Minute}, true},
+		"tenant":       {"tenant", sluice.Limit{Rate: 500, Period: time.Second, Burst: 1000}, false},
+	}
+	if len(c.Rules) != len(want) {
+		t.Fatalf("%d rules, want %d", len(c.Rules), len(want))
+	}
+	for _, r := range c.Rules {
+		w, ok := want[r.ID]
+		if !ok {
+			t.Fatalf("unexpected rule %q", r.ID)
+		}
+		var names []string
+		for _, s := range r.Key {
+			names = append(names, s.Name)
+		}
+		if got := strings.Join(names, "+"); got != w.key || r.Limit != w.limit || r.FailClosed != w.fail || r.Cost != 1 || r.Shadow {
+			t.Errorf("%s: key %s limit %+v failClosed %v; want %s %+v %v", r.ID, got, r.Limit, r.FailClosed, w.key, w.limit, w.fail)
+		}
+	}
+	// The default sources mean what SPEC §2 says.
+	if s := c.Sources["user"]; s.Kind != FromHeader || s.Param != "X-User-Id" {
+		t.Errorf("user source: %+v", s)
+	}
+	if s := c.Sources["phone"]; s.Kind != FromBody || s.Param != "phone" {
+		t.Errorf("phone source: %+v", s)
+	}
+}
+
+func TestFullModelLoads(t *testing.T) {
+	c, err := Load("../examples/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := c.Rule("login")
+	if login == nil || login.Limit.Algorithm != sluice.SlidingLog || len(login.CountOn) != 2 ||
+		login.Penalty == nil || login.Penalty.After != 10 || login.Penalty.Block != 15*time.Minute {
+		t.Fatalf("login: %+v", login)
+	}
+	if e := c.Rule("export"); e == nil || !e.Shadow || e.Cost != 50 || len(e.Match.Paths) != 1 {
+		t.Fatalf("export: %+v", e)
+	}
+	if len(c.TrustedProxies) != 1 || c.TrustedProxies[0] != netip.MustParsePrefix("10.0.0.0/8") || c.IPv6Prefix != 64 {
+		t.Fatalf("proxies %v, ipv6 prefix %d", c.TrustedProxies, c.IPv6Prefix)
+	}
+	if !c.NeedsBody() {
+		t.Fatal("otp-sms keys on the body, NeedsBody is false")
+	}
+	if got := c.Rule("user-default").Summary(); !strings.Contains(got, "at most 20 at once, then 100 per minute") {
+		t.Fatalf("summary %q", got)
+	}
+}
+
+func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
+	_, err := Load("testdata/bad.yaml")
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error %v is not Errors", err)
+	}
+	want := []string{
+		"testdata/bad.yaml:2:29: keys.user.colour: unknown field",
+		"testdata/bad.yaml:6:11: rules[0].rate: must be > 0, got 0",
+		"testdata/bad.yaml:9:11: rules[1].key[0]: unknown key source \"nobody\"",
+		"testdata/bad.yaml:12:16: rules[1].algorithm: unknown algorithm \"leaky-bucket\"",
+		"rules[1].id: duplicate id \"a\" (first at line 4)",
+		"testdata/bad.yaml:14:19: rules[2].match.path[0]: path pattern \"users/{id}\" must start with /",
+		"testdata/bad.yaml:19:11: rules[2].cost: cost 3 is more than the burst 2",
+		"testdata/bad.yaml:23:10: rules[3].per: period \"2w\": unit must be one of ms, s, m, h, d",
+		"testdata/bad.yaml:24:5: rules[3].color: unknown field",
+	}
+	all := err.Error()
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("missing %q in:\n%s", w, all)
+		}
+	}
+	if len(es) != len(want) {
+		t.Errorf("%d errors, want %d:\n%s", len(es), len(want), all)
+	}
+}
+
+func TestMalformedFilesAreErrors(t *testing.T) {
+	for name, src := range map[string]string{
+		"empty":          "",
+		"not a mapping":  "- a\n- b\n",
+		"no rules":       "keys: {}\n",
+		"rules not list": "rules: {id: a}\n",
+		"bad yaml":       "rules: [\n",
+		"wrong type":     "rules:\n  - {id: a, key: [ip], rate: ten, per: 1m}\n",
+		"no key":         "rules:\n  - {id: a, rate: 1, per: 1m}\n",
+		"window burst":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1m, burst: 7, algorithm: fixed-window}\n",
+		"bad proxy":      "trustedProxies: [10.0.0.0/33]\nrules:\n  - {id: a, key: [ip], rate: 5, per: 1m}\n",
+		"bad status":     "rules:\n  - {id: a, key: [ip], rate: 5, per: 1m, countOn: {status: [99]}}\n",
+		"bad mode":       "rules:\n  - {id: a, key: [ip], rate: 5, per: 1m, mode: loud}\n",
+		"bad id":         "rules:\n  - {id: 'a b', key: [ip], rate: 5, per: 1m}\n",
+		"inline unknown": "rules:\n  - {id: a, key: ['form:x'], rate: 5, per: 1m}\n",
+		"two sources":    "keys: {k: {header: A, query: b}}\nrules:\n  - {id: a, key: [k], rate: 5, per: 1m}\n",
+	} {
+		if _, err := Parse(name+".yaml", []byte(src)); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.HasPrefix(err.Error(), name+".yaml") {
+			t.Errorf("%s: error does not name the file: %v", name, err)
+		}
+	}
+}
+
+func TestPatterns(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		yes     []string
+		no      []string
+	}{
+		{"/login", []string{"/login"}, []string{"/login/", "/logins", "/", "/a/login", "login"}},
+		{"/users/{id}", []string{"/users/42", "/users/u-1"}, []string{"/users", "/users/", "/users/42/x"}},
+		{"/export/*", []string{"/export", "/export/a", "/export/a/b/c"}, []string{"/exports", "/ex"}},
+		{"/a/*/c", []string{"/a/b/c"}, []string{"/a/c", "/a/b/d", "/a//c"}},
+		{"/", []string{"/"}, []string{"/a"}},
+	} {
+		p, err := ParsePattern(tc.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range tc.yes {
+			if !p.Match(path) {
+				t.Errorf("%s should match %s", tc.pattern, path)
+			}
+		}
+		for _, path := range tc.no {
+			if p.Match(path) {
+				t.Errorf("%s should not match %s", tc.pattern, path)
+			}
+		}
+	}
+	for _, bad := range []string{"login", "/a{b}", "/{}", "/x*"} {
+		if _, err := ParsePattern(bad); err == nil {
+			t.Errorf("ParsePattern(%q) accepted", bad)
+		}
+	}
+}
+
+func TestKeysAreExtractedFromEverySource(t *testing.T) {
+	c, err := Parse("k.yaml", []byte(`
+keys:
+  org: {query: org}
+  session: {cookie: sid, hash: true}
+rules:
+  - {id: r, key: [user, ip, route, org, session, api_key, header:X-Region], match: {path: "/v1/{x}"}, rate: 5, per: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	req := &Request{
+		Method: "GET", Path: "/v1/items", RawQuery: "a=1&org=acme%20inc", Host: "api.example:8443",
+		ClientIP: netip.MustParseAddr("2001:db8:1:2:3:4:5:6"),
+		Header: http.Header{
+			"X-User-Id":     {"u42"},
+			"Cookie":        {"a=b; sid=secret-session"},
+			"Authorization": {"Bearer tok-123"},
+			"X-Region":      {"eu"},
+		},
+	}
+	route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
+	if !ok || route != "/v1/{x}" {
+		t.Fatalf("match: %q %v", route, ok)
+	}
+	key, ok := r.AppendKey(nil, req, route, 64)
+	if !ok {
+		t.Fatal("key missing")
+	}
+	k := string(key)
+	for _, part := range []string{"3:u42", "2001:db8:1:2::/64", "GET /v1/{x}", "8:acme inc", "2:eu"} {
+		if !strings.Contains(k, part) {
+			t.Errorf("key %q lacks %q", k, part)
+		}
+	}
+	for _, secret := range []string{"secret-session", "tok-123"} {
+		if strings.Contains(k, secret) {
+			t.Errorf("key %q contains the secret %q", k, secret)
+		}
+	}
+	// A missing source means no key.
+	delete(req.Header, "X-Region")
+	if _, ok := r.AppendKey(nil, req, route, 64); ok {
+		t.Error("key built without X-Region")
+	}
+	// A wrong auth scheme is no api key.
+	req.Header["X-Region"] = []string{"eu"}
+	req.Header["Authorization"] = []string{"Basic abc"}
+	if _, ok := r.AppendKey(nil, req, route, 64); ok {
+		t.Error("Basic credentials taken as a Bearer api key")
+	}
+}
+
+func TestAttributesOverrideExtractionAndBodyKeys(t *testing.T) {
+	c, _ := Parse("b.yaml", []byte("rules:\n  - {id: otp, key: [phone], rate: 3, per: 10m}\n"))
+	r := c.Rules[0]
+	for _, tc := range []struct {
+		ct, body, want string
+	}{
+		{"application/json", `{"phone":"8801700000000","x":1}`, "8801700000000"},
+		{"application/json; charset=utf-8", `{"phone":8801700000001}`, "8801700000001"},
+		{"application/x-www-form-urlencoded", `a=1&phone=%2B8801`, "+8801"},
+		{"text/plain", `phone=1`, ""},
+	} {
+		req := &Request{Method: "POST", Path: "/otp", Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}
+		key, ok := r.AppendKey(nil, req, "", 64)
+		if string(key) != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s %s: key %q %v, want %q", tc.ct, tc.body, key, ok, tc.want)
+		}
+	}
+	req := &Request{Attributes: map[string]string{"phone": "555"}}
+	if key, ok := r.AppendKey(nil, req, "", 64); !ok || string(key) != "555" {
+		t.Errorf("attribute: %q %v", key, ok)
+	}
+}
+
+func TestMultiSourceKeysCannotBeForged(t *testing.T) {
+	c, _ := Parse("f.yaml", []byte("rules:\n  - {id: r, key: [header:A, header:B], rate: 3, per: 10m}\n"))
+	r := c.Rules[0]
+	k1, _ := r.AppendKey(nil, &Request{Header: http.Header{"A": {"x|1:y"}, "B": {"z"}}}, "", 64)
+	k2, _ := r.AppendKey(nil, &Request{Header: http.Header{"A": {"x"}, "B": {"y|1:z"}}}, "", 64)
+	if string(k1) == string(k2) {
+		t.Fatalf("two different requests share the key %q", k1)
+	}
+}
+
+func TestCeilingInWords(t *testing.T) {
+	for _, tc := range []struct {
+		l    sluice.Limit
+		want string
+	}{
+		{sluice.Limit{Rate: 100, Period: time.Minute, Burst: 20}, "at most 20 at once, then 100 per minute"},
+		{sluice.Limit{Rate: 10, Period: 15 * time.Minute, Algorithm: sluice.SlidingLog}, "at most 10 in any 15 minutes"},
+		{sluice.Limit{Rate: 5, Period: time.Second, Algorithm: sluice.FixedWindow}, "at most 5 per second window (up to 10 across a window boundary)"},
+	} {
+		if got := Ceiling(tc.l); got != tc.want {
+			t.Errorf("Ceiling(%v) = %q, want %q", tc.l, got, tc.want)
+		}
+	}
+}
