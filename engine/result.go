@@ -141,8 +141,8 @@ func (st *Status) count() {
 // RuleStats are one rule's counts since the engine started (or since the
 // rule was last changed by a reload).
 type RuleStats struct {
-	Rule                                                                          string
-	Shadow                                                                        bool
+	Rule                                                                                string
+	Shadow                                                                              bool
 	Allowed, Limited, ShadowLimited, FailedOpen, FailedClosed, Skipped, Locked, Charged uint64
 }
 
