@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -419,25 +421,63 @@ func TestConcurrentChecksAreExact(t *testing.T) {
 }
 
 // BenchmarkFiveRules evaluates a request against five matching rules on the
-// embedded store.
+// embedded store, which needs no deadline or breaker.
 func BenchmarkFiveRules(b *testing.B) {
-	f := newFixture(b, `
+	clock := sluice.NewManualClock(epoch)
+	c := mustRules(b, `
 rules:
   - {id: ip, key: [ip], rate: 1000000, per: 1s}
   - {id: user, key: [user], rate: 1000000, per: 1s, burst: 1000}
   - {id: route, key: [user, route], match: {path: "/items"}, rate: 1000000, per: 1s}
   - {id: tenant, key: [tenant], rate: 1000000, per: 1s, algorithm: token-bucket}
   - {id: window, key: [user], rate: 1000000, per: 1s, algorithm: sliding-window}
-`, Options{})
+`)
+	e, err := New(c, Options{Store: memory.New(memory.WithClock(clock)), Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
 	req := userReq("u42")
 	req.Header["X-Tenant-Id"] = []string{"t1"}
 	var res Result
 	ctx := context.Background()
 	for b.Loop() {
-		f.clock.Advance(time.Microsecond)
-		f.e.Check(ctx, req, CheckOptions{}, &res)
+		clock.Advance(time.Microsecond)
+		e.Check(ctx, req, CheckOptions{}, &res)
 	}
 	if len(res.Statuses) != 5 || !res.Allowed {
 		b.Fatalf("statuses %d, allowed %v", len(res.Statuses), res.Allowed)
+	}
+}
+
+func TestSIGHUPReloadsAndABadFileKeepsTheOldRules(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(path, []byte("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	c, _ := rules.Load(path)
+	e, _ := New(c, Options{Store: memory.New(), Logger: quiet})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Catch SIGHUP for the whole test, so that a signal sent before the
+	// engine listens cannot take the default action and end the process.
+	guard := make(chan os.Signal, 16)
+	signal.Notify(guard, syscall.SIGHUP)
+	defer signal.Stop(guard)
+	go e.ReloadOnSignal(ctx, path)
+	waitFor := func(what string, cond func() bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+			syscall.Kill(os.Getpid(), syscall.SIGHUP)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	os.WriteFile(path, []byte("rules:\n  - {id: b, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	waitFor("reload on SIGHUP", func() bool { return e.Config().Rules[0].ID == "b" })
+	os.WriteFile(path, []byte("rules:\n  - {id: c, key: [user], rate: -3, per: 1h}\n"), 0o600)
+	waitFor("refusal on SIGHUP", func() bool { _, refused := e.Reloads(); return refused > 0 })
+	if id := e.Config().Rules[0].ID; id != "b" {
+		t.Fatalf("after a refused reload rule %q serves, want b", id)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/sluice-rl/sluice/rules"
@@ -55,8 +57,7 @@ func (e *Engine) ReloadFile(path string) error {
 func (e *Engine) Reloads() (ok, refused uint64) { return e.reloads[0].Load(), e.reloads[1].Load() }
 
 // WatchFile reloads path whenever its contents change, checking every
-// interval, until ctx is done. (SIGHUP handling is the program's: call
-// ReloadFile.)
+// interval, until ctx is done.
 func (e *Engine) WatchFile(ctx context.Context, path string, interval time.Duration) {
 	last, _ := os.ReadFile(path)
 	t := time.NewTicker(interval)
@@ -73,5 +74,24 @@ func (e *Engine) WatchFile(ctx context.Context, path string, interval time.Durat
 		}
 		last = cur
 		e.ReloadFile(path)
+	}
+}
+
+// ReloadOnSignal reloads path each time the process receives one of sigs
+// (SIGHUP when none are given), until ctx is done.
+func (e *Engine) ReloadOnSignal(ctx context.Context, path string, sigs ...os.Signal) {
+	if len(sigs) == 0 {
+		sigs = []os.Signal{syscall.SIGHUP}
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			e.ReloadFile(path)
+		}
 	}
 }

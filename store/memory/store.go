@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,7 @@ type Store struct {
 	nextID  atomic.Uint64
 
 	mu     sync.Mutex // serialises table creation
-	tables atomic.Pointer[map[tableKey]anyTable]
+	tables atomic.Pointer[map[string][]tableEntry] // copy-on-write
 
 	sweepEvery time.Duration
 	stop       chan struct{}
@@ -64,7 +65,7 @@ func New(opts ...Option) *Store {
 	if s.clock == nil {
 		s.clock = sluice.NewSystemClock()
 	}
-	empty := map[tableKey]anyTable{}
+	empty := map[string][]tableEntry{}
 	s.tables.Store(&empty)
 	if s.sweepEvery > 0 {
 		s.stop = make(chan struct{})
@@ -96,9 +97,19 @@ func (s *Store) Close() error {
 
 // A rule's keys live in a table of their own; a rule whose limit changes gets
 // a new table, and its keys start fresh, while unchanged rules keep theirs.
-type tableKey struct {
-	rule  string
+// Tables are found by rule id (a short string, quick to hash), then limit.
+type tableEntry struct {
 	limit sluice.Limit
+	t     anyTable
+}
+
+func find(entries []tableEntry, l sluice.Limit) anyTable {
+	for i := range entries {
+		if entries[i].limit == l {
+			return entries[i].t
+		}
+	}
+	return nil
 }
 
 type tableMeta struct {
@@ -123,8 +134,7 @@ type anyTable interface {
 
 // table returns the table for (rule, l), creating it on first use.
 func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
-	k := tableKey{rule, l}
-	if t, ok := (*s.tables.Load())[k]; ok {
+	if t := find((*s.tables.Load())[rule], l); t != nil {
 		return t, nil
 	}
 	p, err := algo.NewParams(l)
@@ -134,7 +144,7 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.tables.Load()
-	if t, ok := old[k]; ok {
+	if t := find(old[rule], l); t != nil {
 		return t, nil
 	}
 	id := s.nextID.Add(1)
@@ -149,11 +159,11 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	case sluice.SlidingWindow:
 		t = newTable[slidingWindowCell](id, rule, l, p, s.seed, s.maxKeys)
 	}
-	next := make(map[tableKey]anyTable, len(old)+1)
+	next := make(map[string][]tableEntry, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	next[k] = t
+	next[rule] = append(slices.Clip(old[rule]), tableEntry{l, t})
 	s.tables.Store(&next)
 	return t, nil
 }
@@ -284,8 +294,8 @@ func decide(d *sluice.Decision, m *tableMeta, r *algo.Result) {
 // reports whether there was any state.
 func (s *Store) Forget(rule, key string) bool {
 	found := false
-	for k, t := range *s.tables.Load() {
-		if k.rule == rule && t.forget(key) {
+	for _, e := range (*s.tables.Load())[rule] {
+		if e.t.forget(key) {
 			found = true
 		}
 	}
@@ -300,8 +310,10 @@ func (s *Store) Forget(rule, key string) bool {
 // memory sooner after a burst of keys.
 func (s *Store) Sweep() {
 	now := s.clock.Now()
-	for _, t := range *s.tables.Load() {
-		t.sweep(now)
+	for _, entries := range *s.tables.Load() {
+		for _, e := range entries {
+			e.t.sweep(now)
+		}
 	}
 }
 
@@ -319,10 +331,12 @@ type RuleStats struct {
 // Stats returns every table's statistics, for metrics.
 func (s *Store) Stats() []RuleStats {
 	var st []RuleStats
-	for _, t := range *s.tables.Load() {
-		keys, ev := t.stats()
-		m := t.meta()
-		st = append(st, RuleStats{Rule: m.rule, Limit: m.limit, Keys: keys, Evictions: ev})
+	for _, entries := range *s.tables.Load() {
+		for _, e := range entries {
+			keys, ev := e.t.stats()
+			m := e.t.meta()
+			st = append(st, RuleStats{Rule: m.rule, Limit: m.limit, Keys: keys, Evictions: ev})
+		}
 	}
 	return st
 }

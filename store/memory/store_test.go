@@ -24,8 +24,8 @@ func keysOf(s *Store) (keys int, evictions uint64) {
 
 func slotsOf(s *Store) int {
 	n := 0
-	for _, t := range *s.tables.Load() {
-		g := t.(*wordTable)
+	for _, entries := range *s.tables.Load() {
+		g := entries[0].t.(*wordTable)
 		for i := range g.shards {
 			if p := g.shards[i].slots.Load(); p != nil {
 				n += len(*p)
@@ -52,7 +52,7 @@ func TestFloodOfDistinctKeysStaysWithinTheBound(t *testing.T) {
 	if ev < uint64(19*bound) {
 		t.Fatalf("%d evictions counted, want at least %d", ev, 19*bound)
 	}
-	maxSlots := (*s.tables.Load())[tableKey{"flood", gcraLimit()}].(*wordTable).maxSlots
+	maxSlots := (*s.tables.Load())["flood"][0].t.(*wordTable).maxSlots
 	if got := slotsOf(s); got > numShards*maxSlots {
 		t.Fatalf("%d slots allocated, more than the bound allows (%d)", got, numShards*maxSlots)
 	}
