@@ -28,7 +28,7 @@ type Store struct {
 	seed    maphash.Seed
 	nextID  atomic.Uint64
 
-	mu     sync.Mutex // serialises table creation
+	mu     sync.Mutex                              // serialises table creation
 	tables atomic.Pointer[map[string][]tableEntry] // copy-on-write
 
 	sweepEvery time.Duration
