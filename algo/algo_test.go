@@ -72,7 +72,7 @@ func TestAlgorithmsMatchReferenceOnRandomTraffic(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ref, got := newReference(p), &fast{p: p}
+				ref, got := newReference(p), newFast(p)
 				now := int64(1_700_000_000_000_000_000) + rng.Int64N(int64(time.Hour))
 				for i := range 300 {
 					now += randomGap(rng, &p)
@@ -100,9 +100,9 @@ func TestBucketAlgorithmsAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			impls[a] = &fast{p: p}
+			impls[a] = newFast(p)
 		}
-		p := impls[sluice.TokenBucket].p
+		p := impls[sluice.TokenBucket].P
 		now := int64(1_700_000_000_000_000_000)
 		for i := range 200 {
 			now += randomGap(rng, &p)
@@ -125,7 +125,7 @@ func TestGCRASpecExampleRejectsSixthOfFiveBurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &fast{p: p}
+		f := newFast(p)
 		for i := range 5 {
 			if r := f.take(0, 1); !r.Allowed || r.Remaining != int64(4-i) {
 				t.Fatalf("%v: request %d: %+v, want allowed with %d remaining", a, i+1, r, 4-i)
@@ -159,7 +159,7 @@ func mustParams(t testing.TB, l sluice.Limit) Params {
 func TestCostAboveBurstIsNeverAdmissible(t *testing.T) {
 	for _, a := range sluice.Algorithms() {
 		p := mustParams(t, sluice.Limit{Rate: 10, Period: time.Second, Algorithm: a})
-		f := &fast{p: p}
+		f := newFast(p)
 		for _, now := range []int64{0, int64(time.Hour), 1 << 60} {
 			r := f.take(now, 11)
 			if r.Allowed || r.Reason != sluice.ReasonTooLarge || r.RetryAfter != 0 || r.Remaining != 10 {
@@ -175,7 +175,7 @@ func TestCostAboveBurstIsNeverAdmissible(t *testing.T) {
 func TestCostZeroPeeksWithoutConsuming(t *testing.T) {
 	for _, a := range sluice.Algorithms() {
 		p := mustParams(t, sluice.Limit{Rate: 3, Period: time.Minute, Algorithm: a})
-		f := &fast{p: p}
+		f := newFast(p)
 		now := int64(1_700_000_000_000_000_000)
 		left := f.take(now, 2).Remaining
 		for range 5 {
@@ -221,7 +221,7 @@ func TestTimeGoingBackwardsCountsAsNoElapsedTime(t *testing.T) {
 	for _, a := range sluice.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			p := mustParams(t, sluice.Limit{Rate: 4, Period: time.Second, Algorithm: a})
-			f := &fast{p: p}
+			f := newFast(p)
 			late := t0 + int64(1500*time.Millisecond) // mid-window, past several refills
 			for f.take(late, 1).Allowed {
 			}
@@ -235,7 +235,7 @@ func TestTimeGoingBackwardsCountsAsNoElapsedTime(t *testing.T) {
 				}
 			}
 			// Forward again: the state was not corrupted by the trip back.
-			ref := &fast{p: p}
+			ref := newFast(p)
 			for ref.take(late, 1).Allowed {
 			}
 			for _, dt := range []int64{int64(250 * time.Millisecond), int64(time.Second), int64(10 * time.Second)} {
@@ -259,7 +259,7 @@ func TestHugeGapsAndExtremeTimesDoNotOverflow(t *testing.T) {
 				l.Rate = sluice.MaxLogLimit
 			}
 			p := mustParams(t, l)
-			f := &fast{p: p}
+			f := newFast(p)
 			for _, now := range []int64{minT, minT + 1, -1, 0, 1, maxT / 2, maxT - int64(time.Hour), maxT - 1, maxT} {
 				for _, cost := range []int64{0, 1, p.Burst} {
 					r := f.take(now, cost)
@@ -269,7 +269,7 @@ func TestHugeGapsAndExtremeTimesDoNotOverflow(t *testing.T) {
 				}
 			}
 			// After the largest gap the key is full again.
-			g := &fast{p: p}
+			g := newFast(p)
 			g.take(minT/2, p.Burst)
 			if r := g.take(maxT/2, p.Burst); !r.Allowed {
 				t.Fatalf("%v %v: full burst after a gap of ~2^63 ns refused: %+v", a, l, r)
@@ -284,7 +284,7 @@ func TestRetryAfterIsExactForEveryAlgorithm(t *testing.T) {
 		for seed := range uint64(200) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			p := mustParams(t, randomLimit(rng, a))
-			f := &fast{p: p}
+			f := newFast(p)
 			now := int64(1_700_000_000_000_000_000)
 			for range 50 {
 				now += randomGap(rng, &p)

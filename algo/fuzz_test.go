@@ -55,7 +55,7 @@ func FuzzMatchesReference(f *testing.F) {
 		if !ok || len(evs) > 150 {
 			return
 		}
-		ref, got := newReference(p), &fast{p: p}
+		ref, got := newReference(p), newFast(p)
 		for i, e := range evs {
 			if want, have := ref.take(e.now, e.cost), got.take(e.now, e.cost); want != have {
 				t.Fatalf("step %d take(%d, %d) with %+v: got %+v, want %+v", i, e.now, e.cost, p, have, want)
@@ -78,7 +78,7 @@ func FuzzBurstCeiling(f *testing.F) {
 		if !ok {
 			return
 		}
-		impl := &fast{p: p}
+		impl := newFast(p)
 		var admitted []event // cost > 0 only
 		var departures []int64
 		for _, e := range evs {

@@ -257,38 +257,11 @@ func newReference(p Params) model {
 }
 
 // fast adapts the real implementations to the model interface.
-type fast struct {
-	p       Params
-	gcra    GCRA
-	tb      TokenBucket
-	started bool
-	meter   LeakyMeter
-	queue   LeakyQueue
-	fixed   FixedWindow
-	log     SlidingLog
-	sliding SlidingWindow
-}
+type fast struct{ State }
+
+func newFast(p Params) *fast { return &fast{State{P: p}} }
 
 func (f *fast) take(now, cost int64) (r Result) {
-	p := &f.p
-	switch p.Algorithm {
-	case sluice.GCRA:
-		f.gcra = f.gcra.Take(p, now, cost, &r)
-	case sluice.TokenBucket:
-		if !f.started {
-			f.tb, f.started = p.NewTokenBucket(now), true
-		}
-		f.tb = f.tb.Take(p, now, cost, &r)
-	case sluice.LeakyMeter:
-		f.meter = f.meter.Take(p, now, cost, &r)
-	case sluice.LeakyQueue:
-		f.queue = f.queue.Take(p, now, cost, &r)
-	case sluice.FixedWindow:
-		f.fixed = f.fixed.Take(p, now, cost, &r)
-	case sluice.SlidingLog:
-		f.log.Take(p, now, cost, &r)
-	case sluice.SlidingWindow:
-		f.sliding = f.sliding.Take(p, now, cost, &r)
-	}
+	f.Take(now, cost, &r)
 	return r
 }

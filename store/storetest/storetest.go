@@ -67,43 +67,6 @@ func take1(t *testing.T, s sluice.Store, rule, key string, l sluice.Limit, cost 
 	return out[0]
 }
 
-// model is one key's state under package algo, the reference for the store.
-type model struct {
-	p       algo.Params
-	gcra    algo.GCRA
-	tb      algo.TokenBucket
-	started bool
-	meter   algo.LeakyMeter
-	queue   algo.LeakyQueue
-	fixed   algo.FixedWindow
-	log     algo.SlidingLog
-	sliding algo.SlidingWindow
-}
-
-func (m *model) take(now, cost int64) (r algo.Result) {
-	p := &m.p
-	switch p.Algorithm {
-	case sluice.GCRA:
-		m.gcra = m.gcra.Take(p, now, cost, &r)
-	case sluice.TokenBucket:
-		if !m.started {
-			m.tb, m.started = p.NewTokenBucket(now), true
-		}
-		m.tb = m.tb.Take(p, now, cost, &r)
-	case sluice.LeakyMeter:
-		m.meter = m.meter.Take(p, now, cost, &r)
-	case sluice.LeakyQueue:
-		m.queue = m.queue.Take(p, now, cost, &r)
-	case sluice.FixedWindow:
-		m.fixed = m.fixed.Take(p, now, cost, &r)
-	case sluice.SlidingLog:
-		m.log.Take(p, now, cost, &r)
-	case sluice.SlidingWindow:
-		m.sliding = m.sliding.Take(p, now, cost, &r)
-	}
-	return r
-}
-
 func sameDecision(d sluice.Decision, r algo.Result) bool {
 	return d.Allowed == r.Allowed && d.Reason == r.Reason && d.Remaining == r.Remaining &&
 		int64(d.RetryAfter) == r.RetryAfter && int64(d.ResetAfter) == r.ResetAfter && int64(d.Delay) == r.Delay
@@ -119,9 +82,9 @@ func testMatchesAlgo(t *testing.T, newStore Factory) {
 				t.Fatal(err)
 			}
 			keys := []string{"u1", "u2", "u3"}
-			models := map[string]*model{}
+			models := map[string]*algo.State{}
 			for _, k := range keys {
-				models[k] = &model{p: p}
+				models[k] = algo.NewState(p)
 			}
 			rng := rand.New(rand.NewPCG(uint64(l.Algorithm), 1))
 			for i := range 400 {
@@ -140,7 +103,8 @@ func testMatchesAlgo(t *testing.T, newStore Factory) {
 					cost = rng.Int64N(p.Burst + 2)
 				}
 				d := take1(t, s, "r", k, l, cost)
-				want := models[k].take(clock.Now(), cost)
+				var want algo.Result
+				models[k].Take(clock.Now(), cost, &want)
 				if !sameDecision(d, want) {
 					t.Fatalf("step %d key %s cost %d: store %+v, algo %+v", i, k, cost, d, want)
 				}

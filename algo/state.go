@@ -1,0 +1,48 @@
+package algo
+
+import "github.com/sluice-rl/sluice"
+
+// State is one key's state under any of the algorithms, chosen by its
+// Params: the simplest way to run an algorithm named at run time, for
+// simulators and tests. Stores keep the typed states instead, which are
+// smaller. The zero value is a fresh key.
+type State struct {
+	P Params
+
+	gcra    GCRA
+	tb      TokenBucket
+	started bool // the token bucket starts full at its first take
+	meter   LeakyMeter
+	queue   LeakyQueue
+	fixed   FixedWindow
+	log     SlidingLog
+	sliding SlidingWindow
+}
+
+// NewState returns a fresh key under the limit p.
+func NewState(p Params) *State { return &State{P: p} }
+
+// Take decides a take of cost at now, commits it if allowed, and writes the
+// result to r.
+func (s *State) Take(now, cost int64, r *Result) {
+	p := &s.P
+	switch p.Algorithm {
+	case sluice.GCRA:
+		s.gcra = s.gcra.Take(p, now, cost, r)
+	case sluice.TokenBucket:
+		if !s.started {
+			s.tb, s.started = p.NewTokenBucket(now), true
+		}
+		s.tb = s.tb.Take(p, now, cost, r)
+	case sluice.LeakyMeter:
+		s.meter = s.meter.Take(p, now, cost, r)
+	case sluice.LeakyQueue:
+		s.queue = s.queue.Take(p, now, cost, r)
+	case sluice.FixedWindow:
+		s.fixed = s.fixed.Take(p, now, cost, r)
+	case sluice.SlidingLog:
+		s.log.Take(p, now, cost, r)
+	case sluice.SlidingWindow:
+		s.sliding = s.sliding.Take(p, now, cost, r)
+	}
+}
