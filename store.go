@@ -9,7 +9,10 @@ type Take struct {
 	Key   string // the rate-limit key within the rule, such as a user id
 	Limit Limit
 	// Cost is the number of units to take. 0 peeks: the decision reports the
-	// key's state and consumes nothing.
+	// key's state and consumes nothing. A negative cost gives -Cost units
+	// back (a request admitted but never served); a key never becomes fuller
+	// than a fresh one, and a refund is applied whatever the other takes of
+	// the call decide.
 	Cost int64
 	// DryRun decides the take as usual but consumes nothing: the decision
 	// is the one the real take would get (its Remaining as if taken).
@@ -23,7 +26,7 @@ type Take struct {
 // not allowed, none of them consumes anything, and each decision reports what
 // its key would have answered alone. A store reads time from its own clock.
 // Take returns an error, and no decisions, when the store cannot answer (a
-// network failure, a deadline, an invalid limit or a negative cost). Take
+// network failure, a deadline or an invalid limit). Take
 // must return promptly once ctx is done, and must not retain the Key strings
 // after it returns: callers may build them in reused buffers.
 type Store interface {

@@ -362,3 +362,30 @@ func TestSlidingLogUndoReversesCommit(t *testing.T) {
 		t.Fatalf("after undo: %+v, want 3 remaining and the first take's reset", r)
 	}
 }
+
+// Taking c and refunding c at the same instant leaves every algorithm as it
+// was (the sliding log exactly; the others to the nanosecond); refunding more
+// than was taken never makes a key fuller than fresh.
+func TestRefundUndoesATakeAndNeverOverfills(t *testing.T) {
+	const now = int64(1_700_000_000_000_000_000)
+	for _, a := range sluice.Algorithms() {
+		p := mustParams(t, sluice.Limit{Rate: 5, Period: time.Second, Algorithm: a})
+		s := NewState(p)
+		var r Result
+		s.Take(now, 2, &r)
+		s.Take(now, 0, &r)
+		before := r
+		s.Take(now, 2, &r)
+		s.Refund(now, 2)
+		if s.Take(now, 0, &r); r != before {
+			t.Fatalf("%v: after take+refund %+v, before %+v", a, r, before)
+		}
+		s.Refund(now, 100)
+		fresh := NewState(p)
+		var want Result
+		fresh.Take(now, 0, &want)
+		if s.Take(now, 0, &r); r.Remaining != want.Remaining {
+			t.Fatalf("%v: over-refunded key has %d remaining, a fresh one %d", a, r.Remaining, want.Remaining)
+		}
+	}
+}

@@ -16,6 +16,8 @@ type cellOps[C any] interface {
 	save() saved
 	// restore undoes a committed take of cost, given the state saved before it.
 	restore(s saved, cost int64)
+	// refund gives units back at now.
+	refund(p *algo.Params, now, units int64)
 	// fresh makes the cell a new, full key at now.
 	fresh(p *algo.Params, now int64)
 	// resetAfter returns the time until the key is idle; 0 means the slot
@@ -32,6 +34,9 @@ func (c *fixedWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result) 
 	c.s = c.s.Take(p, now, cost, &r)
 	return r
 }
+func (c *fixedWindowCell) refund(p *algo.Params, now, units int64) {
+	c.s = c.s.Refund(p, now, units)
+}
 func (c *fixedWindowCell) save() saved               { return saved{c.s.Start, c.s.Count} }
 func (c *fixedWindowCell) restore(s saved, _ int64)  { c.s = algo.FixedWindow{Start: s[0], Count: s[1]} }
 func (c *fixedWindowCell) fresh(*algo.Params, int64) { c.s = algo.FixedWindow{} }
@@ -46,6 +51,9 @@ type slidingWindowCell struct{ s algo.SlidingWindow }
 func (c *slidingWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
 	c.s = c.s.Take(p, now, cost, &r)
 	return r
+}
+func (c *slidingWindowCell) refund(p *algo.Params, now, units int64) {
+	c.s = c.s.Refund(p, now, units)
 }
 func (c *slidingWindowCell) save() saved { return saved{c.s.Start, c.s.Prev, c.s.Cur} }
 func (c *slidingWindowCell) restore(s saved, _ int64) {
@@ -65,6 +73,9 @@ type slidingLogCell struct{ log *algo.SlidingLog }
 func (c *slidingLogCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
 	c.log.Take(p, now, cost, &r)
 	return r
+}
+func (c *slidingLogCell) refund(p *algo.Params, now, units int64) {
+	c.log.Refund(p, now, units)
 }
 func (c *slidingLogCell) save() saved                 { return saved{} }
 func (c *slidingLogCell) restore(_ saved, cost int64) { c.log.Undo(cost) }

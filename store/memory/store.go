@@ -124,7 +124,7 @@ type anyTable interface {
 	locate(key string) (fp uint64, shard int)
 	lockShard(shard int)
 	unlockShard(shard int)
-	takeLocked(shard int, fp uint64, now, cost int64) (algo.Result, saved)
+	takeLocked(shard int, fp uint64, now, cost int64, dry bool) (algo.Result, saved)
 	undoLocked(shard int, fp uint64, sv saved, cost int64)
 	take(key string, now, cost int64, dry bool) algo.Result
 	forget(key string) bool
@@ -168,8 +168,30 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	return t, nil
 }
 
-// ErrNegativeCost is returned for a take whose cost is below zero.
+// ErrNegativeCost is returned by Limiter.Take for a cost below zero: give
+// units back with Limiter.Refund.
 var ErrNegativeCost = errors.New("memory: cost must be >= 0")
+
+// op is what a take does to a word table's key.
+type op uint8
+
+const (
+	opTake op = iota
+	opDry
+	opRefund
+)
+
+// opOf maps a take's cost and dry-run flag to units and an op: a negative
+// cost gives units back.
+func opOf(cost int64, dry bool) (int64, op) {
+	switch {
+	case cost < 0:
+		return -cost, opRefund
+	case dry:
+		return cost, opDry
+	}
+	return cost, opTake
+}
 
 // maxLocks is how many shard locks a multi-key take keeps on the stack.
 const maxLocks = 8
@@ -197,9 +219,6 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	var pbuf [maxLocks]pending
 	ps := pbuf[:0]
 	for _, tk := range takes {
-		if tk.Cost < 0 {
-			return ErrNegativeCost
-		}
 		t, err := s.table(tk.Rule, tk.Limit)
 		if err != nil {
 			return err
@@ -223,20 +242,18 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	ok := true
 	for i := range ps {
 		p := &ps[i]
-		p.r, p.sv = p.t.takeLocked(p.shard, p.fp, now, takes[i].Cost)
+		p.r, p.sv = p.t.takeLocked(p.shard, p.fp, now, takes[i].Cost, takes[i].DryRun)
 		ok = ok && p.r.Allowed
 	}
-	undone := false
-	for i := len(ps) - 1; i >= 0; i-- {
-		if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 && (!ok || takes[i].DryRun) {
-			p.t.undoLocked(p.shard, p.fp, p.sv, takes[i].Cost)
-			undone = true
+	if !ok { // dry runs were never committed; refunds stand
+		for i := len(ps) - 1; i >= 0; i-- {
+			if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 && !takes[i].DryRun {
+				p.t.undoLocked(p.shard, p.fp, p.sv, takes[i].Cost)
+			}
 		}
-	}
-	if undone && !ok {
 		for i := range ps { // report the state that stands after the undo
-			if p := &ps[i]; p.r.Allowed && !takes[i].DryRun {
-				peek, _ := p.t.takeLocked(p.shard, p.fp, now, 0)
+			if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 && !takes[i].DryRun {
+				peek, _ := p.t.takeLocked(p.shard, p.fp, now, 0, false)
 				p.r.Remaining, p.r.ResetAfter = peek.Remaining, peek.ResetAfter
 			}
 		}
@@ -376,10 +393,25 @@ func (l *Limiter) Take(key string, cost int64) (sluice.Decision, error) {
 func (l *Limiter) take(key string, cost int64, r *algo.Result) {
 	now := l.store.clock.Now()
 	if l.word != nil {
-		l.word.takeInto(key, now, cost, r)
+		l.word.takeInto(key, now, cost, opTake, r)
 		return
 	}
 	*r = l.t.take(key, now, cost, false)
+}
+
+// Refund gives units back to key: for a request that was admitted but never
+// served. A key never becomes fuller than a fresh one.
+func (l *Limiter) Refund(key string, units int64) {
+	if units <= 0 {
+		return
+	}
+	now := l.store.clock.Now()
+	if l.word != nil {
+		var r algo.Result
+		l.word.takeInto(key, now, units, opRefund, &r)
+		return
+	}
+	l.t.take(key, now, -units, false)
 }
 
 // Allow takes one unit from key and reports whether it was admitted.

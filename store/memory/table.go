@@ -223,11 +223,24 @@ func (t *table[C, P]) locate(key string) (uint64, int) { return t.hash(key) }
 func (t *table[C, P]) lockShard(sh int)   { t.shards[sh].mu.Lock() }
 func (t *table[C, P]) unlockShard(sh int) { t.shards[sh].mu.Unlock() }
 
-func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64) (algo.Result, saved) {
+func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64, dry bool) (algo.Result, saved) {
 	s := &t.shards[sh]
-	c := P(&s.slots[t.lookup(s, fp, now)].c)
+	return t.apply(P(&s.slots[t.lookup(s, fp, now)].c), now, cost, dry)
+}
+
+// apply takes cost from c (a negative cost gives units back), undoing the
+// take at once for a dry run. It returns the result and the state before.
+func (t *table[C, P]) apply(c P, now, cost int64, dry bool) (algo.Result, saved) {
 	sv := c.save()
-	return c.take(&t.params, now, cost), sv
+	if cost < 0 {
+		c.refund(&t.params, now, -cost)
+		return c.take(&t.params, now, 0), sv
+	}
+	r := c.take(&t.params, now, cost)
+	if dry && r.Allowed && cost > 0 {
+		c.restore(sv, cost)
+	}
+	return r, sv
 }
 
 func (t *table[C, P]) undoLocked(sh int, fp uint64, sv saved, cost int64) {
@@ -241,12 +254,7 @@ func (t *table[C, P]) take(key string, now, cost int64, dry bool) algo.Result {
 	fp, i := t.hash(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
-	c := P(&sh.slots[t.lookup(sh, fp, now)].c)
-	sv := c.save()
-	r := c.take(&t.params, now, cost)
-	if dry && r.Allowed && cost > 0 {
-		c.restore(sv, cost)
-	}
+	r, _ := t.apply(P(&sh.slots[t.lookup(sh, fp, now)].c), now, cost, dry)
 	sh.mu.Unlock()
 	return r
 }

@@ -74,6 +74,32 @@ func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed ma
 	return t
 }
 
+// apply performs o on the state word v at now, writing the result to r, and
+// returns the next word and whether it must be written.
+func (t *wordTable) apply(v, now, units int64, o op, r *algo.Result) (int64, bool) {
+	if o == opRefund {
+		next := t.refund(v, now, units)
+		t.step(next, now, 0, r)
+		return next, next != v
+	}
+	next := t.step(v, now, units, r)
+	return next, o == opTake && r.Allowed && units > 0
+}
+
+// refund gives units back to the state word v at now.
+func (t *wordTable) refund(v, now, units int64) int64 {
+	p := &t.params
+	switch p.Algorithm {
+	case sluice.GCRA:
+		return max(algo.GCRA{TAT: v}.Refund(p, now, units).TAT, fresh)
+	case sluice.LeakyQueue:
+		return max(algo.LeakyQueue{Next: v}.Refund(p, now, units).Next, fresh)
+	default: // the packed buckets: a refund puts tokens back
+		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Refund(p, now, units)
+		return packBucket(tb.Last, tb.Tokens)
+	}
+}
+
 // step decides a take on the state word v at now, writing the result to r,
 // and returns the next word.
 func (t *wordTable) step(v, now, cost int64, r *algo.Result) int64 {
@@ -123,29 +149,26 @@ func (t *wordTable) locate(key string) (uint64, int) {
 // take decides a take on key: lock-free when the key is present and no
 // multi-key take holds its shard, under the shard lock otherwise.
 func (t *wordTable) take(key string, now, cost int64, dry bool) (r algo.Result) {
-	if dry {
-		cost = -cost // see takeInto
-	}
-	t.takeInto(key, now, cost, &r)
+	units, o := opOf(cost, dry)
+	t.takeInto(key, now, units, o, &r)
 	return r
 }
 
 // takeInto is take writing its result through r, for callers that hold the
 // concrete table: a Result returned by value costs more than the decision.
-// A negative cost is a dry run of -cost: decided, never written.
-func (t *wordTable) takeInto(key string, now, cost int64, r *algo.Result) {
+func (t *wordTable) takeInto(key string, now, units int64, o op, r *algo.Result) {
 	fp, i := t.locate(key)
 	sh := &t.shards[i]
-	if t.takeFast(sh, fp, now, cost, r) {
+	if t.takeFast(sh, fp, now, units, o, r) {
 		return
 	}
 	sh.mu.Lock()
-	t.lockedInto(i, fp, now, cost, r)
+	t.lockedInto(i, fp, now, units, o, r)
 	sh.mu.Unlock()
 }
 
 // takeFast decides a take without the lock, if it can.
-func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, cost int64, r *algo.Result) bool {
+func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, units int64, o op, r *algo.Result) bool {
 	p := sh.slots.Load()
 	if p == nil {
 		return false
@@ -172,8 +195,8 @@ func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, cost int64, r *algo.
 			if sh.busy.Load() != 0 {
 				return false
 			}
-			next := t.step(old, now, max(cost, -cost), r)
-			if !r.Allowed || cost <= 0 || s.tat.CompareAndSwap(old, next) {
+			next, write := t.apply(old, now, units, o, r)
+			if !write || s.tat.CompareAndSwap(old, next) {
 				return true
 			}
 		}
@@ -184,18 +207,19 @@ func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, cost int64, r *algo.
 // takeLocked decides a take with the shard lock held, inserting the key if
 // absent. Lock-free takes may still run on the shard (unless busy is set), so
 // writes are compare-and-swap.
-func (t *wordTable) takeLocked(i int, fp uint64, now, cost int64) (r algo.Result, sv saved) {
-	sv = t.lockedInto(i, fp, now, cost, &r)
+func (t *wordTable) takeLocked(i int, fp uint64, now, cost int64, dry bool) (r algo.Result, sv saved) {
+	units, o := opOf(cost, dry)
+	sv = t.lockedInto(i, fp, now, units, o, &r)
 	return r, sv
 }
 
-func (t *wordTable) lockedInto(i int, fp uint64, now, cost int64, r *algo.Result) saved {
+func (t *wordTable) lockedInto(i int, fp uint64, now, units int64, o op, r *algo.Result) saved {
 	sh := &t.shards[i]
 	s := t.lookup(sh, fp, now)
 	for {
 		old := s.tat.Load()
-		next := t.step(old, now, max(cost, -cost), r)
-		if !r.Allowed || cost <= 0 || s.tat.CompareAndSwap(old, next) {
+		next, write := t.apply(old, now, units, o, r)
+		if !write || s.tat.CompareAndSwap(old, next) {
 			return saved{old}
 		}
 	}

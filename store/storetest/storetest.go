@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("ConcurrentMultiTakesStayExact", func(t *testing.T) { testConcurrentMultiTake(t, newStore) })
 	t.Run("KeysExpireBackToFull", func(t *testing.T) { testExpiry(t, newStore) })
 	t.Run("DryRunsConsumeNothing", func(t *testing.T) { testDryRun(t, newStore) })
+	t.Run("RefundsGiveUnitsBack", func(t *testing.T) { testRefunds(t, newStore) })
 	t.Run("BadTakesAreErrors", func(t *testing.T) { testBadTakes(t, newStore) })
 }
 
@@ -324,12 +325,36 @@ func testDryRun(t *testing.T, newStore Factory) {
 	}
 }
 
+// testRefunds: a negative cost gives units back, never beyond a fresh key.
+func testRefunds(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			fresh := take1(t, s, "r", "k", l, 0)
+			take1(t, s, "r", "k", l, 3)
+			take1(t, s, "r", "k", l, -3)
+			if got := take1(t, s, "r", "k", l, 0); got.Remaining != fresh.Remaining {
+				t.Fatalf("take 3, refund 3: %s, fresh %s", Describe(got), Describe(fresh))
+			}
+			take1(t, s, "r", "k", l, -100)
+			if got := take1(t, s, "r", "k", l, 0); got.Remaining != fresh.Remaining {
+				t.Fatalf("over-refunded: %s, fresh %s", Describe(got), Describe(fresh))
+			}
+			for take1(t, s, "r", "k", l, 1).Allowed {
+			}
+			take1(t, s, "r", "k", l, -1)
+			if d := take1(t, s, "r", "k", l, 1); !d.Allowed {
+				t.Fatalf("a refunded unit cannot be taken again: %s", Describe(d))
+			}
+		})
+	}
+}
+
 func testBadTakes(t *testing.T, newStore Factory) {
 	s := newStore(t, sluice.NewManualClock(Epoch))
 	ctx := context.Background()
 	good := sluice.Limit{Rate: 5, Period: time.Second}
 	for name, tk := range map[string]sluice.Take{
-		"negative cost": {Rule: "r", Key: "k", Limit: good, Cost: -1},
 		"invalid limit": {Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 0, Period: time.Second}, Cost: 1},
 	} {
 		out := make([]sluice.Decision, 1)
