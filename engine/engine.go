@@ -261,9 +261,31 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 	for j, d := range decs {
 		m := &res.matched[res.idx[j]]
 		st := res.add(m.r, m.key, d)
-		if len(m.r.CountOn) > 0 && d.Allowed && !dry {
+		switch {
+		case dry || !d.Allowed:
+		case len(m.r.CountOn) > 0:
 			st.charge = res.takes[j].Cost
+		default:
+			st.taken = res.takes[j].Cost
 		}
+	}
+}
+
+// Refund gives back what an allowed check took from the enforced rules, for
+// a request that was admitted but never served: its client gave up while a
+// leaky-queue rule delayed it, or a later check refused it. Call it at most
+// once per result.
+func (e *Engine) Refund(ctx context.Context, res *Result) {
+	var takes [1]sluice.Take
+	var out [1]sluice.Decision
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if st.taken == 0 || st.FailedOpen {
+			continue
+		}
+		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: -st.taken}
+		e.call(ctx, takes[:], out[:])
+		st.taken = 0
 	}
 }
 

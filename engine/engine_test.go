@@ -481,3 +481,17 @@ func TestSIGHUPReloadsAndABadFileKeepsTheOldRules(t *testing.T) {
 		t.Fatalf("after a refused reload rule %q serves, want b", id)
 	}
 }
+
+func TestRefundGivesBackWhatACheckTook(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 2, per: 1h}\n  - {id: q, key: [user], rate: 10, per: 1s, burst: 3, algorithm: leaky-queue}\n", Options{})
+	var res Result
+	for range 2 {
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+		f.e.Refund(context.Background(), &res)
+		f.e.Refund(context.Background(), &res) // a second call gives nothing more
+	}
+	f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+	if !res.Allowed || res.Statuses[0].Remaining != 1 {
+		t.Fatalf("after two refunded checks: %+v", res.Statuses)
+	}
+}

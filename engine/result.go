@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // Result is the answer to one check. Reuse one Result per goroutine (or from
@@ -48,7 +49,16 @@ type Status struct {
 	r      *rule
 	key    string
 	charge int64 // units a countOn rule will charge after the response
+	taken  int64 // units the check took, which Refund gives back
 }
+
+// Charging reports whether the rule will be charged after the response
+// (a countOn rule): the caller must then call Engine.Charge.
+func (st *Status) Charging() bool { return st.charge > 0 }
+
+// RuleDef returns the rule's definition (nil for a status the engine made
+// without one).
+func (st *Status) RuleDef() *rules.Rule { return st.r.Rule }
 
 type matched struct {
 	r          *rule

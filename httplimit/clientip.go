@@ -1,0 +1,101 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ClientIP returns the address of the client that sent r. It is the socket's
+// peer, unless the peer is in trusted: then the forwarding headers are
+// walked from the right (the hop nearest to us) and the first address that
+// is not a trusted proxy is the client. RFC 7239 Forwarded is preferred to
+// X-Forwarded-For when both are present. Any malformed or obfuscated hop
+// makes the chain unusable, and the peer is returned.
+func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	peer := parseHost(r.RemoteAddr)
+	if !peer.IsValid() || !isTrusted(peer, trusted) {
+		return peer
+	}
+	var hops []netip.Addr
+	var ok bool
+	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
+		hops, ok = forwardedFor(fwd)
+	} else if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		hops, ok = xForwardedFor(xff)
+	} else {
+		return peer
+	}
+	if !ok || len(hops) == 0 {
+		return peer
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		if !isTrusted(hops[i], trusted) {
+			return hops[i]
+		}
+	}
+	return hops[0] // every hop is a trusted proxy: the first one is the origin
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	a = a.Unmap()
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHost parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
+func parseHost(s string) netip.Addr {
+	s = strings.TrimSpace(s)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+func xForwardedFor(lines []string) ([]netip.Addr, bool) {
+	var hops []netip.Addr
+	for _, line := range lines {
+		for part := range strings.SplitSeq(line, ",") {
+			a := parseHost(part)
+			if !a.IsValid() {
+				return nil, false
+			}
+			hops = append(hops, a)
+		}
+	}
+	return hops, true
+}
+
+// forwardedFor reads the for= parameters of RFC 7239 Forwarded elements.
+func forwardedFor(lines []string) ([]netip.Addr, bool) {
+	var hops []netip.Addr
+	for _, line := range lines {
+		for elem := range strings.SplitSeq(line, ",") {
+			found := false
+			for pair := range strings.SplitSeq(elem, ";") {
+				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if !ok || !strings.EqualFold(k, "for") {
+					continue
+				}
+				a := parseHost(strings.Trim(v, `"`))
+				if !a.IsValid() {
+					return nil, false // "unknown", an obfuscated node, or garbage
+				}
+				hops = append(hops, a)
+				found = true
+			}
+			if !found {
+				return nil, false
+			}
+		}
+	}
+	return hops, true
+}

@@ -1,0 +1,403 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	clock *sluice.ManualClock
+	eng   *engine.Engine
+	h     http.Handler
+	calls int
+}
+
+func newFixture(t testing.TB, src string, o Options) *fixture {
+	t.Helper()
+	cfg, err := rules.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{clock: sluice.NewManualClock(epoch)}
+	f.eng, err = engine.New(cfg, engine.Options{Store: memory.New(memory.WithClock(f.clock)), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = Middleware(f.eng, o)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.calls++
+		if code := r.Header.Get("X-Test-Status"); code != "" {
+			n, _ := strconv.Atoi(code)
+			w.WriteHeader(n)
+		}
+		io.WriteString(w, "ok")
+	}))
+	return f
+}
+
+func (f *fixture) do(method, path string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = "203.0.113.7:51000"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w
+}
+
+const perUser = `
+rules:
+  - {id: per-user, key: [user], rate: 100, per: 1m, burst: 20}
+`
+
+// sfList parses a header as a structured-field list, failing the test if it
+// does not parse: a malformed field is ignored whole by clients.
+func sfList(t *testing.T, h http.Header, name string) httpsfv.List {
+	t.Helper()
+	vals := h.Values(name)
+	if len(vals) == 0 {
+		t.Fatalf("no %s header", name)
+	}
+	l, err := httpsfv.UnmarshalList(vals)
+	if err != nil {
+		t.Fatalf("%s: %q does not parse as a structured-field list: %v", name, vals, err)
+	}
+	return l
+}
+
+func param(t *testing.T, it httpsfv.Item, key string) int64 {
+	t.Helper()
+	v, ok := it.Params.Get(key)
+	if !ok {
+		t.Fatalf("item %v has no %q parameter", it.Value, key)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.Fatalf("parameter %q of %v is %T, not an integer", key, it.Value, v)
+	}
+	return n
+}
+
+func TestRejectionIsAnsweredByTheBook(t *testing.T) {
+	f := newFixture(t, perUser, Options{})
+	for range 20 {
+		if w := f.do("GET", "/items", "X-User-ID", "u42"); w.Code != 200 {
+			t.Fatalf("within the burst: %d", w.Code)
+		}
+	}
+	f.clock.Advance(0)
+	w := f.do("GET", "/items", "X-User-ID", "u42")
+	if w.Code != http.StatusTooManyRequests || f.calls != 20 {
+		t.Fatalf("21st: %d (handler called %d times)", w.Code, f.calls)
+	}
+	h := w.Header()
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || retry < 1 {
+		t.Fatalf("Retry-After %q", h.Get("Retry-After"))
+	}
+	pol := sfList(t, h, "RateLimit-Policy")
+	it := pol[0].(httpsfv.Item)
+	if it.Value != "per-user" || param(t, it, "q") != 100 || param(t, it, "w") != 60 {
+		t.Fatalf("RateLimit-Policy %q", h.Get("RateLimit-Policy"))
+	}
+	rl := sfList(t, h, "RateLimit")[0].(httpsfv.Item)
+	if rl.Value != "per-user" || param(t, rl, "r") != 0 {
+		t.Fatalf("RateLimit %q", h.Get("RateLimit"))
+	}
+	if tt := param(t, rl, "t"); tt < 1 || int64(retry) < tt {
+		t.Fatalf("Retry-After %d points earlier than t=%d", retry, tt)
+	}
+	if h.Get("Cache-Control") != "no-store" || h.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("Cache-Control %q, Content-Type %q", h.Get("Cache-Control"), h.Get("Content-Type"))
+	}
+	var p map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p["type"] != ProblemQuotaExceeded || p["title"] != "Quota Exceeded" || p["status"] != float64(429) ||
+		p["detail"] != "Limit is 100 requests per minute. Try again in about 1 second." {
+		t.Fatalf("problem %s", w.Body)
+	}
+	if vp, _ := p["violated-policies"].([]any); len(vp) != 1 || vp[0] != "per-user" {
+		t.Fatalf("violated-policies %v", p["violated-policies"])
+	}
+	if strings.Contains(w.Body.String(), "u42") {
+		t.Fatalf("the problem leaks the key: %s", w.Body)
+	}
+}
+
+func TestDetailSaysTheWaitInPlainWords(t *testing.T) {
+	if got := about(20 * time.Second); got != "20 seconds" {
+		t.Fatal(got)
+	}
+	if got := limitWords(sluice.Limit{Rate: 100, Period: time.Minute}); got != "100 requests per minute" {
+		t.Fatal(got)
+	}
+	if got := limitWords(sluice.Limit{Rate: 3, Period: 10 * time.Minute}); got != "3 requests per 10 minutes" {
+		t.Fatal(got)
+	}
+	if got := about(15 * time.Minute); got != "15 minutes" {
+		t.Fatal(got)
+	}
+}
+
+func TestAllowedResponsesCarryHeadersAsConfigured(t *testing.T) {
+	for _, tc := range []struct {
+		mode            HeaderMode
+		legacy          bool
+		first, nearLast bool // headers on the first response, on the 20th
+	}{
+		{HeadersAlways, false, true, true},
+		{HeadersNearLimit, false, false, true},
+		{HeadersNever, false, false, false},
+		{HeadersAlways, true, true, true},
+	} {
+		f := newFixture(t, perUser, Options{AllowedHeaders: tc.mode, LegacyHeaders: tc.legacy})
+		var first, last *httptest.ResponseRecorder
+		for i := range 20 {
+			w := f.do("GET", "/items", "X-User-ID", "u")
+			if i == 0 {
+				first = w
+			}
+			last = w
+		}
+		if got := first.Header().Get("RateLimit") != ""; got != tc.first {
+			t.Errorf("mode %d: headers on the first response: %v", tc.mode, got)
+		}
+		if got := last.Header().Get("RateLimit") != ""; got != tc.nearLast {
+			t.Errorf("mode %d: headers on the 20th response: %v", tc.mode, got)
+		}
+		if tc.nearLast {
+			rl := sfList(t, last.Header(), "RateLimit")[0].(httpsfv.Item)
+			if param(t, rl, "r") != 0 {
+				t.Errorf("20th response: %q", last.Header().Get("RateLimit"))
+			}
+			sfList(t, last.Header(), "RateLimit-Policy")
+		}
+		if got := last.Header().Get("X-RateLimit-Remaining"); (got == "0") != tc.legacy || (tc.legacy && last.Header().Get("X-RateLimit-Limit") != "100") {
+			t.Errorf("legacy headers %v: X-RateLimit-Remaining %q", tc.legacy, got)
+		}
+	}
+}
+
+func TestRetryAfterJitterNeverPointsBeforeT(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [ip], rate: 1, per: 1m}\n", Options{Jitter: 5 * time.Second})
+	f.do("GET", "/")
+	seen := map[string]bool{}
+	for range 50 {
+		w := f.do("GET", "/")
+		rl := sfList(t, w.Header(), "RateLimit")[0].(httpsfv.Item)
+		retry, _ := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+		if tt := param(t, rl, "t"); retry < tt || retry > tt+5 {
+			t.Fatalf("Retry-After %d with t=%d and 5s of jitter", retry, tt)
+		}
+		seen[w.Header().Get("Retry-After")] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("50 rejections all said Retry-After %v: no jitter", seen)
+	}
+}
+
+func TestSeveralRulesAllAppearInThePolicy(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: per-ip, key: [ip], rate: 600, per: 1m}
+  - {id: per-user, key: [user], rate: 2, per: 1s}
+  - {id: trial, key: [user], rate: 1, per: 1h, mode: shadow}
+`, Options{})
+	w := f.do("GET", "/", "X-User-ID", "u")
+	pol := sfList(t, w.Header(), "RateLimit-Policy")
+	if len(pol) != 2 || pol[0].(httpsfv.Item).Value != "per-ip" || pol[1].(httpsfv.Item).Value != "per-user" {
+		t.Fatalf("RateLimit-Policy %q: want per-ip and per-user, and no shadow rule", w.Header().Get("RateLimit-Policy"))
+	}
+	if rl := sfList(t, w.Header(), "RateLimit")[0].(httpsfv.Item); rl.Value != "per-user" || param(t, rl, "r") != 1 {
+		t.Fatalf("RateLimit %q: want the rule closest to exhaustion", w.Header().Get("RateLimit"))
+	}
+}
+
+func TestPenaltyLockoutIsAbnormalUsage(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, key: [ip], rate: 1, per: 1m, penalty: {after: 2, block: 15m}}\n", Options{})
+	for range 3 {
+		f.do("POST", "/login")
+	}
+	w := f.do("POST", "/login")
+	var p Problem
+	json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != 429 || p.Type != ProblemAbnormalUsage || p.Title != "Abnormal Usage Detected" {
+		t.Fatalf("locked: %d %s", w.Code, w.Body)
+	}
+	if retry, _ := strconv.Atoi(w.Header().Get("Retry-After")); retry < 14*60 {
+		t.Fatalf("locked for %d s, want ~15 minutes", retry)
+	}
+}
+
+func TestCountOnChargesAfterTheHandlerWroteItsStatus(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, key: [ip], rate: 2, per: 15m, countOn: {status: [401]}}\n", Options{})
+	for range 5 {
+		if w := f.do("POST", "/login", "X-Test-Status", "200"); w.Code != 200 {
+			t.Fatalf("successful login refused: %d", w.Code)
+		}
+	}
+	for range 2 {
+		f.do("POST", "/login", "X-Test-Status", "401")
+	}
+	if w := f.do("POST", "/login", "X-Test-Status", "200"); w.Code != 429 {
+		t.Fatalf("after two failures: %d, want 429", w.Code)
+	}
+}
+
+func TestLeakyQueueDelaysAndGivesBackCancelledSlots(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: q, key: [ip], rate: 10, per: 1s, burst: 2, algorithm: leaky-queue}\n", Options{MaxDelay: time.Second})
+	f.do("GET", "/") // leaves at once
+	start := time.Now()
+	if w := f.do("GET", "/"); w.Code != 200 || time.Since(start) < 90*time.Millisecond {
+		t.Fatalf("second request: %d after %v, want 200 after its 100ms in the queue", w.Code, time.Since(start))
+	}
+	// The clock stands still: a third request waits 200ms. Cancel it early.
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	r.RemoteAddr = "203.0.113.7:1"
+	done := make(chan struct{})
+	calls := f.calls
+	go func() { f.h.ServeHTTP(httptest.NewRecorder(), r); close(done) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	<-done
+	if f.calls != calls {
+		t.Fatal("a cancelled request reached the handler")
+	}
+	// Its slot came back: the next request waits 200ms again, not 300ms.
+	var state engine.Result
+	f.eng.Check(context.Background(), &rules.Request{Method: "GET", Path: "/", ClientIP: netip.MustParseAddr("203.0.113.7")}, engine.CheckOptions{DryRun: true}, &state)
+	if state.Delay != 200*time.Millisecond {
+		t.Fatalf("after the cancelled wait a new request would wait %v, want 200ms: %+v", state.Delay, state.Statuses)
+	}
+}
+
+func TestDelaysBeyondTheMaximumAreRefused(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: q, key: [ip], rate: 1, per: 1s, burst: 5, algorithm: leaky-queue}\n", Options{MaxDelay: 1500 * time.Millisecond})
+	f.do("GET", "/")
+	f.do("GET", "/") // waits 1s
+	w := f.do("GET", "/")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("a 2s delay with a 1.5s maximum: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+func TestBodyKeysAreReadAndTheBodyRestored(t *testing.T) {
+	cfg, _ := rules.Parse("b.yaml", []byte("rules:\n  - {id: otp, key: [phone], rate: 1, per: 10m}\n"))
+	eng, _ := engine.New(cfg, engine.Options{Store: memory.New()})
+	var got []string
+	h := Middleware(eng, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, string(b))
+	}))
+	body := `{"phone":"8801700000000"}`
+	for i, want := range []int{200, 429} {
+		r := httptest.NewRequest("POST", "/otp", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("OTP %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if len(got) != 1 || got[0] != body {
+		t.Fatalf("handler saw %q: want the whole body once (the second OTP is over the limit)", got)
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	for _, tc := range []struct {
+		name, peer string
+		hdr        map[string]string
+		want       string
+	}{
+		{"socket by default", "198.51.100.1:5", map[string]string{"X-Forwarded-For": "1.2.3.4"}, "198.51.100.1"},
+		{"untrusted peer's header ignored", "198.51.100.1:5", map[string]string{"X-Forwarded-For": "1.2.3.4", "Forwarded": "for=1.2.3.4"}, "198.51.100.1"},
+		{"trusted peer, one hop", "10.0.0.5:5", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"},
+		{"right-most untrusted hop", "10.0.0.5:5", map[string]string{"X-Forwarded-For": "6.6.6.6, 203.0.113.9, 10.1.1.1"}, "203.0.113.9"},
+		{"spoofed left hops do not matter", "10.0.0.5:5", map[string]string{"X-Forwarded-For": "1.1.1.1, 2.2.2.2, 203.0.113.9"}, "203.0.113.9"},
+		{"malformed falls back to the socket", "10.0.0.5:5", map[string]string{"X-Forwarded-For": "203.0.113.9, not-an-ip"}, "10.0.0.5"},
+		{"all trusted: the origin", "10.0.0.5:5", map[string]string{"X-Forwarded-For": "10.9.9.9, 10.1.1.1"}, "10.9.9.9"},
+		{"Forwarded with IPv6 and port", "[fd00::1]:5", map[string]string{"Forwarded": `for=192.0.2.43, for="[2001:db8:cafe::17]:4711";proto=https`}, "2001:db8:cafe::17"},
+		{"Forwarded wins over X-Forwarded-For", "10.0.0.5:5", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.60"},
+		{"obfuscated Forwarded falls back", "10.0.0.5:5", map[string]string{"Forwarded": "for=_hidden"}, "10.0.0.5"},
+		{"no header", "10.0.0.5:5", nil, "10.0.0.5"},
+		{"IPv4-mapped peer", "[::ffff:10.0.0.5]:5", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.peer
+		for k, v := range tc.hdr {
+			r.Header.Set(k, v)
+		}
+		if got := ClientIP(r, trusted); got.String() != tc.want {
+			t.Errorf("%s: %v, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestStoreDownFailClosedIs503(t *testing.T) {
+	cfg, _ := rules.Parse("c.yaml", []byte("rules:\n  - {id: otp, key: [ip], rate: 3, per: 10m, failMode: closed}\n"))
+	eng, _ := engine.New(cfg, engine.Options{Store: downStore{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w := httptest.NewRecorder()
+	Middleware(eng, Options{})(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("POST", "/otp", nil))
+	var p Problem
+	json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != 503 || p.Type != ProblemReducedCapacity || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if strings.Contains(w.Body.String(), "connection refused") {
+		t.Fatalf("store error leaked: %s", w.Body)
+	}
+}
+
+type downStore struct{}
+
+func (downStore) Take(context.Context, []sluice.Take, []sluice.Decision) error {
+	return &net_OpError{}
+}
+
+type net_OpError struct{}
+
+func (*net_OpError) Error() string { return "dial tcp 127.0.0.1:6379: connect: connection refused" }
+
+func BenchmarkBareHandler(b *testing.B) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	r := httptest.NewRequest("GET", "/items", nil)
+	r.Header.Set("X-User-ID", "u42")
+	w := httptest.NewRecorder()
+	for b.Loop() {
+		h.ServeHTTP(w, r)
+	}
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	f := newFixture(b, "rules:\n  - {id: per-user, key: [user], rate: 1000000000, per: 1s}\n  - {id: per-ip, key: [ip], rate: 1000000000, per: 1s}\n", Options{})
+	r := httptest.NewRequest("GET", "/items", nil)
+	r.Header.Set("X-User-ID", "u42")
+	w := httptest.NewRecorder()
+	for b.Loop() {
+		f.clock.Advance(time.Microsecond)
+		clear(w.Header())
+		f.h.ServeHTTP(w, r)
+	}
+}

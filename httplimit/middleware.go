@@ -1,0 +1,243 @@
+package httplimit
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// HeaderMode says when allowed responses carry the RateLimit fields.
+type HeaderMode uint8
+
+// The header modes.
+const (
+	// HeadersAlways sends RateLimit-Policy and RateLimit on every allowed
+	// response (the default), so clients can slow down early.
+	HeadersAlways HeaderMode = iota
+	// HeadersNearLimit sends them only when the tightest rule has at most
+	// NearLimit of its quota left.
+	HeadersNearLimit
+	// HeadersNever sends them on rejections only.
+	HeadersNever
+)
+
+// Options configure the middleware.
+type Options struct {
+	// AllowedHeaders says when allowed responses carry RateLimit fields.
+	AllowedHeaders HeaderMode
+	// NearLimit is the share of a rule's quota under which HeadersNearLimit
+	// starts sending headers (default 0.2).
+	NearLimit float64
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until the key is back to full), on every
+	// response that carries RateLimit fields.
+	LegacyHeaders bool
+	// Jitter adds up to this much, at random, to Retry-After, so rejected
+	// clients do not all come back at once. Retry-After never points
+	// earlier than the RateLimit field's t.
+	Jitter time.Duration
+	// MaxDelay is the longest a leaky-queue rule may hold a request
+	// (default 10s); a longer delay is refused with 429 and its units given
+	// back.
+	MaxDelay time.Duration
+	// TrustedProxies are the peers whose forwarding headers are believed.
+	// Default: the rule file's trustedProxies.
+	TrustedProxies []netip.Prefix
+	// OnReject, if set, writes the rejection instead of the problem+json
+	// body. Retry-After and the RateLimit fields are already set.
+	OnReject func(w http.ResponseWriter, r *http.Request, res *engine.Result)
+}
+
+// Limiter is the middleware: an http.Handler wrapper built from an engine.
+type Limiter struct {
+	e    *engine.Engine
+	o    Options
+	pool sync.Pool // of *state
+}
+
+type state struct {
+	res engine.Result
+	req rules.Request
+	buf []byte
+}
+
+// New returns the middleware for e.
+func New(e *engine.Engine, o Options) *Limiter {
+	if o.NearLimit <= 0 {
+		o.NearLimit = 0.2
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 10 * time.Second
+	}
+	return &Limiter{e: e, o: o, pool: sync.Pool{New: func() any { return new(state) }}}
+}
+
+// Middleware returns New(e, o).Handler, the func(http.Handler) http.Handler
+// form routers expect.
+func Middleware(e *engine.Engine, o Options) func(http.Handler) http.Handler {
+	return New(e, o).Handler
+}
+
+// Handler wraps next: each request is checked before next sees it.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	st := l.pool.Get().(*state)
+	defer l.pool.Put(st)
+	cfg := l.e.Config()
+	trusted := l.o.TrustedProxies
+	if trusted == nil {
+		trusted = cfg.TrustedProxies
+	}
+	st.req = rules.Request{
+		Method: r.Method, Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery,
+		ClientIP: ClientIP(r, trusted), Header: r.Header,
+	}
+	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
+		st.req.Body = readBody(r)
+	}
+	res := &st.res
+	l.e.Check(r.Context(), &st.req, engine.CheckOptions{}, res)
+	st.req = rules.Request{} // drop the request's references before pooling
+
+	if !res.Allowed {
+		l.reject(w, r, res, st)
+		return
+	}
+	if res.Delay > 0 && !l.wait(w, r, res, st) {
+		return
+	}
+	if l.sendAllowedHeaders(res) {
+		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf)
+	}
+	if !hasCharges(res) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	l.e.Charge(context.WithoutCancel(r.Context()), res, sw.status) // charged even if the client left
+}
+
+// wait holds a request a leaky-queue rule delays. It reports false, after
+// answering or giving the units back, when the request must not go on.
+func (l *Limiter) wait(w http.ResponseWriter, r *http.Request, res *engine.Result, st *state) bool {
+	if res.Delay > l.o.MaxDelay {
+		l.e.Refund(r.Context(), res)
+		res.Allowed = false
+		res.Decision.Allowed = false
+		res.Decision.RetryAfter = res.Delay - l.o.MaxDelay
+		l.reject(w, r, res, st)
+		return false
+	}
+	t := time.NewTimer(res.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		// The client gave up: its slot goes back, though its context is done.
+		l.e.Refund(context.WithoutCancel(r.Context()), res)
+		return false
+	}
+}
+
+func (l *Limiter) sendAllowedHeaders(res *engine.Result) bool {
+	switch l.o.AllowedHeaders {
+	case HeadersNever:
+		return false
+	case HeadersNearLimit:
+		d := &res.Decision
+		return d.Rule != "" && float64(d.Remaining) <= l.o.NearLimit*float64(d.Limit.Capacity())
+	}
+	return res.Decision.Rule != ""
+}
+
+// reject writes the refusal: headers by the book, then the problem (or the
+// caller's OnReject).
+func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, res *engine.Result, st *state) {
+	h := w.Header()
+	d := &res.Decision
+	var t int64
+	if d.RetryAfter > 0 {
+		t = seconds(d.RetryAfter, 1)
+		retry := t
+		if l.o.Jitter > 0 {
+			retry += seconds(time.Duration(rand.Int64N(int64(l.o.Jitter)+1)), 0)
+		}
+		h[headerRetryAfter] = []string{strconv.FormatInt(clamp(retry), 10)}
+	}
+	st.buf = setHeaders(h, res, l.o.LegacyHeaders, t, st.buf)
+	h["Cache-Control"] = []string{"no-store"}
+	if l.o.OnReject != nil {
+		l.o.OnReject(w, r, res)
+		return
+	}
+	writeProblem(w, problemFor(res))
+}
+
+func hasCharges(res *engine.Result) bool {
+	for i := range res.Statuses {
+		if res.Statuses[i].Charging() {
+			return true
+		}
+	}
+	return false
+}
+
+// readBody reads up to rules.MaxBodyBytes of r's body for body key sources
+// and puts it back in front of the rest, so the handler reads it all.
+func readBody(r *http.Request) []byte {
+	var buf bytes.Buffer
+	n, err := io.CopyN(&buf, r.Body, rules.MaxBodyBytes)
+	rest := r.Body
+	r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), rest), Closer: rest}
+	if err != nil && err != io.EOF || n == 0 {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+type replayBody struct {
+	io.Reader
+	io.Closer
+}
+
+// statusWriter remembers the status the handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,119 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Problem types registered by the RateLimit header draft.
+const (
+	ProblemQuotaExceeded    = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	ProblemAbnormalUsage    = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
+	ProblemReducedCapacity  = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	problemContentType      = "application/problem+json"
+	titleQuotaExceeded      = "Quota Exceeded"
+	titleAbnormalUsage      = "Abnormal Usage Detected"
+	titleReducedCapacity    = "Temporary Reduced Capacity"
+	titleMissingKey         = "Missing Rate-Limit Key"
+	detailNeverAdmissible   = "This request costs more than the limit allows at once; it can never pass."
+	detailReducedCapacityFn = "The service cannot count requests for this limit right now. Try again in about %s."
+)
+
+// Problem is an RFC 9457 problem details object, with the RateLimit draft's
+// violated-policies extension.
+type Problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// problemFor describes a rejection. It names the rules that rejected the
+// request and nothing else: no store error, no key, no other rule.
+func problemFor(res *engine.Result) *Problem {
+	d := &res.Decision
+	p := &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: http.StatusTooManyRequests}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if !st.Shadow && !st.Allowed && !contains(p.ViolatedPolicies, st.Rule) {
+			p.ViolatedPolicies = append(p.ViolatedPolicies, st.Rule)
+		}
+	}
+	switch d.Reason {
+	case sluice.ReasonLocked:
+		p.Type, p.Title = ProblemAbnormalUsage, titleAbnormalUsage
+		p.Detail = fmt.Sprintf("Too many rejected requests: access is suspended. Try again in about %s.", about(d.RetryAfter))
+	case sluice.ReasonUnavailable:
+		p.Type, p.Title, p.Status = ProblemReducedCapacity, titleReducedCapacity, http.StatusServiceUnavailable
+		p.Detail = fmt.Sprintf(detailReducedCapacityFn, about(d.RetryAfter))
+	case sluice.ReasonMissingKey:
+		p.Type, p.Title, p.Status = "about:blank", titleMissingKey, http.StatusBadRequest
+		p.Detail = fmt.Sprintf("This request lacks what the %q limit counts by.", d.Rule)
+	case sluice.ReasonTooLarge:
+		p.Detail = detailNeverAdmissible
+	default:
+		p.Detail = fmt.Sprintf("Limit is %s. Try again in about %s.", limitWords(d.Limit), about(d.RetryAfter))
+	}
+	return p
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// limitWords writes a limit as "100 requests per minute".
+func limitWords(l sluice.Limit) string {
+	unit := "requests"
+	if l.Rate == 1 {
+		unit = "request"
+	}
+	return fmt.Sprintf("%d %s per %s", l.Rate, unit, periodWords(l.Period))
+}
+
+func periodWords(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "day"}, {time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}} {
+		if d%u.d == 0 {
+			if n := d / u.d; n != 1 {
+				return fmt.Sprintf("%d %ss", n, u.name)
+			}
+			return u.name
+		}
+	}
+	return d.String()
+}
+
+// about writes a wait in round words: "20 seconds", "3 minutes".
+func about(d time.Duration) string {
+	s := seconds(d, 1)
+	switch {
+	case s == 1:
+		return "1 second"
+	case s < 120:
+		return fmt.Sprintf("%d seconds", s)
+	case s < 2*3600:
+		return fmt.Sprintf("%d minutes", (s+59)/60)
+	}
+	return fmt.Sprintf("%d hours", (s+3599)/3600)
+}
+
+func writeProblem(w http.ResponseWriter, p *Problem) {
+	body, _ := json.Marshal(p)
+	h := w.Header()
+	h["Content-Type"] = []string{problemContentType}
+	w.WriteHeader(p.Status)
+	w.Write(append(body, '\n'))
+}
