@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -34,16 +35,37 @@ func clamp(n int64) int64 { return max(0, min(n, maxSFInteger)) }
 // appendPolicy appends one RateLimit-Policy member: the rule as its author
 // wrote it, "id";q=<rate>;w=<period in seconds>.
 func appendPolicy(b []byte, rule string, l sluice.Limit) []byte {
-	b = strconv.AppendQuote(b, rule) // ids are [A-Za-z0-9._-]: a valid sf-String
+	b = appendName(b, rule)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, clamp(l.Rate), 10)
 	b = append(b, ";w="...)
 	return strconv.AppendInt(b, seconds(l.Period, 1), 10)
 }
 
+// appendName appends a rule id as an sf-String. Ids are validated to
+// [A-Za-z0-9._-], which needs no escaping.
+func appendName(b []byte, rule string) []byte {
+	b = append(b, '"')
+	b = append(b, rule...)
+	return append(b, '"')
+}
+
+// policyCache remembers the last RateLimit-Policy value: policies are stable
+// across responses, so most requests reuse it instead of allocating a string.
+type policyCache struct{ last atomic.Pointer[string] }
+
+func (c *policyCache) value(b []byte) string {
+	if p := c.last.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	v := string(b)
+	c.last.Store(&v)
+	return v
+}
+
 // setHeaders writes the RateLimit fields (and the legacy ones, if asked) for
 // a result. t, in whole seconds, is given only when the client has to wait.
-func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []byte) []byte {
+func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []byte, cache *policyCache) []byte {
 	buf = buf[:0]
 	seen := 0
 	for i := range res.Statuses {
@@ -60,10 +82,10 @@ func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []b
 	if seen == 0 {
 		return buf
 	}
-	h[headerPolicy] = []string{string(buf)}
+	h[headerPolicy] = []string{cache.value(buf)}
 	d := &res.Decision
 	buf = buf[:0]
-	buf = strconv.AppendQuote(buf, d.Rule)
+	buf = appendName(buf, d.Rule)
 	buf = append(buf, ";r="...)
 	buf = strconv.AppendInt(buf, clamp(d.Remaining), 10)
 	if t > 0 {

@@ -59,9 +59,10 @@ type Options struct {
 
 // Limiter is the middleware: an http.Handler wrapper built from an engine.
 type Limiter struct {
-	e    *engine.Engine
-	o    Options
-	pool sync.Pool // of *state
+	e        *engine.Engine
+	o        Options
+	pool     sync.Pool // of *state
+	policies policyCache
 }
 
 type state struct {
@@ -121,7 +122,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	if l.sendAllowedHeaders(res) {
-		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf)
+		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf, &l.policies)
 	}
 	if !hasCharges(res) {
 		next.ServeHTTP(w, r)
@@ -183,7 +184,7 @@ func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, res *engine.Res
 		}
 		h[headerRetryAfter] = []string{strconv.FormatInt(clamp(retry), 10)}
 	}
-	st.buf = setHeaders(h, res, l.o.LegacyHeaders, t, st.buf)
+	st.buf = setHeaders(h, res, l.o.LegacyHeaders, t, st.buf, &l.policies)
 	h["Cache-Control"] = []string{"no-store"}
 	if l.o.OnReject != nil {
 		l.o.OnReject(w, r, res)
