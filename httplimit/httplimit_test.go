@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -399,5 +400,51 @@ func BenchmarkMiddleware(b *testing.B) {
 		f.clock.Advance(time.Microsecond)
 		clear(w.Header())
 		f.h.ServeHTTP(w, r)
+	}
+}
+
+// Every field sluice emits parses as a structured field: the lists as lists,
+// the integers as items.
+func TestEveryEmittedHeaderParsesAsAStructuredField(t *testing.T) {
+	f := newFixture(t, perUser, Options{LegacyHeaders: true, Jitter: time.Second})
+	var last *httptest.ResponseRecorder
+	for range 22 {
+		last = f.do("GET", "/", "X-User-ID", "u")
+	}
+	h := last.Header()
+	for _, name := range []string{"Ratelimit-Policy", "Ratelimit"} {
+		sfList(t, h, name)
+	}
+	for _, name := range []string{"Retry-After", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+		it, err := httpsfv.UnmarshalItem(h.Values(name))
+		if err != nil {
+			t.Fatalf("%s: %q: %v", name, h.Values(name), err)
+		}
+		if n, ok := it.Value.(int64); !ok || n < 0 {
+			t.Fatalf("%s: %v is not a non-negative integer", name, it.Value)
+		}
+	}
+}
+
+func TestWorksWithTheStandardMux(t *testing.T) {
+	cfg, _ := rules.Parse("m.yaml", []byte("rules:\n  - {id: users, match: {method: GET, path: \"/users/{id}\"}, key: [route, ip], rate: 1, per: 1m}\n"))
+	eng, _ := engine.New(cfg, engine.Options{Store: memory.New()})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.PathValue("id")) })
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	srv := httptest.NewServer(Middleware(eng, Options{})(mux))
+	defer srv.Close()
+	codes := []int{}
+	for _, path := range []string{"/users/1", "/users/2", "/health", "/health"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	// One route per client: /users/2 shares /users/1's count; /health is not limited.
+	if fmt.Sprint(codes) != "[200 429 200 200]" {
+		t.Fatalf("codes %v", codes)
 	}
 }
