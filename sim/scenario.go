@@ -17,6 +17,10 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	s := []Scenario{
 		{"gcra-vs-token-bucket", "GCRA and a token bucket side by side on SPEC §3's example: they agree", GCRAVsTokenBucket},
+		{"token-vs-leaky", "the same traffic through a token bucket and a leaky queue, second by second", TokenVsLeaky},
+		{"windows", "fixed window, sliding log and sliding window counter at window boundaries", Windows},
+		{"race", "two gateways, one remote counter: non-atomic methods vs atomic ones", Race},
+		{"shared-vs-local", "one shared store vs a store per server", SharedVsLocal},
 	}
 	slices.SortFunc(s, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
 	return s

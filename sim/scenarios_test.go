@@ -1,0 +1,80 @@
+package sim
+
+import "testing"
+
+func TestSharedStoreAdmitsFiveLocalStoresAdmitAll(t *testing.T) {
+	rep, err := SharedVsLocal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rep.JSON.(*SharedVsLocalResult)
+	for i := range 8 {
+		if res.Shared[i] != (i < 5) || !res.Local[i] {
+			t.Fatalf("request %d: shared %v, local %v; want shared to admit only the first 5, local all", i, res.Shared[i], res.Local[i])
+		}
+	}
+}
+
+func TestTokenVsLeakyShapesTheBursts(t *testing.T) {
+	rep, err := TokenVsLeaky()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rep.JSON.(TokenVsLeakyResult)
+	total := 0
+	for _, s := range res.Seconds {
+		total += s.In
+		if s.TokenBucket.Allowed+s.TokenBucket.Rejected != s.In || s.LeakyQueue.Allowed+s.LeakyQueue.Rejected != s.In {
+			t.Fatalf("second %d does not add up: %+v", s.Second, s)
+		}
+		if s.LeakyQueue.Sent > 10 {
+			t.Fatalf("second %d: the queue sent %d, more than its rate", s.Second, s.LeakyQueue.Sent)
+		}
+		if s.TokenBucket.Allowed > 20+10 {
+			t.Fatalf("second %d: the token bucket allowed %d, over b + r*1s", s.Second, s.TokenBucket.Allowed)
+		}
+	}
+	if total != len(tokenVsLeakyArrivals()) || res.MaxAllowedPerSecond.TokenBucket <= res.MaxAllowedPerSecond.LeakyQueue {
+		t.Fatalf("the bucket should pass bursts that the queue smooths: %+v", res.MaxAllowedPerSecond)
+	}
+	if res.LongestWaitMs <= 0 || res.LongestWaitMs > 2100 {
+		t.Fatalf("longest wait %d ms: a queue of 20 at 10/s waits at most ~2 s", res.LongestWaitMs)
+	}
+}
+
+func TestWindowsShowTheBoundaryEffect(t *testing.T) {
+	rep, err := Windows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rep.JSON.(*WindowsResult).Cases[0]
+	if a.FixedWindow != [2]int{100, 100} || a.SlidingLog != [2]int{100, 0} {
+		t.Fatalf("case A: fixed %v, log %v; want 100+100 (2x at the boundary) and 100+0", a.FixedWindow, a.SlidingLog)
+	}
+	if a.SlidingWindow[0] != 100 || a.SlidingWindow[1] > 10 {
+		t.Fatalf("case A: sliding window %v; want 100 then only a few", a.SlidingWindow)
+	}
+	b := rep.JSON.(*WindowsResult).Cases[1]
+	if b.SlidingLog != [2]int{100, 100} {
+		t.Fatalf("case B: the log must admit both bursts 89 s apart: %v", b.SlidingLog)
+	}
+}
+
+func TestRaceOnlyAtomicMethodsHoldTheLimit(t *testing.T) {
+	rep, err := Race()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rep.JSON.(*RaceResult).Methods {
+		atomic := m.Method == "sluice" || m.Method == "atomic-incr (remote model)"
+		if atomic && (m.Admitted != 100 || m.OverLimit != 0) {
+			t.Fatalf("%s admitted %d, want exactly 100", m.Method, m.Admitted)
+		}
+		if !atomic && m.Admitted <= 100 {
+			t.Fatalf("%s admitted %d: the race should let more than 100 through", m.Method, m.Admitted)
+		}
+		if m.PerNode["A"]+m.PerNode["B"] != m.Admitted {
+			t.Fatalf("%s: per-node counts do not add up: %+v", m.Method, m)
+		}
+	}
+}
