@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,11 @@ type Status struct {
 	charge int64 // units a countOn rule will charge after the response
 	taken  int64 // units the check took, which Refund gives back
 }
+
+// Key returns the key the rule counted the request under (a copy: the
+// result's buffers are reused by the next check). Hashed key sources appear
+// as their digest.
+func (st *Status) Key() string { return strings.Clone(st.key) }
 
 // Charging reports whether the rule will be charged after the response
 // (a countOn rule): the caller must then call Engine.Charge.

@@ -1,6 +1,7 @@
 // Command sluice is the sluice rate limiter as a program.
 //
 //	sluice check FILE...
+//	sluice replay --config RULES ACCESS_LOG
 //	sluice simulate SCENARIO [--format table|json|csv]
 //	sluice version
 package main
@@ -25,7 +26,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"check", "validate rule files and describe their rules", runCheck},
-		{"simulate", "run a built-in scenario through the real algorithms", runSimulate},
+		{"replay", "replay an access log through rules: what would they reject?", runReplay},
+		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"version", "print the version", runVersion},
 	}
 }
