@@ -86,7 +86,7 @@ func parseCombined(line []byte) (LogRecord, error) {
 	if len(parts) < 2 || parts[1][0] != '/' {
 		return r, errMalformed
 	}
-	r.Method = string(parts[0])
+	r.Method = method(parts[0])
 	target := string(parts[1])
 	r.Path, r.RawQuery, _ = strings.Cut(target, "?")
 	rest = bytes.TrimLeft(rest, " ")
@@ -187,4 +187,14 @@ func parseJSONLine(line []byte) (LogRecord, error) {
 		}
 	}
 	return r, nil
+}
+
+// method returns the request method, without allocating for the usual ones.
+func method(b []byte) string {
+	for _, m := range [...]string{"GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"} {
+		if string(b) == m {
+			return m
+		}
+	}
+	return string(b)
 }

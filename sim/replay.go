@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,10 @@ func Replay(r io.Reader, cfg *rules.Config, o ReplayOptions) (*ReplayResult, err
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(recs, func(a, b LogRecord) int { return a.Time.Compare(b.Time) })
+	byTime := func(a, b LogRecord) int { return a.Time.Compare(b.Time) }
+	if !slices.IsSortedFunc(recs, byTime) { // most logs are in order already
+		slices.SortStableFunc(recs, byTime)
+	}
 	res.Requests = len(recs)
 	if len(recs) > 0 {
 		res.From, res.To = recs[0].Time, recs[len(recs)-1].Time
@@ -156,6 +160,13 @@ func readLog(r io.Reader, res *ReplayResult, progress func(int64)) ([]LogRecord,
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	var recs []LogRecord
+	if s, ok := r.(interface{ Size() int64 }); ok { // *bytes.Reader, *strings.Reader
+		recs = make([]LogRecord, 0, s.Size()/100)
+	} else if f, ok := r.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if info, err := f.Stat(); err == nil && info.Mode().IsRegular() {
+			recs = make([]LogRecord, 0, info.Size()/100)
+		}
+	}
 	var read int64
 	for sc.Scan() {
 		res.Lines++
