@@ -1,6 +1,7 @@
 // Command sluice is the sluice rate limiter as a program.
 //
 //	sluice check FILE...
+//	sluice estimate --keys 10M --limit 100/1m [--active 5%]
 //	sluice replay --config RULES ACCESS_LOG
 //	sluice simulate SCENARIO [--format table|json|csv]
 //	sluice version
@@ -26,6 +27,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"check", "validate rule files and describe their rules", runCheck},
+		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"version", "print the version", runVersion},

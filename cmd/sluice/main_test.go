@@ -58,3 +58,23 @@ func TestCheckDescribesGoodFilesAndListsEveryFault(t *testing.T) {
 		t.Fatalf("bad file: exit %d, stderr:\n%s", code, errs)
 	}
 }
+
+func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
+	code, out, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
+	var rep struct {
+		Requests, Malformed int
+		Rules               []struct{ Rule string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Requests != 9 || rep.Malformed != 1 || len(rep.Rules) != 6 {
+		t.Fatalf("replay: exit %d, %s\n%s", code, out, errs)
+	}
+	code, out, errs = runCLI("estimate", "--keys", "1M", "--limit", "100/1m", "--active", "5%")
+	if code != 0 || !strings.Contains(out, "50k active keys") || !strings.Contains(out, "sliding-log") {
+		t.Fatalf("estimate: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, args := range [][]string{{"replay", "x.log"}, {"replay", "--config", "../../examples/shop.yaml", "missing.log"}, {"estimate", "--keys", "x", "--limit", "1/1s"}, {"estimate", "--keys", "1M"}} {
+		if code, _, _ := runCLI(args...); code == 0 {
+			t.Errorf("sluice %v succeeded", args)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// SPEC §4's reference: 10 million users at 64 B of key overhead each is
+// 720 MB for GCRA and 8.64 GB for a sliding log of 100 per window.
+func TestEstimateReproducesTheReferenceTable(t *testing.T) {
+	rep, err := Estimate(EstimateSpec{Keys: 10_000_000, Active: 1, Limit: sluice.Limit{Rate: 100, Period: time.Minute}, Sample: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]EstimateRow{}
+	for _, r := range rep.JSON.(*EstimateResult).Rows {
+		rows[r.Algorithm] = r
+	}
+	if got := rows["gcra"].ReferenceBytes; got != 720_000_000 {
+		t.Fatalf("gcra reference %d, want 720 MB", got)
+	}
+	if got := rows["sliding-log"].ReferenceBytes; got != 8_640_000_000 {
+		t.Fatalf("sliding-log reference %d, want 8.64 GB", got)
+	}
+	if m := rows["gcra"].MeasuredPerKey; m <= 0 || m > 72 {
+		t.Fatalf("gcra measured %.1f B/key: sluice must beat the reference's 72 B", m)
+	}
+	if m := rows["sliding-log"].MeasuredPerKey; m < 800 {
+		t.Fatalf("a full sliding log of 100 measured %.1f B/key, less than its 800 B of timestamps", m)
+	}
+}
+
+func TestParseCount(t *testing.T) {
+	for in, want := range map[string]int64{"10M": 10_000_000, "1.5k": 1500, "250000": 250000, "2G": 2_000_000_000} {
+		if got, err := ParseCount(in); err != nil || got != want {
+			t.Errorf("ParseCount(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "x", "-5", "0", "1e20"} {
+		if _, err := ParseCount(bad); err == nil {
+			t.Errorf("ParseCount(%q) accepted", bad)
+		}
+	}
+}
