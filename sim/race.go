@@ -81,7 +81,7 @@ func Race() (*Report, error) {
 		m.FinalCounter = counter
 		return m
 	}
-	getThenSet := model("get-then-set (remote model)",
+	getThenSet := model("get-then-set",
 		func(c *int, read []int, i int) bool { read[i] = *c; return false },
 		func(c *int, read []int, i int) bool {
 			if read[i] >= limit {
@@ -90,7 +90,7 @@ func Race() (*Report, error) {
 			*c = read[i] + 1
 			return true
 		})
-	getThenIncr := model("get-then-incr (remote model)",
+	getThenIncr := model("get-then-incr",
 		func(c *int, read []int, i int) bool { read[i] = *c; return false },
 		func(c *int, read []int, i int) bool {
 			if read[i] >= limit {
@@ -99,7 +99,7 @@ func Race() (*Report, error) {
 			*c++
 			return true
 		})
-	atomicIncr := model("atomic-incr (remote model)",
+	atomicIncr := model("atomic-incr",
 		func(c *int, _ []int, _ int) bool { *c++; return *c <= limit }, nil)
 
 	lim, clock, err := newLimiter("race", sluice.Limit{Rate: limit, Period: time.Hour, Algorithm: sluice.FixedWindow})
@@ -129,7 +129,11 @@ func Race() (*Report, error) {
 	for i := range res.Methods {
 		m := &res.Methods[i]
 		m.OverLimit = max(0, m.Admitted-limit)
-		rep.Rows = append(rep.Rows, []string{m.Method, strconv.Itoa(m.Admitted), strconv.Itoa(m.OverLimit),
+		name := m.Method
+		if name != "sluice" {
+			name += " (remote store model)"
+		}
+		rep.Rows = append(rep.Rows, []string{name, strconv.Itoa(m.Admitted), strconv.Itoa(m.OverLimit),
 			strconv.Itoa(m.FinalCounter), strconv.Itoa(m.PerNode["A"]), strconv.Itoa(m.PerNode["B"])})
 	}
 	rep.Notes = append(rep.Notes, "The remote models replay reads and writes in time order; sluice is the real embedded store, one atomic take per request.")

@@ -66,7 +66,7 @@ func TestRaceOnlyAtomicMethodsHoldTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range rep.JSON.(*RaceResult).Methods {
-		atomic := m.Method == "sluice" || m.Method == "atomic-incr (remote model)"
+		atomic := m.Method == "sluice" || m.Method == "atomic-incr"
 		if atomic && (m.Admitted != 100 || m.OverLimit != 0) {
 			t.Fatalf("%s admitted %d, want exactly 100", m.Method, m.Admitted)
 		}
