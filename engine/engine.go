@@ -34,6 +34,10 @@ type Options struct {
 	OnBreakerChange func(from, to string)
 	// Logger receives reload and breaker events (default slog.Default()).
 	Logger *slog.Logger
+	// OnStoreCall, if set, is told how long each call to a blocking store
+	// took and how it ended (nil, a store error, a deadline, ErrBreakerOpen):
+	// for metrics.
+	OnStoreCall func(d time.Duration, err error)
 }
 
 // Engine evaluates requests against the current rule set. It is safe for
@@ -45,6 +49,7 @@ type Engine struct {
 	local    bool
 	breaker  *gobreaker.CircuitBreaker[struct{}]
 	log      *slog.Logger
+	onCall   func(time.Duration, error)
 	set      atomic.Pointer[ruleSet]
 	reloads  [2]atomic.Uint64 // ok, failed
 }
@@ -60,7 +65,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, fallback: o.Fallback, timeout: o.StoreTimeout, log: o.Logger}
+	e := &Engine{store: o.Store, fallback: o.Fallback, timeout: o.StoreTimeout, log: o.Logger, onCall: o.OnStoreCall}
 	if e.timeout <= 0 {
 		e.timeout = 5 * time.Millisecond
 	}
@@ -397,13 +402,91 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 	if e.local {
 		return e.store.Take(ctx, takes, out)
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	_, err := e.breaker.Execute(func() (struct{}, error) {
 		return struct{}{}, e.store.Take(ctx, takes, out)
 	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return ErrBreakerOpen
+		err = ErrBreakerOpen
+	}
+	if e.onCall != nil {
+		e.onCall(time.Since(start), err)
 	}
 	return err
 }
+
+// ErrNoRule is returned for a rule id the rule set does not have.
+var ErrNoRule = errors.New("engine: no such rule")
+
+// Inspect returns the state of key under rule, without consuming anything:
+// an operator's view of one client. key is the rule's key as the engine
+// builds it (see rules.Rule.AppendKey): the value itself for a one-source
+// key.
+func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decision, bool, error) {
+	r := e.set.Load().find(ruleID)
+	if r == nil {
+		return sluice.Decision{}, false, ErrNoRule
+	}
+	out := make([]sluice.Decision, 1)
+	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.Limit}}, out); err != nil {
+		return sluice.Decision{}, false, err
+	}
+	locked := false
+	if r.Penalty != nil {
+		lk := make([]sluice.Decision, 1)
+		if e.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil {
+			locked = lk[0].Remaining == 0
+		}
+	}
+	return out[0], locked, nil
+}
+
+// Forgetter is implemented by stores that can drop one key's state, such as
+// the embedded store.
+type Forgetter interface {
+	Forget(rule, key string) bool
+}
+
+// ErrCannotReset is returned by Reset when the store cannot drop state.
+var ErrCannotReset = errors.New("engine: the store cannot reset a key")
+
+// Reset drops key's state under rule, its penalty lock and rejection count
+// and its fallback count: the key starts fresh ("unlock this user").
+func (e *Engine) Reset(ruleID, key string) (bool, error) {
+	r := e.set.Load().find(ruleID)
+	if r == nil {
+		return false, ErrNoRule
+	}
+	f, ok := e.store.(Forgetter)
+	if !ok {
+		return false, ErrCannotReset
+	}
+	found := f.Forget(r.ID, key)
+	if r.Penalty != nil {
+		found = f.Forget(r.lockID, key) || found
+		found = f.Forget(r.rejectsID, key) || found
+	}
+	if fb, ok := e.fallback.(Forgetter); ok {
+		fb.Forget(r.fallbackID, key)
+	}
+	return found, nil
+}
+
+func (rs *ruleSet) find(id string) *rule {
+	for _, r := range rs.rules {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// Ping checks that the store answers: one peek on a key of its own.
+func (e *Engine) Ping(ctx context.Context) error {
+	var out [1]sluice.Decision
+	return e.call(ctx, []sluice.Take{{Rule: "sluice#ping", Key: "ping", Limit: pingLimit}}, out[:])
+}
+
+var pingLimit = sluice.Limit{Rate: 1, Period: time.Second}

@@ -377,7 +377,7 @@ func TestWatchFileReloadsOnChange(t *testing.T) {
 	e, _ := New(c, Options{Store: memory.New(), Logger: quiet})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go e.WatchFile(ctx, path, 5*time.Millisecond)
+	go e.WatchFile(ctx, 5*time.Millisecond, path)
 	time.Sleep(20 * time.Millisecond)
 	os.WriteFile(path, []byte("rules:\n  - {id: z, key: [user], rate: 3, per: 1h}\n"), 0o600)
 	deadline := time.Now().Add(10 * time.Second)
@@ -476,7 +476,7 @@ func TestSIGHUPReloadsAndABadFileKeepsTheOldRules(t *testing.T) {
 	guard := make(chan os.Signal, 16)
 	signal.Notify(guard, syscall.SIGHUP)
 	defer signal.Stop(guard)
-	go e.ReloadOnSignal(ctx, path)
+	go e.ReloadOnSignal(ctx, []string{path})
 	waitFor := func(what string, cond func() bool) {
 		deadline := time.Now().Add(10 * time.Second)
 		for !cond() {
@@ -507,5 +507,29 @@ func TestRefundGivesBackWhatACheckTook(t *testing.T) {
 	f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
 	if !res.Allowed || res.Statuses[0].Remaining != 1 {
 		t.Fatalf("after two refunded checks: %+v", res.Statuses)
+	}
+}
+
+func TestInspectAndResetAKey(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, key: [user], rate: 2, per: 1h, penalty: {after: 1, block: 1h}}\n", Options{})
+	for range 3 {
+		f.check(t, userReq("u42"))
+	}
+	d, locked, err := f.e.Inspect(context.Background(), "login", "u42")
+	if err != nil || d.Remaining != 0 || !locked {
+		t.Fatalf("inspect: %+v locked=%v %v", d, locked, err)
+	}
+	if _, err := f.e.Reset("login", "u42"); err == nil {
+		t.Fatal("the faulty wrapper cannot forget, yet Reset succeeded")
+	}
+	e, _ := New(f.e.Config(), Options{Store: f.mem, Logger: quiet})
+	if found, err := e.Reset("login", "u42"); err != nil || !found {
+		t.Fatalf("reset: %v %v", found, err)
+	}
+	if res := f.check(t, userReq("u42")); !res.Allowed {
+		t.Fatalf("after a reset: %+v", res.Decision)
+	}
+	if _, _, err := f.e.Inspect(context.Background(), "nope", "u42"); !errors.Is(err, ErrNoRule) {
+		t.Fatalf("unknown rule: %v", err)
 	}
 }

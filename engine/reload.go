@@ -37,29 +37,34 @@ func copyCounters(dst, src *counters) {
 	dst.skipped.Store(src.skipped.Load())
 	dst.locked.Store(src.locked.Load())
 	dst.charged.Store(src.charged.Load())
+	dst.nearLimit.Store(src.nearLimit.Load())
 }
 
-// ReloadFile loads path and serves it. An invalid file is refused: the error
-// is logged and returned, and the current rules keep serving.
-func (e *Engine) ReloadFile(path string) error {
-	cfg, err := rules.Load(path)
+// ReloadFile loads the rule files at paths (their rules apply together) and
+// serves them. An invalid file is refused: the error is logged and returned,
+// and the current rules keep serving.
+func (e *Engine) ReloadFile(paths ...string) error {
+	cfg, err := rules.LoadAll(paths...)
 	if err != nil {
 		e.reloads[1].Add(1)
-		e.log.Error("sluice: rule file refused; the previous rules keep serving", "file", path, "error", err)
+		e.log.Error("sluice: rule files refused; the previous rules keep serving", "files", paths, "error", err)
 		return err
 	}
 	e.Reload(cfg)
-	e.log.Info("sluice: rules reloaded", "file", path, "rules", len(cfg.Rules))
+	e.log.Info("sluice: rules reloaded", "files", paths, "rules", len(cfg.Rules))
 	return nil
 }
 
 // Reloads returns how many reloads succeeded and how many were refused.
 func (e *Engine) Reloads() (ok, refused uint64) { return e.reloads[0].Load(), e.reloads[1].Load() }
 
-// WatchFile reloads path whenever its contents change, checking every
-// interval, until ctx is done.
-func (e *Engine) WatchFile(ctx context.Context, path string, interval time.Duration) {
-	last, _ := os.ReadFile(path)
+// WatchFile reloads the rule files at paths whenever one's contents change,
+// checking every interval, until ctx is done.
+func (e *Engine) WatchFile(ctx context.Context, interval time.Duration, paths ...string) {
+	last := make([][]byte, len(paths))
+	for i, p := range paths {
+		last[i], _ = os.ReadFile(p)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -68,18 +73,22 @@ func (e *Engine) WatchFile(ctx context.Context, path string, interval time.Durat
 			return
 		case <-t.C:
 		}
-		cur, err := os.ReadFile(path)
-		if err != nil || bytes.Equal(cur, last) {
-			continue
+		changed := false
+		for i, p := range paths {
+			cur, err := os.ReadFile(p)
+			if err == nil && !bytes.Equal(cur, last[i]) {
+				last[i], changed = cur, true
+			}
 		}
-		last = cur
-		e.ReloadFile(path)
+		if changed {
+			e.ReloadFile(paths...)
+		}
 	}
 }
 
-// ReloadOnSignal reloads path each time the process receives one of sigs
-// (SIGHUP when none are given), until ctx is done.
-func (e *Engine) ReloadOnSignal(ctx context.Context, path string, sigs ...os.Signal) {
+// ReloadOnSignal reloads the rule files at paths each time the process
+// receives one of sigs (SIGHUP when none are given), until ctx is done.
+func (e *Engine) ReloadOnSignal(ctx context.Context, paths []string, sigs ...os.Signal) {
 	if len(sigs) == 0 {
 		sigs = []os.Signal{syscall.SIGHUP}
 	}
@@ -91,7 +100,7 @@ func (e *Engine) ReloadOnSignal(ctx context.Context, path string, sigs ...os.Sig
 		case <-ctx.Done():
 			return
 		case <-ch:
-			e.ReloadFile(path)
+			e.ReloadFile(paths...)
 		}
 	}
 }

@@ -135,7 +135,7 @@ func rejectsHarder(a, b *Status) bool {
 
 // counters are one rule's outcome counts, for metrics.
 type counters struct {
-	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged atomic.Uint64
+	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit atomic.Uint64
 }
 
 func (st *Status) count() {
@@ -149,6 +149,9 @@ func (st *Status) count() {
 		c.shadowLimited.Add(1)
 	case st.Allowed:
 		c.allowed.Add(1)
+		if !st.Shadow && st.Remaining*10 <= st.Limit.Capacity() {
+			c.nearLimit.Add(1) // within 10% of the burst
+		}
 	default:
 		c.limited.Add(1)
 	}
@@ -160,6 +163,9 @@ type RuleStats struct {
 	Rule                                                                                string
 	Shadow                                                                              bool
 	Allowed, Limited, ShadowLimited, FailedOpen, FailedClosed, Skipped, Locked, Charged uint64
+	// NearLimit counts allowed requests that left the key within 10% of its
+	// burst.
+	NearLimit uint64
 }
 
 // Stats returns the counts of every rule being served.
@@ -172,7 +178,7 @@ func (e *Engine) Stats() []RuleStats {
 			Rule: r.ID, Shadow: r.Shadow,
 			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),
 			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(),
-			Locked: c.locked.Load(), Charged: c.charged.Load(),
+			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(),
 		}
 	}
 	return out

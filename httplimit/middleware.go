@@ -173,7 +173,15 @@ func (l *Limiter) sendAllowedHeaders(res *engine.Result) bool {
 // reject writes the refusal: headers by the book, then the problem (or the
 // caller's OnReject).
 func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, res *engine.Result, st *state) {
-	h := w.Header()
+	st.buf = l.rejectHeaders(w.Header(), res, st.buf)
+	if l.o.OnReject != nil {
+		l.o.OnReject(w, r, res)
+		return
+	}
+	WriteProblem(w, ProblemFor(res))
+}
+
+func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) []byte {
 	d := &res.Decision
 	var t int64
 	if d.RetryAfter > 0 {
@@ -184,14 +192,29 @@ func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, res *engine.Res
 		}
 		h[headerRetryAfter] = []string{strconv.FormatInt(clamp(retry), 10)}
 	}
-	st.buf = setHeaders(h, res, l.o.LegacyHeaders, t, st.buf, &l.policies)
+	buf = setHeaders(h, res, l.o.LegacyHeaders, t, buf, &l.policies)
 	h["Cache-Control"] = []string{"no-store"}
-	if l.o.OnReject != nil {
-		l.o.OnReject(w, r, res)
+	return buf
+}
+
+// Headers writes to h the fields the middleware would send with res: for a
+// rejection, Retry-After, the RateLimit fields and Cache-Control; for an
+// allowed result, the RateLimit fields as AllowedHeaders says. Services that
+// answer for another proxy (forward-auth, a decision API) use it to speak
+// exactly as the middleware does.
+func (l *Limiter) Headers(h http.Header, res *engine.Result) {
+	if !res.Allowed {
+		l.rejectHeaders(h, res, nil)
 		return
 	}
-	writeProblem(w, problemFor(res))
+	if l.sendAllowedHeaders(res) {
+		setHeaders(h, res, l.o.LegacyHeaders, 0, nil, &l.policies)
+	}
 }
+
+// Status returns the HTTP status for a rejected result: 429, 503 when a
+// fail-closed rule lost its store, 400 for a missing key.
+func Status(res *engine.Result) int { return ProblemFor(res).Status }
 
 func hasCharges(res *engine.Result) bool {
 	for i := range res.Statuses {

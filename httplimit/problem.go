@@ -19,7 +19,6 @@ const (
 	titleQuotaExceeded      = "Quota Exceeded"
 	titleAbnormalUsage      = "Abnormal Usage Detected"
 	titleReducedCapacity    = "Temporary Reduced Capacity"
-	titleMissingKey         = "Missing Rate-Limit Key"
 	detailNeverAdmissible   = "This request costs more than the limit allows at once; it can never pass."
 	detailReducedCapacityFn = "The service cannot count requests for this limit right now. Try again in about %s."
 )
@@ -34,9 +33,9 @@ type Problem struct {
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
-// problemFor describes a rejection. It names the rules that rejected the
+// ProblemFor describes a rejection. It names the rules that rejected the
 // request and nothing else: no store error, no key, no other rule.
-func problemFor(res *engine.Result) *Problem {
+func ProblemFor(res *engine.Result) *Problem {
 	d := &res.Decision
 	p := &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: http.StatusTooManyRequests}
 	for i := range res.Statuses {
@@ -53,7 +52,7 @@ func problemFor(res *engine.Result) *Problem {
 		p.Type, p.Title, p.Status = ProblemReducedCapacity, titleReducedCapacity, http.StatusServiceUnavailable
 		p.Detail = fmt.Sprintf(detailReducedCapacityFn, about(d.RetryAfter))
 	case sluice.ReasonMissingKey:
-		p.Type, p.Title, p.Status = "about:blank", titleMissingKey, http.StatusBadRequest
+		p.Type, p.Title, p.Status = "about:blank", "Bad Request", http.StatusBadRequest
 		p.Detail = fmt.Sprintf("This request lacks what the %q limit counts by.", d.Rule)
 	case sluice.ReasonTooLarge:
 		p.Detail = detailNeverAdmissible
@@ -110,7 +109,8 @@ func about(d time.Duration) string {
 	return fmt.Sprintf("%d hours", (s+3599)/3600)
 }
 
-func writeProblem(w http.ResponseWriter, p *Problem) {
+// WriteProblem writes p as application/problem+json with its status.
+func WriteProblem(w http.ResponseWriter, p *Problem) {
 	body, _ := json.Marshal(p)
 	h := w.Header()
 	h["Content-Type"] = []string{problemContentType}

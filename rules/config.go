@@ -1,9 +1,13 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -121,4 +125,68 @@ func (c *Config) Rule(id string) *Rule {
 		}
 	}
 	return nil
+}
+
+// LoadAll loads several rule files and merges them into one rule set: their
+// rules apply together. Rule ids must be unique across the files; trusted
+// proxies are the union; the IPv6 prefix must agree.
+func LoadAll(paths ...string) (*Config, error) {
+	var cfgs []*Config
+	var errs Errors
+	for _, p := range paths {
+		c, err := Load(p)
+		if err != nil {
+			var es Errors
+			if errors.As(err, &es) {
+				errs = append(errs, es...)
+				continue
+			}
+			return nil, err
+		}
+		cfgs = append(cfgs, c)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return Merge(cfgs...)
+}
+
+// Merge combines rule sets into one; see LoadAll.
+func Merge(cfgs ...*Config) (*Config, error) {
+	if len(cfgs) == 1 {
+		return cfgs[0], nil
+	}
+	out := &Config{Sources: defaultSources(), IPv6Prefix: DefaultIPv6Prefix}
+	seen := map[string]string{}
+	var errs Errors
+	for i, c := range cfgs {
+		if i == 0 {
+			out.IPv6Prefix = c.IPv6Prefix
+		} else if c.IPv6Prefix != out.IPv6Prefix {
+			errs = append(errs, &Error{File: c.File, Field: "ipv6Prefix", Msg: fmt.Sprintf("%d differs from %d in %s", c.IPv6Prefix, out.IPv6Prefix, cfgs[0].File)})
+		}
+		names := make([]string, 0, len(cfgs))
+		for _, cc := range cfgs {
+			names = append(names, cc.File)
+		}
+		out.File = strings.Join(names, ", ")
+		maps.Copy(out.Sources, c.Sources)
+		for _, p := range c.TrustedProxies {
+			if !slices.Contains(out.TrustedProxies, p) {
+				out.TrustedProxies = append(out.TrustedProxies, p)
+			}
+		}
+		for _, r := range c.Rules {
+			if first, dup := seen[r.ID]; dup {
+				errs = append(errs, &Error{File: c.File, Line: r.Line, Field: "id", Msg: fmt.Sprintf("duplicate id %q (also in %s)", r.ID, first)})
+				continue
+			}
+			seen[r.ID] = c.File
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
 }

@@ -263,3 +263,19 @@ func TestCeilingInWords(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadAllMergesFilesAndRefusesDuplicateIDs(t *testing.T) {
+	c, err := LoadAll("../examples/shop.json", "testdata/extra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rules) != 5 || c.Rule("search") == nil || c.Rule("login") == nil {
+		t.Fatalf("%d rules", len(c.Rules))
+	}
+	if _, err := LoadAll("../examples/shop.json", "../examples/shop.json"); err == nil || !strings.Contains(err.Error(), "duplicate id") {
+		t.Fatalf("duplicates across files: %v", err)
+	}
+	if _, err := LoadAll("../examples/shop.json", "testdata/bad.yaml"); err == nil {
+		t.Fatal("a bad file in the set was accepted")
+	}
+}

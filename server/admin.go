@@ -1,0 +1,144 @@
+package server
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"net/netip"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// admin guards an admin handler: with a token, every call must carry it as
+// "Authorization: Bearer <token>"; without one, admin calls are served only
+// on a loopback listener.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.o.AdminToken == "" {
+			if !s.o.Loopback {
+				writeProblem(w, http.StatusForbidden, "Forbidden", "admin endpoints need an admin token when the listener is not loopback", "")
+				return
+			}
+			h(w, r)
+			return
+		}
+		got := []byte(r.Header.Get("Authorization"))
+		want := []byte("Bearer " + s.o.AdminToken)
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "a valid admin bearer token is required", "")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// RuleJSON describes one rule for GET /v1/rules.
+type RuleJSON struct {
+	ID            string   `json:"id"`
+	Summary       string   `json:"summary"`
+	Key           []string `json:"key"`
+	Algorithm     string   `json:"algorithm"`
+	Rate          int64    `json:"rate"`
+	PeriodSeconds float64  `json:"periodSeconds"`
+	Burst         int64    `json:"burst"`
+	Cost          int64    `json:"cost"`
+	Shadow        bool     `json:"shadow"`
+	FailClosed    bool     `json:"failClosed"`
+}
+
+func (s *Server) listRules(w http.ResponseWriter, r *http.Request) {
+	cfg := s.e.Config()
+	out := make([]RuleJSON, 0, len(cfg.Rules))
+	for _, rule := range cfg.Rules {
+		out = append(out, ruleJSON(rule))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func ruleJSON(r *rules.Rule) RuleJSON {
+	names := make([]string, len(r.Key))
+	for i, src := range r.Key {
+		names[i] = src.Name
+	}
+	return RuleJSON{
+		ID: r.ID, Summary: r.Summary(), Key: names, Algorithm: r.Limit.Algorithm.String(),
+		Rate: r.Limit.Rate, PeriodSeconds: r.Limit.Period.Seconds(), Burst: r.Limit.Capacity(),
+		Cost: r.Cost, Shadow: r.Shadow, FailClosed: r.FailClosed,
+	}
+}
+
+// StateJSON is one key's state for GET /v1/state.
+type StateJSON struct {
+	Rule         string `json:"rule"`
+	Key          string `json:"key"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMs int64  `json:"resetAfterMs"`
+	Locked       bool   `json:"locked"`
+}
+
+// stateKey reads ?rule=R&key=K. For an ip key, an address is normalised the
+// way the rules count it (IPv6 by prefix).
+func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key string, ok bool) {
+	rule, key = r.URL.Query().Get("rule"), r.URL.Query().Get("key")
+	if rule == "" || key == "" {
+		writeBad(w, &badRequest{"rule", "give both rule and key as query parameters"})
+		return "", "", false
+	}
+	cfg := s.e.Config()
+	if rr := cfg.Rule(rule); rr != nil && len(rr.Key) == 1 && rr.Key[0].Kind == rules.FromIP {
+		if a, err := netip.ParseAddr(key); err == nil {
+			b, _ := rr.AppendKey(nil, &rules.Request{ClientIP: a}, "", cfg.IPv6Prefix)
+			key = string(b)
+		}
+	}
+	return rule, key, true
+}
+
+func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
+	rule, key, ok := s.stateKey(w, r)
+	if !ok {
+		return
+	}
+	d, locked, err := s.e.Inspect(r.Context(), rule, key)
+	if err != nil {
+		s.adminError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StateJSON{Rule: rule, Key: key, Remaining: d.Remaining, ResetAfterMs: ms(d.ResetAfter), Locked: locked})
+}
+
+func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {
+	rule, key, ok := s.stateKey(w, r)
+	if !ok {
+		return
+	}
+	found, err := s.e.Reset(rule, key)
+	if err != nil {
+		s.adminError(w, err)
+		return
+	}
+	s.log.Info("sluice: key reset by an operator", "rule", rule)
+	writeJSON(w, http.StatusOK, map[string]any{"rule": rule, "reset": found})
+}
+
+func (s *Server) adminError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, engine.ErrNoRule):
+		writeProblem(w, http.StatusNotFound, "Not Found", "no such rule", "rule")
+	case errors.Is(err, engine.ErrCannotReset):
+		writeProblem(w, http.StatusNotImplemented, "Not Implemented", err.Error(), "")
+	default:
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the store did not answer", "")
+	}
+}
+
+func containsAddr(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,262 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// maxBody bounds a request body of the API; maxBatch the checks in a batch.
+const (
+	maxBody  = 1 << 20
+	maxBatch = 1000
+)
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	// Request describes the request to check, for rules to extract keys
+	// from (all fields optional).
+	Request *RequestInfo `json:"request"`
+	// Attributes supply key source values directly, by source name.
+	Attributes map[string]string `json:"attributes"`
+	// Cost multiplies each rule's cost (default 1).
+	Cost *int64 `json:"cost"`
+	// DryRun decides without consuming anything.
+	DryRun bool `json:"dryRun"`
+}
+
+// RequestInfo is the request a check is about.
+type RequestInfo struct {
+	Method  string            `json:"method"`
+	Path    string            `json:"path"` // may carry ?query
+	Host    string            `json:"host"`
+	IP      string            `json:"ip"`
+	Headers map[string]string `json:"headers"`
+}
+
+// CheckResponse is the answer of POST /v1/check.
+type CheckResponse struct {
+	Allowed      bool              `json:"allowed"`
+	Rule         string            `json:"rule"`
+	Reason       string            `json:"reason"`
+	RetryAfterMs int64             `json:"retryAfterMs"`
+	DelayMs      int64             `json:"delayMs"`
+	Statuses     []StatusJSON      `json:"statuses"`
+	Headers      map[string]string `json:"headers"`
+}
+
+// StatusJSON is one rule's part of a CheckResponse.
+type StatusJSON struct {
+	Rule          string  `json:"rule"`
+	Allowed       bool    `json:"allowed"`
+	Shadow        bool    `json:"shadow"`
+	Reason        string  `json:"reason"`
+	Limit         int64   `json:"limit"`
+	PeriodSeconds float64 `json:"periodSeconds"`
+	Burst         int64   `json:"burst"`
+	Remaining     int64   `json:"remaining"`
+	ResetAfterMs  int64   `json:"resetAfterMs"`
+	RetryAfterMs  int64   `json:"retryAfterMs"`
+	DelayMs       int64   `json:"delayMs,omitempty"`
+}
+
+// badRequest is a fault in a request to the API, with the field at fault.
+type badRequest struct {
+	field, msg string
+}
+
+func (e *badRequest) Error() string {
+	if e.field == "" {
+		return e.msg
+	}
+	return e.field + ": " + e.msg
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	resp, err := s.decide(r, &req)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
+	var reqs []CheckRequest
+	if !decode(w, r, &reqs) {
+		return
+	}
+	if len(reqs) > maxBatch {
+		writeBad(w, &badRequest{"", fmt.Sprintf("a batch holds at most %d checks, got %d", maxBatch, len(reqs))})
+		return
+	}
+	out := make([]*CheckResponse, len(reqs))
+	for i := range reqs {
+		resp, err := s.decide(r, &reqs[i])
+		if err != nil {
+			var br *badRequest
+			if errors.As(err, &br) {
+				br.field = fmt.Sprintf("[%d].%s", i, br.field)
+			}
+			writeBad(w, err)
+			return
+		}
+		out[i] = resp
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decide runs one check of the API.
+func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, error) {
+	rr := rules.Request{Method: "GET", Path: "/", Attributes: req.Attributes}
+	if info := req.Request; info != nil {
+		if info.Method != "" {
+			rr.Method = strings.ToUpper(info.Method)
+		}
+		if info.Path != "" {
+			if !strings.HasPrefix(info.Path, "/") {
+				return nil, &badRequest{"request.path", fmt.Sprintf("%q must start with /", info.Path)}
+			}
+			rr.Path, rr.RawQuery, _ = strings.Cut(info.Path, "?")
+		}
+		rr.Host = info.Host
+		if info.IP != "" {
+			ip, err := netip.ParseAddr(info.IP)
+			if err != nil {
+				return nil, &badRequest{"request.ip", fmt.Sprintf("%q is not an IP address", info.IP)}
+			}
+			rr.ClientIP = ip.Unmap()
+		}
+		if len(info.Headers) > 0 {
+			rr.Header = make(http.Header, len(info.Headers))
+			for k, v := range info.Headers {
+				rr.Header.Set(k, v)
+			}
+		}
+	}
+	opt := engine.CheckOptions{DryRun: req.DryRun}
+	if req.Cost != nil {
+		if *req.Cost < 1 {
+			return nil, &badRequest{"cost", fmt.Sprintf("must be >= 1, got %d", *req.Cost)}
+		}
+		opt.Cost = *req.Cost
+	}
+	var res engine.Result
+	if err := s.e.Check(r.Context(), &rr, opt, &res); err != nil {
+		return nil, &badRequest{"", err.Error()}
+	}
+	return s.respond(&res), nil
+}
+
+// respond turns an engine result into the API's answer, headers included.
+func (s *Server) respond(res *engine.Result) *CheckResponse {
+	d := &res.Decision
+	resp := &CheckResponse{
+		Allowed: res.Allowed, Rule: d.Rule, Reason: res.Reason.String(),
+		RetryAfterMs: ms(d.RetryAfter), DelayMs: ms(res.Delay),
+		Statuses: make([]StatusJSON, len(res.Statuses)), Headers: map[string]string{},
+	}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		resp.Statuses[i] = StatusJSON{
+			Rule: st.Rule, Allowed: st.Allowed, Shadow: st.Shadow, Reason: st.Reason.String(),
+			Limit: st.Limit.Rate, PeriodSeconds: st.Limit.Period.Seconds(), Burst: st.Limit.Capacity(),
+			Remaining: st.Remaining, ResetAfterMs: ms(st.ResetAfter), RetryAfterMs: ms(st.RetryAfter), DelayMs: ms(st.Delay),
+		}
+	}
+	h := http.Header{}
+	s.limiter.Headers(h, res)
+	for k, v := range h {
+		resp.Headers[displayName(k)] = strings.Join(v, ", ")
+	}
+	return resp
+}
+
+// displayName spells a header as the RateLimit draft does.
+func displayName(canonical string) string {
+	return strings.NewReplacer("Ratelimit", "RateLimit").Replace(canonical)
+}
+
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// decode reads a JSON body strictly: unknown fields, wrong types, trailing
+// data and oversized bodies are 400 (or 413) problems naming the field.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON value")
+	}
+	if err == nil {
+		return true
+	}
+	var (
+		syntax  *json.SyntaxError
+		typ     *json.UnmarshalTypeError
+		tooBig  *http.MaxBytesError
+		problem = &badRequest{msg: err.Error()}
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large", fmt.Sprintf("the body is larger than %d bytes", maxBody), "")
+		return false
+	case errors.As(err, &syntax):
+		problem.msg = fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, syntax)
+	case errors.As(err, &typ):
+		problem.field = typ.Field
+		problem.msg = fmt.Sprintf("want %s, got a JSON %s", typ.Type, typ.Value)
+	case errors.Is(err, io.EOF):
+		problem.msg = "empty body: want a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		problem.msg = "malformed JSON: the body ends too soon"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		problem.field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		problem.msg = "unknown field"
+	}
+	writeBad(w, problem)
+	return false
+}
+
+func writeBad(w http.ResponseWriter, err error) {
+	field := ""
+	var br *badRequest
+	if errors.As(err, &br) {
+		field = br.field
+	}
+	writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), field)
+}
+
+// problem is an RFC 9457 problem with the field at fault, if any.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Field  string `json:"field,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, title, detail, field string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

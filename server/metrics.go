@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// Metrics are the service's Prometheus metrics. Labels are rule ids only,
+// never keys: a key could be a secret, and keys are unbounded.
+type Metrics struct {
+	reg       *prometheus.Registry
+	latency   prometheus.Histogram
+	errs      *prometheus.CounterVec
+	collector *collector
+}
+
+// NewMetrics makes the metrics, in a registry of their own.
+func NewMetrics(version string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_store_call_duration_seconds",
+		Help:    "Time of each call to a remote store, deadline and breaker included.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1},
+	})
+	m.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_store_errors_total",
+		Help: "Failed store calls, by kind: deadline, breaker_open, error.",
+	}, []string{"kind"})
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_build_info",
+		Help: "Always 1; the labels say which sluice is running.",
+	}, []string{"version", "goversion"})
+	if version == "" {
+		version = "(devel)"
+	}
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	m.collector = &collector{}
+	m.reg.MustRegister(m.latency, m.errs, info, m.collector,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveStoreCall records one store call; give it to
+// engine.Options.OnStoreCall.
+func (m *Metrics) ObserveStoreCall(d time.Duration, err error) {
+	m.latency.Observe(d.Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, engine.ErrBreakerOpen):
+		m.errs.WithLabelValues("breaker_open").Inc()
+	case errors.Is(err, context.DeadlineExceeded):
+		m.errs.WithLabelValues("deadline").Inc()
+	default:
+		m.errs.WithLabelValues("error").Inc()
+	}
+}
+
+func (m *Metrics) watch(e *engine.Engine, mem *memory.Store) {
+	m.collector.e, m.collector.mem = e, mem
+}
+
+// collector reads the engine's and the store's counters at scrape time, so
+// requests pay nothing for metrics.
+type collector struct {
+	e   *engine.Engine
+	mem *memory.Store
+}
+
+var (
+	descDecisions = prometheus.NewDesc("sluice_decisions_total",
+		"Decisions by rule and outcome: allowed, limited, shadow_limited, failed_open, failed_closed, skipped (key missing), locked (penalty applied).",
+		[]string{"rule", "outcome"}, nil)
+	descNearLimit = prometheus.NewDesc("sluice_near_limit_total",
+		"Allowed requests that left their key within 10% of its burst.", []string{"rule"}, nil)
+	descBreaker = prometheus.NewDesc("sluice_store_breaker_state",
+		"The store circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
+	descReloads = prometheus.NewDesc("sluice_config_reloads_total",
+		"Rule file reloads by result: ok, refused.", []string{"result"}, nil)
+	descKeys = prometheus.NewDesc("sluice_memory_store_keys",
+		"Keys held by the embedded store, by rule (dead keys not yet reused included).", []string{"rule"}, nil)
+	descEvictions = prometheus.NewDesc("sluice_memory_store_evictions_total",
+		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	if c.e == nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, s := range c.e.Stats() {
+		counter(descDecisions, s.Allowed, s.Rule, "allowed")
+		counter(descDecisions, s.Limited, s.Rule, "limited")
+		counter(descDecisions, s.ShadowLimited, s.Rule, "shadow_limited")
+		counter(descDecisions, s.FailedOpen, s.Rule, "failed_open")
+		counter(descDecisions, s.FailedClosed, s.Rule, "failed_closed")
+		counter(descDecisions, s.Skipped, s.Rule, "skipped")
+		counter(descDecisions, s.Locked, s.Rule, "locked")
+		counter(descNearLimit, s.NearLimit, s.Rule)
+	}
+	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
+	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
+	ok, refused := c.e.Reloads()
+	counter(descReloads, ok, "ok")
+	counter(descReloads, refused, "refused")
+	if c.mem == nil {
+		return
+	}
+	keys, evictions := map[string]int{}, map[string]uint64{}
+	for _, st := range c.mem.Stats() {
+		keys[st.Rule] += st.Keys
+		evictions[st.Rule] += st.Evictions
+	}
+	for rule, n := range keys {
+		ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(n), rule)
+		counter(descEvictions, evictions[rule], rule)
+	}
+}

@@ -1,0 +1,261 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+const testRules = `
+trustedProxies: [192.0.2.0/24]
+rules:
+  - {id: login, match: {method: POST, path: /login}, key: [user, ip], rate: 2, per: 15m}
+  - {id: per-user, key: [user], rate: 100, per: 1m, burst: 20}
+  - {id: otp, key: [phone], rate: 1, per: 10m}
+`
+
+type fixture struct {
+	srv   *Server
+	clock *sluice.ManualClock
+}
+
+func newFixture(t *testing.T, o Options) *fixture {
+	t.Helper()
+	cfg, err := rules.Parse("test.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewManualClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	mem := memory.New(memory.WithClock(clock))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Metrics = NewMetrics("test")
+	e, err := engine.New(cfg, engine.Options{Store: mem, Logger: quiet, OnStoreCall: o.Metrics.ObserveStoreCall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Engine, o.Memory, o.Logger = e, mem, quiet
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{srv: s, clock: clock}
+}
+
+func (f *fixture) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	f.srv.ServeHTTP(w, r)
+	return w
+}
+
+const loginCheck = `{"request":{"method":"POST","path":"/login","host":"api.example","ip":"203.0.113.7","headers":{"X-User-ID":"u42"}},"cost":1}`
+
+func TestCheckAnswersAsDocumented(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	for range 2 {
+		if w := f.do("POST", "/v1/check", loginCheck); w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+	w := f.do("POST", "/v1/check", loginCheck)
+	var resp CheckResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != 200 || resp.Allowed || resp.Rule != "login" || resp.Reason != "limited" || resp.RetryAfterMs != 450_000 {
+		t.Fatalf("%d %+v", w.Code, resp)
+	}
+	if len(resp.Statuses) != 2 || resp.Statuses[0].Rule != "login" || resp.Statuses[0].PeriodSeconds != 900 || resp.Statuses[0].Limit != 2 {
+		t.Fatalf("statuses %+v", resp.Statuses)
+	}
+	if resp.Headers["Retry-After"] != "450" || !strings.HasPrefix(resp.Headers["RateLimit"], `"login";r=0;t=450`) ||
+		!strings.Contains(resp.Headers["RateLimit-Policy"], `"login";q=2;w=900`) {
+		t.Fatalf("headers %v", resp.Headers)
+	}
+	// attributes supply keys directly; dryRun consumes nothing.
+	for range 3 {
+		w = f.do("POST", "/v1/check", `{"attributes":{"phone":"8801700000000"},"dryRun":true}`)
+		json.Unmarshal(w.Body.Bytes(), &resp)
+		if !resp.Allowed {
+			t.Fatalf("dry run: %+v", resp)
+		}
+	}
+}
+
+func TestBadRequestsAre400ProblemsNamingTheField(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	for _, tc := range []struct{ body, field, detail string }{
+		{`{`, "", "malformed JSON"},
+		{``, "", "empty body"},
+		{`{"colour":"red"}`, "colour", "unknown field"},
+		{`{"request":{"method":5}}`, "request.method", "want string"},
+		{`{"cost":"one"}`, "cost", "want int64"},
+		{`{"cost":0}`, "cost", "must be >= 1"},
+		{`{"request":{"ip":"300.1.1.1"}}`, "request.ip", "not an IP"},
+		{`{"request":{"path":"login"}}`, "request.path", "must start with /"},
+		{`{} {}`, "", "trailing data"},
+	} {
+		w := f.do("POST", "/v1/check", tc.body)
+		var p problem
+		json.Unmarshal(w.Body.Bytes(), &p)
+		if w.Code != 400 || w.Header().Get("Content-Type") != "application/problem+json" || p.Status != 400 ||
+			p.Field != tc.field || !strings.Contains(p.Detail, tc.detail) {
+			t.Errorf("%s: %d %s", tc.body, w.Code, w.Body)
+		}
+	}
+	if w := f.do("POST", "/v1/check", `{"attributes":{"x":"`+strings.Repeat("a", maxBody)+`"}}`); w.Code != 413 {
+		t.Errorf("oversized body: %d", w.Code)
+	}
+	if w := f.do("GET", "/v1/check", ""); w.Code != 405 {
+		t.Errorf("GET /v1/check: %d", w.Code)
+	}
+}
+
+func TestBatchChecksInOrder(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	w := f.do("POST", "/v1/check:batch", `[{"attributes":{"phone":"1"}},{"attributes":{"phone":"1"}},{"attributes":{"phone":"2"}}]`)
+	var out []CheckResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || w.Code != 200 {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if len(out) != 3 || !out[0].Allowed || out[1].Allowed || !out[2].Allowed {
+		t.Fatalf("batch %+v", out)
+	}
+	w = f.do("POST", "/v1/check:batch", `[{"attributes":{"phone":"1"}},{"cost":-1}]`)
+	var p problem
+	json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != 400 || p.Field != "[1].cost" {
+		t.Fatalf("bad batch item: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestForwardAuthForTrustedProxies(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	auth := func(peer string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/v1/auth", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-Method", "POST")
+		r.Header.Set("X-Forwarded-Uri", "/login?next=/home")
+		r.Header.Set("X-Forwarded-For", "203.0.113.7")
+		r.Header.Set("X-User-ID", "u42")
+		w := httptest.NewRecorder()
+		f.srv.ServeHTTP(w, r)
+		return w
+	}
+	for range 2 {
+		if w := auth("192.0.2.10:4000"); w.Code != 200 || w.Header().Get("Ratelimit") == "" {
+			t.Fatalf("allowed forward-auth: %d %v", w.Code, w.Header())
+		}
+	}
+	w := auth("192.0.2.10:4000")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "450" || !strings.Contains(w.Body.String(), "quota-exceeded") {
+		t.Fatalf("limited forward-auth: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	if w := auth("198.51.100.1:4000"); w.Code != 403 {
+		t.Fatalf("untrusted peer: %d", w.Code)
+	}
+	// nginx's spelling: X-Original-URI and X-Original-Method.
+	r := httptest.NewRequest("GET", "/v1/auth", nil)
+	r.RemoteAddr = "192.0.2.10:4000"
+	r.Header.Set("X-Original-Method", "POST")
+	r.Header.Set("X-Original-URI", "/login")
+	r.Header.Set("X-Forwarded-For", "203.0.113.99")
+	r.Header.Set("X-User-ID", "u42")
+	w = httptest.NewRecorder()
+	f.srv.ServeHTTP(w, r)
+	if w.Code != 200 || !strings.Contains(w.Header().Get("Ratelimit"), `"login";r=1`) {
+		t.Fatalf("nginx headers: %d %v", w.Code, w.Header())
+	}
+}
+
+func TestAdminNeedsATokenOffLoopback(t *testing.T) {
+	open := newFixture(t, Options{Loopback: true})
+	if w := open.do("GET", "/v1/rules", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"id":"login"`) {
+		t.Fatalf("loopback, no token: %d %s", w.Code, w.Body)
+	}
+	closed := newFixture(t, Options{Loopback: false})
+	if w := closed.do("GET", "/v1/rules", ""); w.Code != 403 {
+		t.Fatalf("non-loopback, no token: %d", w.Code)
+	}
+	tok := newFixture(t, Options{Loopback: false, AdminToken: "s3cret"})
+	if w := tok.do("GET", "/v1/rules", "", "Authorization", "Bearer wrong"); w.Code != 401 {
+		t.Fatalf("wrong token: %d", w.Code)
+	}
+	if w := tok.do("GET", "/v1/rules", "", "Authorization", "Bearer s3cret"); w.Code != 200 {
+		t.Fatalf("right token: %d", w.Code)
+	}
+}
+
+func TestStateInspectAndReset(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	f.do("POST", "/v1/check", `{"attributes":{"phone":"555"}}`)
+	w := f.do("GET", "/v1/state?rule=otp&key=555", "")
+	var st StateJSON
+	json.Unmarshal(w.Body.Bytes(), &st)
+	if w.Code != 200 || st.Remaining != 0 || st.ResetAfterMs != 600_000 {
+		t.Fatalf("state: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("DELETE", "/v1/state?rule=otp&key=555", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"reset":true`) {
+		t.Fatalf("reset: %d %s", w.Code, w.Body)
+	}
+	var resp CheckResponse
+	json.Unmarshal(f.do("POST", "/v1/check", `{"attributes":{"phone":"555"}}`).Body.Bytes(), &resp)
+	if !resp.Allowed {
+		t.Fatal("a reset key is still limited")
+	}
+	if w := f.do("GET", "/v1/state?rule=nope&key=1", ""); w.Code != 404 {
+		t.Fatalf("unknown rule: %d", w.Code)
+	}
+	if w := f.do("GET", "/v1/state?rule=otp", ""); w.Code != 400 {
+		t.Fatalf("no key: %d", w.Code)
+	}
+}
+
+func TestMetricsHealthAndReadiness(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	f.do("POST", "/v1/check", `{"attributes":{"phone":"8801700000000"}}`)
+	f.do("POST", "/v1/check", `{"attributes":{"phone":"8801700000000"}}`)
+	w := f.do("GET", "/metrics", "")
+	body := w.Body.String()
+	for _, want := range []string{
+		`sluice_decisions_total{outcome="allowed",rule="otp"} 1`,
+		`sluice_decisions_total{outcome="limited",rule="otp"} 1`,
+		`sluice_store_breaker_state 0`,
+		`sluice_config_reloads_total{result="ok"} 0`,
+		`sluice_memory_store_keys{rule="otp"} 1`,
+		`sluice_build_info{`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(body, "8801700000000") || strings.Contains(body, "phone") {
+		t.Error("a key appears in the metrics")
+	}
+	if w := f.do("GET", "/healthz", ""); w.Code != 200 {
+		t.Fatalf("healthz %d", w.Code)
+	}
+	if w := f.do("GET", "/readyz", ""); w.Code != 200 {
+		t.Fatalf("readyz %d", w.Code)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true, ":8080": false, "0.0.0.0:80": false, "10.0.0.1:80": false} {
+		if got := IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, got)
+		}
+	}
+}
