@@ -1,6 +1,7 @@
 // Command sluice is the sluice rate limiter as a program.
 //
 //	sluice serve --config FILE [--listen 127.0.0.1:8080]
+//	sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8080]
 //	sluice check FILE...
 //	sluice estimate --keys 10M --limit 100/1m [--active 5%]
 //	sluice replay --config RULES ACCESS_LOG
@@ -30,6 +31,7 @@ func commands() []command {
 		{"check", "validate rule files and describe their rules", runCheck},
 		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
 		{"serve", "serve the decision API, forward-auth and metrics", runServe},
+		{"gateway", "a reverse proxy that applies the rules in front of a service", runGateway},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"version", "print the version", runVersion},

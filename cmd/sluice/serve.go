@@ -36,17 +36,123 @@ func envDefault(name, def string) string {
 	return def
 }
 
+// common holds the flags serve and gateway share.
+type common struct {
+	configs      stringList
+	listen       *string
+	store        *string
+	maxKeys      *int
+	adminToken   *string
+	storeTimeout *time.Duration
+	watch        *time.Duration
+}
+
+func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
+	c := &common{}
+	fs.Var(&c.configs, "config", "a rule file (repeatable; their rules apply together) [$SLUICE_CONFIG, comma-separated]")
+	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address [$SLUICE_LISTEN]")
+	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store) [$SLUICE_STORE]")
+	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
+	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
+	c.storeTimeout = fs.Duration("store-timeout", 5*time.Millisecond, "deadline of each store call")
+	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
+	return c
+}
+
+// setup is what serve and gateway build from the common flags.
+type setup struct {
+	log     *slog.Logger
+	mem     *memory.Store
+	eng     *engine.Engine
+	metrics *server.Metrics
+	rules   int
+}
+
+func (c *common) build(stderr io.Writer) (*setup, error) {
+	if len(c.configs) == 0 {
+		if v := os.Getenv("SLUICE_CONFIG"); v != "" {
+			c.configs = strings.Split(v, ",")
+		}
+	}
+	if *c.adminToken == "" {
+		*c.adminToken = os.Getenv("SLUICE_ADMIN_TOKEN")
+	}
+	if len(c.configs) == 0 {
+		return nil, errUsage{errors.New("want at least one --config")}
+	}
+	if *c.store != "memory" {
+		return nil, fmt.Errorf("--store %q: this build has the embedded store only (memory); the Redis store is coming", *c.store)
+	}
+	s := &setup{log: slog.New(slog.NewTextHandler(stderr, nil))}
+	cfg, err := rules.LoadAll(c.configs...)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, errExit{1}
+	}
+	s.rules = len(cfg.Rules)
+	s.mem = memory.New(memory.WithMaxKeys(*c.maxKeys), memory.WithSweepEvery(time.Minute))
+	s.metrics = server.NewMetrics(buildVersion())
+	s.eng, err = engine.New(cfg, engine.Options{
+		Store: s.mem, Fallback: memory.New(), StoreTimeout: *c.storeTimeout,
+		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// serveUntilDone serves hs on ln, reloading the rules on SIGHUP and file
+// changes, until ctx is done; then it drains in-flight requests.
+func (c *common) serveUntilDone(ctx context.Context, s *setup, servers ...*listening) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.eng.ReloadOnSignal(ctx, c.configs)
+	if *c.watch > 0 {
+		go s.eng.WatchFile(ctx, *c.watch, c.configs...)
+	}
+	errc := make(chan error, len(servers))
+	for _, l := range servers {
+		go func() { errc <- l.srv.Serve(l.ln) }()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("sluice: draining")
+	shutdown, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	var first error
+	for _, l := range servers {
+		if err := l.srv.Shutdown(shutdown); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+type listening struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// listen opens addr with server timeouts against slow clients.
+func listen(addr string, h http.Handler) (*listening, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &listening{ln: ln, srv: &http.Server{
+		Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	}}, nil
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var configs stringList
-	fs.Var(&configs, "config", "a rule file (repeatable; their rules apply together) [$SLUICE_CONFIG, comma-separated]")
-	listen := fs.String("listen", envDefault("SLUICE_LISTEN", "127.0.0.1:8080"), "HTTP listen address [$SLUICE_LISTEN]")
-	store := fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store) [$SLUICE_STORE]")
-	maxKeys := fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
-	adminToken := fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
-	storeTimeout := fs.Duration("store-timeout", 5*time.Millisecond, "deadline of each store call")
-	watch := fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
+	c := commonFlags(fs, "127.0.0.1:8080")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--store memory]")
 		fmt.Fprintln(stderr, "\nServes the decision API (POST /v1/check, /v1/check:batch), forward-auth")
@@ -62,72 +168,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return errUsage{err}
 	}
-	if len(configs) == 0 {
-		if v := os.Getenv("SLUICE_CONFIG"); v != "" {
-			configs = strings.Split(v, ",")
-		}
-	}
-	if *adminToken == "" {
-		*adminToken = os.Getenv("SLUICE_ADMIN_TOKEN")
-	}
-	if len(configs) == 0 || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
 		fs.Usage()
-		return errUsage{errors.New("want at least one --config")}
+		return errUsage{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	if *store != "memory" {
-		return fmt.Errorf("--store %q: this build has the embedded store only (memory); the Redis store is coming", *store)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	cfg, err := rules.LoadAll(configs...)
+	s, err := c.build(stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errExit{1}
-	}
-	mem := memory.New(memory.WithMaxKeys(*maxKeys), memory.WithSweepEvery(time.Minute))
-	defer mem.Close()
-	metrics := server.NewMetrics(buildVersion())
-	eng, err := engine.New(cfg, engine.Options{
-		Store: mem, Fallback: memory.New(), StoreTimeout: *storeTimeout,
-		Logger: log, OnStoreCall: metrics.ObserveStoreCall,
-	})
-	if err != nil {
+		if _, usage := err.(errUsage); usage {
+			fs.Usage()
+		}
 		return err
 	}
+	defer s.mem.Close()
 	srv, err := server.New(server.Options{
-		Engine: eng, Memory: mem, Metrics: metrics, Logger: log,
-		AdminToken: *adminToken, Loopback: server.IsLoopback(*listen),
+		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log,
+		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen),
 	})
 	if err != nil {
 		return err
 	}
-	if !server.IsLoopback(*listen) && *adminToken == "" {
-		log.Warn("sluice: listening beyond loopback without an admin token: the admin endpoints are refused")
+	if !server.IsLoopback(*c.listen) && *c.adminToken == "" {
+		s.log.Warn("sluice: listening beyond loopback without an admin token: the admin endpoints are refused")
 	}
-	ln, err := net.Listen("tcp", *listen)
+	l, err := listen(*c.listen, srv)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{
-		Handler: srv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go eng.ReloadOnSignal(ctx, configs)
-	if *watch > 0 {
-		go eng.WatchFile(ctx, *watch, configs...)
-	}
-	log.Info("sluice: serving", "listen", ln.Addr().String(), "rules", len(cfg.Rules), "store", *store)
-	fmt.Fprintf(stdout, "sluice serving on http://%s (%d rules)\n", ln.Addr(), len(cfg.Rules))
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("sluice: draining")
-	shutdown, stop := context.WithTimeout(context.Background(), 10*time.Second)
-	defer stop()
-	return hs.Shutdown(shutdown)
+	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "rules", s.rules, "store", *c.store)
+	fmt.Fprintf(stdout, "sluice serving on http://%s (%d rules)\n", l.ln.Addr(), s.rules)
+	return c.serveUntilDone(ctx, s, l)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,12 +21,33 @@ import (
 // startServe builds the binary and runs `sluice serve` on a free loopback
 // port, returning its base URL and the process.
 func startServe(t *testing.T, args ...string) (string, *exec.Cmd) {
+	return start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0"}, args...)...)
+}
+
+var buildOnce struct {
+	sync.Once
+	bin string
+	err error
+	out []byte
+}
+
+// start builds the binary once per test run and starts it with args; the
+// first line it prints names its address.
+func start(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-e2e")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.bin = filepath.Join(dir, "sluice")
+		buildOnce.out, buildOnce.err = exec.Command("go", "build", "-o", buildOnce.bin, ".").CombinedOutput()
+	})
+	if buildOnce.err != nil {
+		t.Fatalf("build: %v\n%s", buildOnce.err, buildOnce.out)
 	}
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0"}, args...)...)
+	cmd := exec.Command(buildOnce.bin, args...)
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -36,11 +58,13 @@ func startServe(t *testing.T, args ...string) (string, *exec.Cmd) {
 	if err != nil {
 		t.Fatalf("no banner from sluice serve: %v", err)
 	}
-	f := strings.Fields(line) // sluice serving on http://127.0.0.1:PORT (N rules)
-	if len(f) < 4 || !strings.HasPrefix(f[3], "http://127.0.0.1:") {
-		t.Fatalf("banner %q", line)
+	for _, f := range strings.Fields(line) { // sluice serving on http://127.0.0.1:PORT ...
+		if strings.HasPrefix(f, "http://127.0.0.1:") {
+			return f, cmd
+		}
 	}
-	return f[3], cmd
+	t.Fatalf("banner %q", line)
+	return "", nil
 }
 
 func TestServeEndToEnd(t *testing.T) {
@@ -141,3 +165,72 @@ func TestServeEndToEnd(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestGatewayEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	release := make(chan struct{})
+	var upstreamHits atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		w.Write([]byte("hello from upstream"))
+	}))
+	defer upstream.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-ip, key: [ip], rate: 3, per: 1h}\n"), 0o600)
+	base, cmd := start(t, "gateway", "--config", rulesPath, "--upstream", upstream.URL, "--listen", "127.0.0.1:0", "--admin-listen", "", "--watch", "0")
+
+	codes := []int{}
+	for range 2 {
+		resp, err := http.Get(base + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	// A slow request in flight when SIGTERM arrives is drained, not cut.
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow")
+		if err != nil {
+			slow <- -1
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	for upstreamHits.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	codes = append(codes, resp.StatusCode)
+	if fmt.Sprint(codes) != "[200 200 429]" || upstreamHits.Load() != 3 {
+		t.Fatalf("codes %v, upstream saw %d", codes, upstreamHits.Load())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if code := <-slow; code != 200 {
+		t.Fatalf("in-flight request during drain: %d", code)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("gateway exited with %v", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildOnce.bin != "" {
+		os.RemoveAll(filepath.Dir(buildOnce.bin))
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/server"
+)
+
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := commonFlags(fs, "127.0.0.1:8080")
+	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
+	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
+	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8080] [--admin-listen 127.0.0.1:9091]")
+		fmt.Fprintln(stderr, "\nA reverse proxy in front of --upstream that applies the rules itself:")
+		fmt.Fprintln(stderr, "over a limit, clients get 429 by the book and the upstream never sees them.")
+		fmt.Fprintln(stderr, "\nExample:\n  sluice gateway --config examples/shop.yaml --upstream http://127.0.0.1:9000")
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage{err}
+	}
+	u, err := url.Parse(*upstream)
+	if *upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage{errors.New("want --upstream http://HOST:PORT")}
+	}
+	s, err := c.build(stderr)
+	if err != nil {
+		if _, usage := err.(errUsage); usage {
+			fs.Usage()
+		}
+		return err
+	}
+	defer s.mem.Close()
+	front, err := listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log))
+	if err != nil {
+		return err
+	}
+	servers := []*listening{front}
+	if *adminListen != "" {
+		adm, err := server.New(server.Options{
+			Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log,
+			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen),
+		})
+		if err != nil {
+			return err
+		}
+		al, err := listen(*adminListen, adm)
+		if err != nil {
+			front.ln.Close()
+			return err
+		}
+		servers = append(servers, al)
+	}
+	s.log.Info("sluice: gateway", "listen", front.ln.Addr().String(), "upstream", u.String(), "rules", s.rules)
+	fmt.Fprintf(stdout, "sluice gateway on http://%s -> %s (%d rules)\n", front.ln.Addr(), u, s.rules)
+	return c.serveUntilDone(ctx, s, servers...)
+}
