@@ -490,3 +490,49 @@ func (e *Engine) Ping(ctx context.Context) error {
 }
 
 var pingLimit = sluice.Limit{Rate: 1, Period: time.Second}
+
+// ChargeStatus charges the countOn rules that req matches and whose status
+// list holds status, as Charge does after a check: for callers that check
+// before a response and report its status in a second call (the service's
+// /v1/charge). It fills res with the charged rules' decisions.
+func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt CheckOptions, status int, res *Result) error {
+	mult := opt.Cost
+	if mult <= 0 {
+		mult = 1
+	}
+	rs := e.set.Load()
+	res.reset(rs)
+	res.takes = res.takes[:0]
+	for _, r := range rs.rules {
+		if len(r.CountOn) == 0 || r.Shadow || !counts(r.CountOn, status) {
+			continue
+		}
+		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
+		if !ok {
+			continue
+		}
+		start := len(res.keyBuf)
+		if res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix); ok {
+			res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
+		}
+	}
+	for i := range res.matched {
+		m := &res.matched[i]
+		m.key = bufString(res.keyBuf[m.start:m.end])
+		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: m.r.Cost * mult})
+	}
+	if len(res.takes) == 0 {
+		return nil
+	}
+	// Each charge stands alone: a failed attempt counts even if another
+	// rule's count is already full.
+	for i := range res.takes {
+		decs := res.decisions(1)
+		if err := e.call(ctx, res.takes[i:i+1], decs); err != nil {
+			return err
+		}
+		res.add(res.matched[i].r, res.matched[i].key, decs[0])
+		res.matched[i].r.stats.charged.Add(1)
+	}
+	return nil
+}

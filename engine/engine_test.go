@@ -533,3 +533,29 @@ func TestInspectAndResetAKey(t *testing.T) {
 		t.Fatalf("unknown rule: %v", err)
 	}
 }
+
+func TestChargeStatusChargesMatchingCountOnRules(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 2, per: 1h, countOn: {status: [401]}}\n  - {id: other, key: [user], rate: 2, per: 1h}\n", Options{})
+	req := userReq("u")
+	req.Path = "/login"
+	var res Result
+	for range 3 {
+		if err := f.e.ChargeStatus(context.Background(), req, CheckOptions{}, 200, &res); err != nil || len(res.Statuses) != 0 {
+			t.Fatalf("a 200 charged %+v (%v)", res.Statuses, err)
+		}
+	}
+	for range 2 {
+		f.e.ChargeStatus(context.Background(), req, CheckOptions{}, 401, &res)
+		if len(res.Statuses) != 1 || res.Statuses[0].Rule != "login" {
+			t.Fatalf("a 401 charged %+v", res.Statuses)
+		}
+	}
+	if got := f.check(t, req); got.Allowed || got.Decision.Rule != "login" {
+		t.Fatalf("after two charged failures: %+v", got.Decision)
+	}
+	// The other rule was never charged by ChargeStatus.
+	lim, _ := f.mem.Limiter("other", sluice.Limit{Rate: 2, Period: time.Hour})
+	if d, _ := lim.Take("u", 0); d.Remaining != 2 {
+		t.Fatalf("other rule charged: %+v", d)
+	}
+}

@@ -31,6 +31,9 @@ type CheckRequest struct {
 	Cost *int64 `json:"cost"`
 	// DryRun decides without consuming anything.
 	DryRun bool `json:"dryRun"`
+	// Status, for POST /v1/charge only, is the response status to charge
+	// countOn rules for.
+	Status int `json:"status"`
 }
 
 // RequestInfo is the request a check is about.
@@ -118,8 +121,54 @@ func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// ChargeResponse is the answer of POST /v1/charge.
+type ChargeResponse struct {
+	Charged []StatusJSON `json:"charged"`
+}
+
+// charge reports a response's status for countOn rules: they were checked by
+// /v1/check before the response, and count only responses they list.
+func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Status < 100 || req.Status > 599 {
+		writeBad(w, &badRequest{"status", fmt.Sprintf("want the response's HTTP status, got %d", req.Status)})
+		return
+	}
+	rr, opt, err := toRequest(&req)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	var res engine.Result
+	if err := s.e.ChargeStatus(r.Context(), rr, opt, req.Status, &res); err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the store did not answer", "")
+		return
+	}
+	out := ChargeResponse{Charged: s.respond(&res).Statuses}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // decide runs one check of the API.
 func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, error) {
+	if req.Status != 0 {
+		return nil, &badRequest{"status", "only /v1/charge takes a status"}
+	}
+	rr, opt, err := toRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	var res engine.Result
+	if err := s.e.Check(r.Context(), rr, opt, &res); err != nil {
+		return nil, &badRequest{"", err.Error()}
+	}
+	return s.respond(&res), nil
+}
+
+// toRequest validates an API request and turns it into what rules see.
+func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 	rr := rules.Request{Method: "GET", Path: "/", Attributes: req.Attributes}
 	if info := req.Request; info != nil {
 		if info.Method != "" {
@@ -127,7 +176,7 @@ func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, err
 		}
 		if info.Path != "" {
 			if !strings.HasPrefix(info.Path, "/") {
-				return nil, &badRequest{"request.path", fmt.Sprintf("%q must start with /", info.Path)}
+				return nil, engine.CheckOptions{}, &badRequest{"request.path", fmt.Sprintf("%q must start with /", info.Path)}
 			}
 			rr.Path, rr.RawQuery, _ = strings.Cut(info.Path, "?")
 		}
@@ -135,7 +184,7 @@ func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, err
 		if info.IP != "" {
 			ip, err := netip.ParseAddr(info.IP)
 			if err != nil {
-				return nil, &badRequest{"request.ip", fmt.Sprintf("%q is not an IP address", info.IP)}
+				return nil, engine.CheckOptions{}, &badRequest{"request.ip", fmt.Sprintf("%q is not an IP address", info.IP)}
 			}
 			rr.ClientIP = ip.Unmap()
 		}
@@ -149,15 +198,11 @@ func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, err
 	opt := engine.CheckOptions{DryRun: req.DryRun}
 	if req.Cost != nil {
 		if *req.Cost < 1 {
-			return nil, &badRequest{"cost", fmt.Sprintf("must be >= 1, got %d", *req.Cost)}
+			return nil, opt, &badRequest{"cost", fmt.Sprintf("must be >= 1, got %d", *req.Cost)}
 		}
 		opt.Cost = *req.Cost
 	}
-	var res engine.Result
-	if err := s.e.Check(r.Context(), &rr, opt, &res); err != nil {
-		return nil, &badRequest{"", err.Error()}
-	}
-	return s.respond(&res), nil
+	return &rr, opt, nil
 }
 
 // respond turns an engine result into the API's answer, headers included.

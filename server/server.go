@@ -58,6 +58,7 @@ func New(o Options) (*Server, error) {
 	s.metrics.watch(o.Engine, o.Memory)
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
+	s.mux.HandleFunc("POST /v1/charge", s.charge)
 	s.mux.HandleFunc("GET /v1/auth", s.auth)
 	s.mux.HandleFunc("POST /v1/auth", s.auth)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })

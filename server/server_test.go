@@ -259,3 +259,33 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestChargeReportsAResponseForCountOnRules(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	// Replace the rules with a countOn login rule.
+	cfg, _ := rules.Parse("c.yaml", []byte("rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 2, per: 15m, countOn: {status: [401]}}\n"))
+	f.srv.e.Reload(cfg)
+	req := `{"request":{"method":"POST","path":"/login"},"attributes":{"user":"u42"}`
+	for range 2 {
+		var resp CheckResponse
+		json.Unmarshal(f.do("POST", "/v1/check", req+`}`).Body.Bytes(), &resp)
+		if !resp.Allowed {
+			t.Fatalf("check before the response: %+v", resp)
+		}
+		w := f.do("POST", "/v1/charge", req+`,"status":401}`)
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `"rule":"login"`) {
+			t.Fatalf("charge: %d %s", w.Code, w.Body)
+		}
+	}
+	var resp CheckResponse
+	json.Unmarshal(f.do("POST", "/v1/check", req+`}`).Body.Bytes(), &resp)
+	if resp.Allowed {
+		t.Fatal("two charged failures did not exhaust the rule")
+	}
+	if w := f.do("POST", "/v1/charge", req+`}`); w.Code != 400 {
+		t.Fatalf("charge without a status: %d", w.Code)
+	}
+	if w := f.do("POST", "/v1/check", req+`,"status":401}`); w.Code != 400 {
+		t.Fatalf("check with a status: %d", w.Code)
+	}
+}
