@@ -11,7 +11,7 @@ require (
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/schollz/progressbar/v3 v3.19.1
-	golang.org/x/term v0.44.0
+	golang.org/x/term v0.46.0
 )
 
 require (

@@ -108,6 +108,7 @@ func (e *Engine) Config() *rules.Config { return e.set.Load().cfg }
 type ruleSet struct {
 	cfg   *rules.Config
 	rules []*rule
+	envoy map[string]*envoyNode // descriptor trees, by domain
 }
 
 type rule struct {
@@ -130,6 +131,9 @@ func compile(cfg *rules.Config) *ruleSet {
 			}
 		}
 		rs.rules = append(rs.rules, c)
+		if r.Envoy != nil {
+			rs.addEnvoy(c)
+		}
 	}
 	return rs
 }
@@ -159,6 +163,9 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 
 	// Match the rules and build their keys into one buffer.
 	for _, r := range rs.rules {
+		if r.Envoy != nil {
+			continue // descriptor rules answer Envoy's service only
+		}
 		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
 		if !ok {
 			continue
@@ -504,7 +511,7 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	res.reset(rs)
 	res.takes = res.takes[:0]
 	for _, r := range rs.rules {
-		if len(r.CountOn) == 0 || r.Shadow || !counts(r.CountOn, status) {
+		if len(r.CountOn) == 0 || r.Shadow || r.Envoy != nil || !counts(r.CountOn, status) {
 			continue
 		}
 		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)

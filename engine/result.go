@@ -98,8 +98,8 @@ func (res *Result) combine() {
 	var decider *Status
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		if st.Shadow {
-			continue
+		if st.Shadow || st.r == nil {
+			continue // shadow rules never decide; a descriptor with no limit neither
 		}
 		if !st.Allowed {
 			if res.Allowed || rejectsHarder(st, decider) {
@@ -139,6 +139,9 @@ type counters struct {
 }
 
 func (st *Status) count() {
+	if st.r == nil {
+		return
+	}
 	c := &st.r.stats
 	switch {
 	case st.FailedOpen:

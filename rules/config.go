@@ -53,6 +53,15 @@ type Rule struct {
 	Fallback sluice.Limit
 	// Line is where the rule starts in its file.
 	Line int
+
+	// Envoy, when set, makes this an Envoy descriptor rule (see EnvoyMatch).
+	Envoy *EnvoyMatch
+	// Name is the rule's name for Envoy's replaces (envoyproxy/ratelimit's
+	// rate_limit.name); Replaces names the rules this one replaces when both
+	// apply to one request; Unlimited rules always allow and count nothing.
+	Name      string
+	Replaces  []string
+	Unlimited bool
 }
 
 // Penalty locks a key for Block after After rejections within the rule's
@@ -108,6 +117,9 @@ func Parse(name string, data []byte) (*Config, error) {
 // the caller knows whether to read it.
 func (c *Config) NeedsBody() bool {
 	for _, r := range c.Rules {
+		if r.Envoy != nil {
+			continue
+		}
 		for _, s := range r.Key {
 			if s.Kind == FromBody {
 				return true

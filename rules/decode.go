@@ -157,6 +157,10 @@ func (d *decoder) config(data []byte) *Config {
 		return nil
 	}
 	root := doc.Content[0]
+	if isEnvoyFile(root) {
+		d.envoyFile(c, root)
+		return c
+	}
 	var rulesNode *yaml.Node
 	d.fields(root, "", map[string]func(*yaml.Node, string){
 		"keys": func(v *yaml.Node, f string) { d.keys(c, v, f) },
@@ -409,6 +413,33 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			}
 			r.Penalty = p
 		},
+		"envoy": func(v *yaml.Node, f string) {
+			m := &EnvoyMatch{}
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"domain": func(v *yaml.Node, f string) { m.Domain, _ = d.str(v, f) },
+				"descriptors": func(v *yaml.Node, f string) {
+					if v.Kind != yaml.SequenceNode {
+						d.fail(v, f, "want a list of {key, value}")
+						return
+					}
+					for i, item := range v.Content {
+						var e EnvoyEntry
+						d.fields(item, fmt.Sprintf("%s[%d]", f, i), map[string]func(*yaml.Node, string){
+							"key":   func(v *yaml.Node, f string) { e.Key, _ = d.str(v, f) },
+							"value": func(v *yaml.Node, f string) { e.Value, _ = d.str(v, f) },
+						})
+						if e.Key == "" {
+							d.fail(item, fmt.Sprintf("%s[%d].key", f, i), "missing")
+						}
+						m.Entries = append(m.Entries, e)
+					}
+				},
+			})
+			if m.Domain == "" || len(m.Entries) == 0 {
+				d.fail(v, f, "give a domain and at least one descriptor entry")
+			}
+			r.Envoy = m
+		},
 		"fallback": func(v *yaml.Node, f string) {
 			fallback.node = v
 			d.fields(v, f, map[string]func(*yaml.Node, string){
@@ -428,7 +459,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 	if r.ID == "" {
 		d.fail(n, field+".id", "missing: every rule needs an id")
 	}
-	if len(r.Key) == 0 && !d.failedUnder(field+".key") {
+	if len(r.Key) == 0 && r.Envoy == nil && !d.failedUnder(field+".key") {
 		d.fail(n, field+".key", "missing: say whose requests count, such as [user] or [ip]")
 	}
 	if rateNode == nil {

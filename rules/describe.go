@@ -16,15 +16,32 @@ func (r *Rule) Summary() string {
 	if r.Shadow {
 		b.WriteString("[shadow] ")
 	}
-	b.WriteString(r.Match.String())
-	b.WriteString(", per ")
-	names := make([]string, len(r.Key))
-	for i, s := range r.Key {
-		names[i] = s.Name
+	if r.Envoy != nil {
+		b.WriteString("envoy domain ")
+		b.WriteString(r.Envoy.Domain)
+		for _, e := range r.Envoy.Entries {
+			b.WriteString(" " + e.Key + "=")
+			if e.Value == "" {
+				b.WriteString("(each value)")
+			} else {
+				b.WriteString(e.Value)
+			}
+		}
+	} else {
+		b.WriteString(r.Match.String())
+		b.WriteString(", per ")
+		names := make([]string, len(r.Key))
+		for i, s := range r.Key {
+			names[i] = s.Name
+		}
+		b.WriteString(strings.Join(names, "+"))
 	}
-	b.WriteString(strings.Join(names, "+"))
 	b.WriteString(": ")
-	b.WriteString(Ceiling(r.Limit))
+	if r.Unlimited {
+		b.WriteString("unlimited")
+	} else {
+		b.WriteString(Ceiling(r.Limit))
+	}
 	if r.Cost != 1 {
 		fmt.Fprintf(&b, "; each request costs %d", r.Cost)
 	}

@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// envoyNode is a level of a domain's descriptor tree, as envoyproxy/ratelimit
+// builds it: a request descriptor of N entries is matched N levels deep, the
+// most specific value first (exact, then wildcard, then any value).
+type envoyNode struct {
+	children []envoyChild
+}
+
+type envoyChild struct {
+	entry rules.EnvoyEntry
+	node  *envoyNode
+	rule  *rule
+}
+
+func (rs *ruleSet) addEnvoy(r *rule) {
+	if rs.envoy == nil {
+		rs.envoy = map[string]*envoyNode{}
+	}
+	node := rs.envoy[r.Envoy.Domain]
+	if node == nil {
+		node = &envoyNode{}
+		rs.envoy[r.Envoy.Domain] = node
+	}
+	for i, e := range r.Envoy.Entries {
+		var child *envoyChild
+		for j := range node.children {
+			if node.children[j].entry == e {
+				child = &node.children[j]
+			}
+		}
+		if child == nil {
+			node.children = append(node.children, envoyChild{entry: e, node: &envoyNode{}})
+			child = &node.children[len(node.children)-1]
+		}
+		if i == len(r.Envoy.Entries)-1 && child.rule == nil {
+			child.rule = r
+		}
+		node = child.node
+	}
+}
+
+// lookup finds the rule of a descriptor, or nil.
+func (n *envoyNode) lookup(entries []rules.EnvoyEntry) *rule {
+	var found *rule
+	for _, e := range entries {
+		if n == nil {
+			return nil
+		}
+		var best *envoyChild
+		score := 0
+		for i := range n.children {
+			c := &n.children[i]
+			if c.entry.Key != e.Key {
+				continue
+			}
+			if s := c.entry.Matches(e.Value); s > score {
+				best, score = c, s
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		n, found = best.node, best.rule
+	}
+	return found
+}
+
+// Descriptor is one descriptor of an Envoy rate limit request.
+type Descriptor struct {
+	Entries []rules.EnvoyEntry
+	// Override replaces the configured limit, as Envoy's per-descriptor
+	// limit override does.
+	Override *sluice.Limit
+	// Hits is what the descriptor takes (at least 1); Negative gives Hits
+	// back instead (Envoy's is_negative_hits).
+	Hits     int64
+	Negative bool
+}
+
+// CheckDescriptors answers Envoy's ShouldRateLimit for domain: res.Statuses
+// has one status per descriptor, in order (Rule is "" for a descriptor no
+// rule limits). Every descriptor with a limit is taken in one store call, all
+// or nothing; shadow rules in a call of their own; unlimited rules and rules
+// replaced by another descriptor's rule count nothing.
+func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []Descriptor, res *Result) error {
+	rs := e.set.Load()
+	res.reset(rs)
+	tree := rs.envoy[domain]
+	matchedRule := make([]*rule, len(descs))
+	replaced := map[string]bool{}
+	for i, d := range descs {
+		if r := tree.lookup(d.Entries); r != nil {
+			matchedRule[i] = r
+			for _, name := range r.Replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	// Build each counted descriptor's key: its entries, length-prefixed.
+	type counted struct {
+		i          int
+		r          *rule
+		limit      sluice.Limit
+		cost       int64
+		start, end int
+	}
+	var list []counted
+	for i, d := range descs {
+		r := matchedRule[i]
+		limit := sluice.Limit{}
+		switch {
+		case d.Override != nil:
+			if r == nil {
+				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *d.Override, Cost: 1}}
+				r.fallbackID = r.ID + "#fallback"
+			}
+			limit = *d.Override
+			limit.Algorithm = r.Limit.Algorithm
+			if !limit.Algorithm.IsBucket() {
+				limit.Burst = 0
+			}
+		case r == nil || r.Unlimited || (r.Name != "" && replaced[r.Name] && !replacesItself(r)):
+			continue
+		default:
+			limit = r.Limit
+		}
+		hits := max(d.Hits, 1)
+		if d.Negative {
+			hits = -hits
+		}
+		start := len(res.keyBuf)
+		for _, en := range d.Entries {
+			res.keyBuf = strconv.AppendInt(res.keyBuf, int64(len(en.Key)+1+len(en.Value)), 10)
+			res.keyBuf = append(res.keyBuf, ':')
+			res.keyBuf = append(res.keyBuf, en.Key...)
+			res.keyBuf = append(res.keyBuf, '=')
+			res.keyBuf = append(res.keyBuf, en.Value...)
+		}
+		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, start: start, end: len(res.keyBuf)})
+	}
+	res.Statuses = res.Statuses[:0]
+	for range descs {
+		res.Statuses = append(res.Statuses, Status{Decision: sluice.Decision{Allowed: true}})
+	}
+	for _, shadow := range []bool{false, true} {
+		res.takes = res.takes[:0]
+		res.idx = res.idx[:0]
+		for j, c := range list {
+			if c.r.Shadow != shadow {
+				continue
+			}
+			if err := c.limit.Validate(); err != nil {
+				return err
+			}
+			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost})
+			res.idx = append(res.idx, j)
+		}
+		if len(res.takes) == 0 {
+			continue
+		}
+		decs := res.decisions(len(res.takes))
+		err := e.call(ctx, res.takes, decs)
+		for k, j := range res.idx {
+			c := list[j]
+			st := &res.Statuses[c.i]
+			st.r, st.key, st.Shadow = c.r, res.takes[k].Key, shadow
+			switch {
+			case err == nil:
+				st.Decision = decs[k]
+				if st.Allowed && c.cost > 0 {
+					st.taken = c.cost
+				}
+			case shadow:
+				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
+			case c.r.FailClosed:
+				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.breakerRetry()}
+				st.FailedClosed = true
+			default:
+				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
+				st.FailedOpen = true
+			}
+			st.Decision.Rule, st.Decision.Limit = c.r.ID, c.limit
+		}
+		if err != nil && !shadow {
+			res.StoreError = err
+		}
+	}
+	res.combine()
+	for i := range res.Statuses {
+		res.Statuses[i].count()
+	}
+	return nil
+}
+
+// replacesItself guards against a rule listed in its own replaces.
+func replacesItself(r *rule) bool {
+	for _, n := range r.Replaces {
+		if n == r.Name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+func envoyEngine(t *testing.T) *Engine {
+	t.Helper()
+	cfg, err := rules.Load("../examples/envoy/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, Options{Store: memory.New(memory.WithClock(sluice.NewManualClock(epoch))), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func desc(kv ...string) Descriptor {
+	var d Descriptor
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, rules.EnvoyEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func TestDescriptorsMatchTheMostSpecificValue(t *testing.T) {
+	e := envoyEngine(t)
+	var res Result
+	ctx := context.Background()
+	for _, tc := range []struct {
+		d    Descriptor
+		rule string
+	}{
+		{desc("remote_address", "203.0.113.7"), "edge.remote_address"},
+		{desc("api_key", "k1", "path", "/login"), "login"},
+		{desc("api_key", "k1", "path", "/export/all"), "edge.api_key.path__export__"},
+		{desc("api_key", "k1", "path", "/items"), "edge.api_key.path"},
+		{desc("api_key", "k1"), ""},                       // no limit at depth 1 for api_key alone
+		{desc("source", "internal"), ""},                  // unlimited
+		{desc("source", "external"), ""},                  // no rule
+		{desc("nobody", "x"), ""},                         // no rule
+		{desc("remote_address", "1.2.3.4", "x", "y"), ""}, // deeper than the tree
+	} {
+		if err := e.CheckDescriptors(ctx, "edge", []Descriptor{tc.d}, &res); err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Statuses[0].Rule; got != tc.rule || !res.Statuses[0].Allowed {
+			t.Errorf("%v: rule %q allowed %v, want %q", tc.d.Entries, got, res.Statuses[0].Allowed, tc.rule)
+		}
+	}
+}
+
+func TestDescriptorsCountHitsRefundsAndOverrides(t *testing.T) {
+	e := envoyEngine(t)
+	var res Result
+	ctx := context.Background()
+	login := desc("api_key", "k1", "path", "/login")
+	login.Hits = 4
+	e.CheckDescriptors(ctx, "edge", []Descriptor{login}, &res)
+	if res.Statuses[0].Remaining != 1 {
+		t.Fatalf("hits 4 of 5: %+v", res.Statuses[0].Decision)
+	}
+	login.Hits = 2
+	e.CheckDescriptors(ctx, "edge", []Descriptor{login, desc("remote_address", "203.0.113.7")}, &res)
+	if res.Allowed || res.Statuses[0].Allowed || res.Decision.Rule != "login" {
+		t.Fatalf("over the limit: %+v", res.Statuses)
+	}
+	if res.Statuses[1].Remaining != 60 { // all or nothing: the other descriptor took nothing
+		t.Fatalf("the denied request consumed from remote_address: %+v", res.Statuses[1].Decision)
+	}
+	back := desc("api_key", "k1", "path", "/login")
+	back.Hits, back.Negative = 3, true
+	e.CheckDescriptors(ctx, "edge", []Descriptor{back}, &res)
+	login.Hits = 2
+	if e.CheckDescriptors(ctx, "edge", []Descriptor{login}, &res); !res.Allowed {
+		t.Fatalf("after giving 3 back, 2 more: %+v", res.Statuses[0].Decision)
+	}
+	over := desc("remote_address", "198.51.100.1")
+	over.Override = &sluice.Limit{Rate: 1, Period: time.Hour}
+	e.CheckDescriptors(ctx, "edge", []Descriptor{over}, &res)
+	if e.CheckDescriptors(ctx, "edge", []Descriptor{over}, &res); res.Allowed || res.Statuses[0].Limit.Rate != 1 {
+		t.Fatalf("override of 1 per hour: %+v", res.Statuses[0].Decision)
+	}
+}
+
+func TestShadowDescriptorsNeverReject(t *testing.T) {
+	e := envoyEngine(t)
+	var res Result
+	d := desc("api_key", "k1", "path", "/export/x")
+	for i := range 12 {
+		e.CheckDescriptors(context.Background(), "edge", []Descriptor{d}, &res)
+		if !res.Allowed || !res.Statuses[0].Shadow || res.Statuses[0].Allowed != (i < 10) {
+			t.Fatalf("shadow request %d: %+v", i, res.Statuses[0])
+		}
+	}
+}
