@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store/memory"
+	"google.golang.org/grpc"
 )
 
 // stringList is a repeatable flag.
@@ -153,10 +154,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := commonFlags(fs, "127.0.0.1:8080")
+	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081 [$SLUICE_GRPC_LISTEN]")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--store memory]")
+		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
 		fmt.Fprintln(stderr, "\nServes the decision API (POST /v1/check, /v1/check:batch), forward-auth")
-		fmt.Fprintln(stderr, "(/v1/auth), /metrics, /healthz, /readyz and the admin endpoints. Reloads the")
+		fmt.Fprintln(stderr, "(/v1/auth), /metrics, /healthz, /readyz, the admin endpoints and, with")
+		fmt.Fprintln(stderr, "--grpc-listen, Envoy's rate limit service. A --config may be in")
+		fmt.Fprintln(stderr, "envoyproxy/ratelimit's format (top-level domain/descriptors). Reloads the")
 		fmt.Fprintln(stderr, "rule files on SIGHUP and when they change; drains on SIGTERM.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice serve --config examples/shop.yaml\n  curl -s -d '{\"attributes\":{\"user\":\"u42\"}}' http://127.0.0.1:8080/v1/check")
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -196,5 +200,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "rules", s.rules, "store", *c.store)
 	fmt.Fprintf(stdout, "sluice serving on http://%s (%d rules)\n", l.ln.Addr(), s.rules)
+	if *grpcListen != "" {
+		gl, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			l.ln.Close()
+			return err
+		}
+		g := grpc.NewServer()
+		srv.RegisterEnvoy(g)
+		go g.Serve(gl)
+		defer gracefulStop(g, 10*time.Second)
+		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String())
+		fmt.Fprintf(stdout, "sluice Envoy rate limit service on grpc://%s\n", gl.Addr())
+	}
 	return c.serveUntilDone(ctx, s, l)
+}
+
+// gracefulStop lets in-flight gRPC calls finish, for at most d.
+func gracefulStop(g *grpc.Server, d time.Duration) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		g.Stop()
+	}
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +18,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // startServe builds the binary and runs `sluice serve` on a free loopback
@@ -233,4 +240,47 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(buildOnce.bin))
 	}
 	os.Exit(code)
+}
+
+// The built binary answers Envoy's ShouldRateLimit with go-control-plane's
+// generated client, on an envoyproxy/ratelimit file loaded as it is.
+func TestServeEnvoyGRPCEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	// Find a free port for gRPC: the banner names only the HTTP address.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := probe.Addr().String()
+	probe.Close()
+	_, cmd := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", grpcAddr,
+		"--config", "../../examples/envoy/ratelimit-config.yaml")
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
+		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k"}, {Key: "path", Value: "/login"}},
+	}}}
+	var codes []string
+	for range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := client.ShouldRateLimit(ctx, req, grpc.WaitForReady(true))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.OverallCode.String())
+	}
+	if fmt.Sprint(codes) != "[OK OK OK OK OK OVER_LIMIT]" {
+		t.Fatalf("codes %v", codes)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
 }

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// maxDescriptors bounds the descriptors of one Envoy request.
+const maxDescriptors = 64
+
+// envoyService implements envoy.service.ratelimit.v3.RateLimitService.
+type envoyService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Server
+}
+
+// RegisterEnvoy serves Envoy's rate limit service on g: Envoy, Istio and
+// other Envoy-based proxies can then ask sluice with their rate limit filter.
+func (s *Server) RegisterEnvoy(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, &envoyService{s: s})
+}
+
+// ShouldRateLimit decides a request's descriptors: statuses in descriptor
+// order, OVER_LIMIT overall if any descriptor is over, and the RateLimit and
+// Retry-After fields in response_headers_to_add for Envoy to send.
+func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain is required")
+	}
+	if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "want 1 to %d descriptors, got %d", maxDescriptors, n)
+	}
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+	descs := make([]engine.Descriptor, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		if len(d.GetEntries()) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
+		}
+		ed := engine.Descriptor{Hits: hits, Negative: d.GetIsNegativeHits()}
+		for _, e := range d.Entries {
+			ed.Entries = append(ed.Entries, rules.EnvoyEntry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			ed.Hits = int64(min(h.GetValue(), 1<<40))
+		}
+		if o := d.GetLimit(); o != nil {
+			l, err := overrideLimit(o)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+			}
+			ed.Override = &l
+		}
+		descs[i] = ed
+	}
+	var res engine.Result
+	if err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, &res); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	if !res.Allowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if !st.Allowed {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if st.Rule != "" {
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name: st.Rule, RequestsPerUnit: uint32(min(st.Limit.Rate, 1<<32-1)), Unit: unitOf(st.Limit.Period),
+			}
+			ds.LimitRemaining = uint32(min(max(st.Remaining, 0), 1<<32-1))
+			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+		}
+		resp.Statuses = append(resp.Statuses, ds)
+	}
+	h := http.Header{}
+	x.s.limiter.Headers(h, &res)
+	for k, vs := range h {
+		for _, v := range vs {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: displayName(k), Value: v})
+		}
+	}
+	return resp, nil
+}
+
+// overrideLimit reads a descriptor's limit override.
+func overrideLimit(o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) (sluice.Limit, error) {
+	var period time.Duration
+	switch o.GetUnit() {
+	case typev3.RateLimitUnit_SECOND:
+		period = time.Second
+	case typev3.RateLimitUnit_MINUTE:
+		period = time.Minute
+	case typev3.RateLimitUnit_HOUR:
+		period = time.Hour
+	case typev3.RateLimitUnit_DAY:
+		period = 24 * time.Hour
+	case typev3.RateLimitUnit_MONTH:
+		period, _ = rules.EnvoyPeriod("month")
+	case typev3.RateLimitUnit_YEAR:
+		period, _ = rules.EnvoyPeriod("year")
+	default:
+		return sluice.Limit{}, status.Errorf(codes.InvalidArgument, "unit %v", o.GetUnit())
+	}
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		period *= time.Duration(m.GetValue())
+	}
+	l := sluice.Limit{Rate: int64(o.GetRequestsPerUnit()), Period: period, Algorithm: sluice.FixedWindow}
+	return l, l.Validate()
+}
+
+// unitOf names a period in Envoy's units: the largest that divides it.
+func unitOf(d time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch {
+	case d%(365*24*time.Hour) == 0:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	case d%(30*24*time.Hour) == 0:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case d%(7*24*time.Hour) == 0:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case d%(24*time.Hour) == 0:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case d%time.Hour == 0:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case d%time.Minute == 0:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	}
+	return rlsv3.RateLimitResponse_RateLimit_SECOND
+}
