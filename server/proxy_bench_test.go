@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,10 +15,14 @@ import (
 	"testing"
 	"time"
 
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // BenchmarkProxy compares sluice's gateway with a bare httputil.ReverseProxy
@@ -103,6 +109,50 @@ func BenchmarkCheckAPI(b *testing.B) {
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			mine = append(mine, time.Since(start))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+}
+
+// BenchmarkEnvoyGRPC measures ShouldRateLimit over loopback gRPC with one
+// descriptor, clients in parallel: decisions per second and p99.
+func BenchmarkEnvoyGRPC(b *testing.B) {
+	cfg, _ := rules.Parse("e.yaml", []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	s, _ := New(Options{Engine: e, Loopback: true, Logger: quiet})
+	g := grpc.NewServer()
+	s.RegisterEnvoy(g)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go g.Serve(ln)
+	defer g.Stop()
+	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
+		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.7"}},
+	}}}
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var mine []time.Duration
+		for pb.Next() {
+			start := time.Now()
+			if _, err := client.ShouldRateLimit(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
 			mine = append(mine, time.Since(start))
 		}
 		mu.Lock()
