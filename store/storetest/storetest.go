@@ -33,8 +33,33 @@ type Factory func(t *testing.T, clock sluice.Clock) sluice.Store
 // Epoch is the time the suite's clocks start at.
 var Epoch = time.Date(2026, 11, 29, 10, 15, 0, 0, time.UTC)
 
+// Options adapt the suite to a store.
+type Options struct {
+	// Resolution is the store's time resolution (the Redis store counts
+	// whole microseconds). The suite moves its clocks in multiples of it, so
+	// that decisions stay identical to package algo's.
+	Resolution time.Duration
+}
+
+// resolution is the current run's, for the helpers; the suite's tests do
+// not run in parallel.
+var resolution = time.Duration(1)
+
+// advance moves the clock by d, rounded up to the store's resolution.
+func advance(c *sluice.ManualClock, d time.Duration) {
+	if r := resolution; r > 1 {
+		d = (d + r - 1) / r * r
+	}
+	c.Advance(d)
+}
+
 // Run runs the whole suite against the stores newStore makes.
-func Run(t *testing.T, newStore Factory) {
+func Run(t *testing.T, newStore Factory) { RunWith(t, newStore, Options{}) }
+
+// RunWith runs the suite with options.
+func RunWith(t *testing.T, newStore Factory, o Options) {
+	resolution = max(o.Resolution, 1)
+	defer func() { resolution = 1 }()
 	t.Run("MatchesAlgoOnRandomTraffic", func(t *testing.T) { testMatchesAlgo(t, newStore) })
 	t.Run("ConcurrentTakesOnOneKeyAdmitExactlyTheLimit", func(t *testing.T) { testConcurrentExact(t, newStore) })
 	t.Run("KeysAndRulesAreIndependent", func(t *testing.T) { testIndependence(t, newStore) })
@@ -68,9 +93,16 @@ func take1(t *testing.T, s sluice.Store, rule, key string, l sluice.Limit, cost 
 	return out[0]
 }
 
+// sameDecision compares a store's decision with algo's, its durations
+// rounded up to the store's resolution (a store counting microseconds
+// answers with the first microsecond at which a wait is over).
 func sameDecision(d sluice.Decision, r algo.Result) bool {
+	up := func(ns int64) int64 {
+		res := int64(resolution)
+		return (ns + res - 1) / res * res
+	}
 	return d.Allowed == r.Allowed && d.Reason == r.Reason && d.Remaining == r.Remaining &&
-		int64(d.RetryAfter) == r.RetryAfter && int64(d.ResetAfter) == r.ResetAfter && int64(d.Delay) == r.Delay
+		int64(d.RetryAfter) == up(r.RetryAfter) && int64(d.ResetAfter) == up(r.ResetAfter) && int64(d.Delay) == up(r.Delay)
 }
 
 func testMatchesAlgo(t *testing.T, newStore Factory) {
@@ -92,11 +124,11 @@ func testMatchesAlgo(t *testing.T, newStore Factory) {
 				switch rng.IntN(4) {
 				case 0:
 				case 1:
-					clock.Advance(time.Duration(rng.Int64N(p.T + p.W/10)))
+					advance(clock, time.Duration(rng.Int64N(p.T+p.W/10)))
 				case 2:
-					clock.Advance(time.Duration(rng.Int64N(2 * p.W)))
+					advance(clock, time.Duration(rng.Int64N(2*p.W)))
 				default:
-					clock.Advance(time.Duration(rng.Int64N(int64(time.Millisecond))))
+					advance(clock, time.Duration(rng.Int64N(int64(time.Millisecond))))
 				}
 				k := keys[rng.IntN(len(keys))]
 				cost := int64(1)
@@ -285,7 +317,7 @@ func testExpiry(t *testing.T, newStore Factory) {
 			if last.ResetAfter <= 0 {
 				t.Fatalf("drained key reports reset-after %v", last.ResetAfter)
 			}
-			clock.Advance(last.ResetAfter)
+			advance(clock, last.ResetAfter)
 			if d := take1(t, s, "r", "k", l, 0); d.Remaining != full || d.ResetAfter != 0 {
 				t.Fatalf("after reset-after %v: %+v, want %d remaining and idle", last.ResetAfter, d, full)
 			}

@@ -1,0 +1,15 @@
+// Package redis is sluice's distributed store: many gateways share one count
+// in Redis (or Redis Cluster), every decision one atomic Lua script.
+//
+// Keys are laid out as <prefix>{<key>}:<rule>, so that all the rules a
+// request's key is counted under share one hash slot and are taken in one
+// script call, all or nothing. Takes on different keys are made in order,
+// and the ones already made are given back if a later one is refused: best
+// effort across slots, exact within one.
+//
+// Times are the Redis server's (TIME), in microseconds, so gateways with
+// skewed clocks agree; a store can instead send its own clock (for tests, or
+// for Redis-compatible servers that refuse TIME in scripts). Limits are
+// computed in whole microseconds: each emission interval rounds up to one,
+// never looser.
+package redis

@@ -1,0 +1,252 @@
+package redis
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// scriptOrder is the order the Lua files are joined in: helpers, the
+// algorithms, then the driver that uses them.
+var scriptOrder = []string{"lib", "gcra", "token_bucket", "leaky_meter", "leaky_queue", "fixed_window", "sliding_window", "sliding_log", "take"}
+
+func takeScript() string {
+	var b strings.Builder
+	for _, name := range scriptOrder {
+		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+		if err != nil {
+			panic(err) // the files are embedded: this cannot happen at run time
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Options configure a Store.
+type Options struct {
+	// URL is redis://[user:pass@]host:port/db, rediss://... (TLS),
+	// redis-cluster://h1:p1,h2:p2 or redis-sentinel://master@h1:p1,h2:p2.
+	URL string
+	// Prefix is put in front of every key (default "sluice:").
+	Prefix string
+	// Clock, if set, is sent as the time of every decision instead of the
+	// server's TIME.
+	Clock sluice.Clock
+}
+
+// Store is the Redis store. It implements sluice.Store.
+type Store struct {
+	client rueidis.Client
+	prefix string
+	clock  sluice.Clock
+	script *rueidis.Lua
+}
+
+// New connects to the Redis (or Redis Cluster, or Sentinel) of o.URL.
+func New(o Options) (*Store, error) {
+	opt, err := ParseURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = "sluice:"
+	}
+	return &Store{client: client, prefix: prefix, clock: o.Clock, script: rueidis.NewLuaScript(takeScript())}, nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() { s.client.Close() }
+
+// ParseURL reads a store URL into rueidis options.
+func ParseURL(u string) (rueidis.ClientOption, error) {
+	switch {
+	case strings.HasPrefix(u, "redis-cluster://"):
+		hosts := strings.Split(strings.TrimPrefix(u, "redis-cluster://"), ",")
+		return rueidis.ClientOption{InitAddress: hosts, ShuffleInit: true}, nil
+	case strings.HasPrefix(u, "redis-sentinel://"):
+		rest := strings.TrimPrefix(u, "redis-sentinel://")
+		master, hosts, ok := strings.Cut(rest, "@")
+		if !ok || master == "" || hosts == "" {
+			return rueidis.ClientOption{}, fmt.Errorf("redis: %q: want redis-sentinel://MASTER@h1:p1,h2:p2", u)
+		}
+		return rueidis.ClientOption{InitAddress: strings.Split(hosts, ","), Sentinel: rueidis.SentinelOption{MasterSet: master}}, nil
+	case strings.HasPrefix(u, "redis://"), strings.HasPrefix(u, "rediss://"):
+		opt, err := rueidis.ParseURL(u)
+		if err != nil {
+			return opt, fmt.Errorf("redis: %w", err)
+		}
+		return opt, nil
+	}
+	return rueidis.ClientOption{}, fmt.Errorf("redis: %q: want a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", u)
+}
+
+// Key returns the Redis key of (rule, key): <prefix>{<key>}:<rule>.
+func (s *Store) Key(rule, key string) string {
+	return s.prefix + "{" + key + "}:" + rule
+}
+
+// maxExact is 2^53: Lua's numbers hold integers exactly below it.
+const maxExact = 1 << 53
+
+// params are a limit's in microseconds, as the script takes them.
+type params struct {
+	alg        string
+	t, d, w, l int64
+}
+
+func paramsOf(l sluice.Limit) (params, error) {
+	p, err := algo.NewParams(l)
+	if err != nil {
+		return params{}, err
+	}
+	us := func(ns int64) int64 { return (ns + 999) / 1000 }
+	r := params{alg: l.Algorithm.String(), t: us(p.T), w: us(p.W), l: p.Burst}
+	r.d = r.t * p.Burst
+	if l.Algorithm == sluice.SlidingWindow && r.l*r.w >= maxExact {
+		return params{}, fmt.Errorf("redis: %v: limit x window must stay below 2^53 microseconds", l)
+	}
+	if r.d >= maxExact || r.w >= maxExact {
+		return params{}, fmt.Errorf("redis: %v: too long for microsecond arithmetic in Lua", l)
+	}
+	return r, nil
+}
+
+// Take implements sluice.Store. Takes on one key (every rule of it) are one
+// atomic script call; takes on several keys are made key by key, in order,
+// and given back if a later key refuses.
+func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if len(out) < len(takes) {
+		return fmt.Errorf("redis: %d takes but room for %d decisions", len(takes), len(out))
+	}
+	ps := make([]params, len(takes))
+	for i, tk := range takes {
+		p, err := paramsOf(tk.Limit)
+		if err != nil {
+			return fmt.Errorf("redis: rule %q: %w", tk.Rule, err)
+		}
+		ps[i] = p
+	}
+	now := ""
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock.Now()/1000, 10)
+	}
+	// Group the takes by key, in first-seen order.
+	var groups [][]int
+	seen := map[string]int{}
+	for i, tk := range takes {
+		g, ok := seen[tk.Key]
+		if !ok {
+			g = len(groups)
+			seen[tk.Key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	refused := false
+	var done []int // groups taken, to give back if a later one refuses
+	for g, idx := range groups {
+		dry := refused // after a refusal, the rest only report
+		if err := s.exec(ctx, takes, ps, idx, now, dry, out); err != nil {
+			s.giveBack(ctx, takes, ps, groups, done, now, out)
+			return err
+		}
+		allowed := true
+		for _, i := range idx {
+			allowed = allowed && out[i].Allowed
+		}
+		if !allowed && !refused {
+			refused = true
+			s.giveBack(ctx, takes, ps, groups, done, now, out)
+		}
+		if allowed && !dry {
+			done = append(done, g)
+		}
+	}
+	return nil
+}
+
+// exec runs the script for the takes idx (one key, so one slot).
+func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
+	keys := make([]string, len(idx))
+	hold := "0"
+	if dry {
+		hold = "1"
+	}
+	args := make([]string, 2, 2+7*len(idx))
+	args[0], args[1] = now, hold
+	for j, i := range idx {
+		tk, p := &takes[i], &ps[i]
+		keys[j] = s.Key(tk.Rule, tk.Key)
+		d := "0"
+		if tk.DryRun {
+			d = "1"
+		}
+		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(tk.Cost), d)
+	}
+	vals, err := s.script.Exec(ctx, s.client, keys, args).AsIntSlice()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if len(vals) != 6*len(idx) {
+		return errors.New("redis: the script answered an unexpected shape")
+	}
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	for j, i := range idx {
+		v := vals[6*j : 6*j+6]
+		out[i] = sluice.Decision{
+			Allowed: v[0] == 1, Reason: sluice.Reason(v[1]), Rule: takes[i].Rule, Limit: takes[i].Limit,
+			Remaining: v[2], RetryAfter: us(v[3]), ResetAfter: us(v[4]), Delay: us(v[5]),
+		}
+	}
+	return nil
+}
+
+// giveBack refunds the groups already taken (best effort: a failure here
+// leaves those units taken until their keys refill).
+func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, ps []params, groups [][]int, done []int, now string, out []sluice.Decision) {
+	for _, g := range done {
+		var idx []int
+		back := make([]sluice.Take, len(takes))
+		copy(back, takes)
+		for _, i := range groups[g] {
+			if takes[i].Cost > 0 && !takes[i].DryRun {
+				back[i].Cost = -takes[i].Cost
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		scratch := make([]sluice.Decision, len(takes))
+		if s.exec(ctx, back, ps, idx, now, false, scratch) == nil {
+			for _, i := range idx { // report the state that stands after the refund
+				out[i].Remaining, out[i].ResetAfter = scratch[i].Remaining, scratch[i].ResetAfter
+			}
+		}
+	}
+}
+
+// Forget drops the state of key under rule.
+func (s *Store) Forget(rule, key string) bool {
+	n, err := s.client.Do(context.Background(), s.client.B().Del().Key(s.Key(rule, key)).Build()).AsInt64()
+	return err == nil && n > 0
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
