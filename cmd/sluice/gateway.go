@@ -45,7 +45,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
-	defer s.mem.Close()
+	defer s.close()
 	front, err := listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log))
 	if err != nil {
 		return err

@@ -13,10 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
 	"google.golang.org/grpc"
 )
 
@@ -42,6 +44,7 @@ type common struct {
 	configs      stringList
 	listen       *string
 	store        *string
+	prefix       *string
 	maxKeys      *int
 	adminToken   *string
 	storeTimeout *time.Duration
@@ -52,7 +55,8 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c := &common{}
 	fs.Var(&c.configs, "config", "a rule file (repeatable; their rules apply together) [$SLUICE_CONFIG, comma-separated]")
 	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address [$SLUICE_LISTEN]")
-	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store) [$SLUICE_STORE]")
+	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1 [$SLUICE_STORE]")
+	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", "sluice:"), "Redis: the prefix of every key [$SLUICE_REDIS_PREFIX]")
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
 	c.storeTimeout = fs.Duration("store-timeout", 5*time.Millisecond, "deadline of each store call")
@@ -63,7 +67,8 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 // setup is what serve and gateway build from the common flags.
 type setup struct {
 	log     *slog.Logger
-	mem     *memory.Store
+	mem     *memory.Store // nil when counts live in Redis
+	closers []func()
 	eng     *engine.Engine
 	metrics *server.Metrics
 	rules   int
@@ -81,9 +86,6 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if len(c.configs) == 0 {
 		return nil, errUsage{errors.New("want at least one --config")}
 	}
-	if *c.store != "memory" {
-		return nil, fmt.Errorf("--store %q: this build has the embedded store only (memory); the Redis store is coming", *c.store)
-	}
 	s := &setup{log: slog.New(slog.NewTextHandler(stderr, nil))}
 	cfg, err := rules.LoadAll(c.configs...)
 	if err != nil {
@@ -92,9 +94,19 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.rules = len(cfg.Rules)
 	s.mem = memory.New(memory.WithMaxKeys(*c.maxKeys), memory.WithSweepEvery(time.Minute))
+	var store sluice.Store = s.mem
+	if *c.store != "memory" {
+		rs, err := redis.New(redis.Options{URL: *c.store, Prefix: *c.prefix})
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, rs.Close)
+		store = rs
+		s.mem = nil // the embedded store is then only the fail-open fallback
+	}
 	s.metrics = server.NewMetrics(buildVersion())
 	s.eng, err = engine.New(cfg, engine.Options{
-		Store: s.mem, Fallback: memory.New(), StoreTimeout: *c.storeTimeout,
+		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout,
 		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
 	})
 	if err != nil {
@@ -183,7 +195,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
-	defer s.mem.Close()
+	defer s.close()
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen),
@@ -224,5 +236,14 @@ func gracefulStop(g *grpc.Server, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 		g.Stop()
+	}
+}
+
+func (s *setup) close() {
+	if s.mem != nil {
+		s.mem.Close()
+	}
+	for _, c := range s.closers {
+		c()
 	}
 }
