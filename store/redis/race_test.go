@@ -23,7 +23,11 @@ import (
 // (32 in each) hit one key with a limit of 100. Exactly 100 are admitted,
 // for every algorithm that is exact by definition. Time is the server's.
 func TestTwoProcessesShareOneExactCount(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Run("single", func(t *testing.T) { raceAll(t, redistest.Start(t).URL()) })
+	t.Run("cluster", func(t *testing.T) { raceAll(t, redistest.StartCluster(t).URL()) })
+}
+
+func raceAll(t *testing.T, url string) {
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyMeter, sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow} {
 		t.Run(a.String(), func(t *testing.T) {
 			var wg sync.WaitGroup
@@ -31,7 +35,7 @@ func TestTwoProcessesShareOneExactCount(t *testing.T) {
 			for p := range 2 {
 				wg.Go(func() {
 					cmd := exec.Command(os.Args[0], "-test.run=^TestRaceGatewayProcess$", "-test.count=1")
-					cmd.Env = append(os.Environ(), "SLUICE_RACE_URL="+srv.URL(), "SLUICE_RACE_ALG="+a.String(),
+					cmd.Env = append(os.Environ(), "SLUICE_RACE_URL="+url, "SLUICE_RACE_ALG="+a.String(),
 						"SLUICE_RACE_KEY=race-"+a.String(), "SLUICE_RACE_PROCESS="+strconv.Itoa(p))
 					var out bytes.Buffer
 					cmd.Stdout, cmd.Stderr = &out, &out

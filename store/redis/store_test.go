@@ -28,3 +28,16 @@ func TestConformanceSingleNode(t *testing.T) {
 		return s
 	}, storetest.Options{Resolution: time.Microsecond})
 }
+
+// The same suite against a real three-master Redis Cluster.
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	storetest.RunWith(t, func(t *testing.T, c sluice.Clock) sluice.Store {
+		s, err := redis.New(redis.Options{URL: cl.URL(), Clock: c, Prefix: fmt.Sprintf("c%d:", prefixes.Add(1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}, storetest.Options{Resolution: time.Microsecond})
+}

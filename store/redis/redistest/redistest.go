@@ -104,3 +104,67 @@ func freePort(t testing.TB) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// Cluster is a running Redis Cluster of three masters.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs three redis-server processes in cluster mode on free
+// loopback ports, joins them with redis-cli --cluster create (all 16384 slots
+// over three masters), and waits until every node says the cluster is ok.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	Need(t)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-cli is not on PATH, and CI=true")
+		}
+		t.Skip("SKIPPING: redis-cli is not on PATH; it forms the test cluster")
+	}
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range 3 {
+		dir := t.TempDir()
+		n := Start(t, "cluster-enabled yes", "cluster-config-file "+dir+"/nodes.conf", "cluster-node-timeout 5000")
+		c.Nodes = append(c.Nodes, n)
+		args = append(args, n.Addr)
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for !clusterOK(n) {
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s never reported cluster_state:ok", n.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// URL is the cluster's redis-cluster:// URL.
+func (c *Cluster) URL() string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return "redis-cluster://" + strings.Join(addrs, ",")
+}
+
+func clusterOK(n *Server) bool {
+	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(conn, "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
+	buf := make([]byte, 4096)
+	k, _ := conn.Read(buf)
+	return strings.Contains(string(buf[:k]), "cluster_state:ok")
+}
