@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,6 +22,8 @@ import (
 type Server struct {
 	Addr string
 	cmd  *exec.Cmd
+	bin  string
+	args []string
 	t    testing.TB
 }
 
@@ -49,19 +52,33 @@ func Start(t testing.TB, extra ...string) *Server {
 		k, v, _ := strings.Cut(e, " ")
 		args = append(args, "--"+k, v)
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: exec.Command(bin, args...), t: t}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: args, t: t}
+	s.run()
 	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) run() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !s.ping() {
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer within 10s", s.Addr)
+			s.t.Fatalf("redis-server on %s did not answer within 10s", s.Addr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return s
+}
+
+// Restart starts the stopped server again on the same port, empty: a
+// restart or failover that lost the scripts (NOSCRIPT) and the counts.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.run()
 }
 
 // URL is the server's redis:// URL.
@@ -69,7 +86,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr }
 
 // Stop ends the server.
 func (s *Server) Stop() {
-	if s.cmd.Process != nil {
+	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 	}
@@ -167,4 +184,64 @@ func clusterOK(n *Server) bool {
 	buf := make([]byte, 4096)
 	k, _ := conn.Read(buf)
 	return strings.Contains(string(buf[:k]), "cluster_state:ok")
+}
+
+// Proxy is a TCP proxy in front of a server that can add latency: a slow
+// network or an overloaded Redis, for deadline tests.
+type Proxy struct {
+	Addr  string
+	delay atomic.Int64
+}
+
+// NewProxy proxies a free loopback port to target until the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c, target)
+		}
+	}()
+	return p
+}
+
+// SetDelay makes every chunk of data wait d before it is passed on.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+func (p *Proxy) serve(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", target, time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				time.Sleep(time.Duration(p.delay.Load()))
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
 }
