@@ -18,6 +18,9 @@ type EstimateSpec struct {
 	// Sample is how many keys the measurement inserts (default 100,000;
 	// 10,000 for the sliding log, whose keys are larger).
 	Sample int
+	// Redis, if set, measures the bytes per key of a Redis server for a
+	// limit (each key at its limit), for a column of its own.
+	Redis func(l sluice.Limit) (float64, error)
 }
 
 // EstimateRow is one algorithm's estimate.
@@ -34,6 +37,10 @@ type EstimateRow struct {
 	MeasuredPerKey float64 `json:"measuredBytesPerKey"`
 	// ExtrapolatedBytes is MeasuredPerKey x active keys.
 	ExtrapolatedBytes int64 `json:"extrapolatedBytes"`
+	// RedisPerKey is Redis's MEMORY USAGE per key, with --redis.
+	RedisPerKey float64 `json:"redisBytesPerKey,omitempty"`
+	// RedisBytes is RedisPerKey x active keys.
+	RedisBytes int64 `json:"redisBytes,omitempty"`
 }
 
 // EstimateResult is the JSON form of an estimate.
@@ -96,10 +103,17 @@ func Estimate(spec EstimateSpec) (*Report, error) {
 			return nil, err
 		}
 		st := referenceState(a, l)
-		res.Rows = append(res.Rows, EstimateRow{
+		row := EstimateRow{
 			Algorithm: a.String(), StateBytes: st, ReferenceBytes: active * (st + keyOverhead),
 			MeasuredPerKey: perKey, ExtrapolatedBytes: int64(perKey * float64(active)),
-		})
+		}
+		if spec.Redis != nil {
+			if row.RedisPerKey, err = spec.Redis(l); err != nil {
+				return nil, fmt.Errorf("sim: measuring Redis: %w", err)
+			}
+			row.RedisBytes = int64(row.RedisPerKey * float64(active))
+		}
+		res.Rows = append(res.Rows, row)
 	}
 	rep := &Report{
 		Title: fmt.Sprintf("estimate: %s keys, %.3g%% active in a window = %s active keys; limit %s",
@@ -107,9 +121,19 @@ func Estimate(spec EstimateSpec) (*Report, error) {
 		Columns: []string{"algorithm", "state (B)", "reference: active x (state + 64 B)", "sluice measured (B/key)", "sluice extrapolated"},
 		JSON:    res,
 	}
+	if spec.Redis != nil {
+		rep.Columns = append(rep.Columns, "Redis MEMORY USAGE (B/key)", "Redis extrapolated")
+	}
 	for _, r := range res.Rows {
-		rep.Rows = append(rep.Rows, []string{r.Algorithm, strconv.FormatInt(r.StateBytes, 10), bytesWords(r.ReferenceBytes),
-			strconv.FormatFloat(r.MeasuredPerKey, 'f', 1, 64), bytesWords(r.ExtrapolatedBytes)})
+		row := []string{r.Algorithm, strconv.FormatInt(r.StateBytes, 10), bytesWords(r.ReferenceBytes),
+			strconv.FormatFloat(r.MeasuredPerKey, 'f', 1, 64), bytesWords(r.ExtrapolatedBytes)}
+		if spec.Redis != nil {
+			row = append(row, strconv.FormatFloat(r.RedisPerKey, 'f', 1, 64), bytesWords(r.RedisBytes))
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	if spec.Redis != nil {
+		rep.Notes = append(rep.Notes, "Redis: MEMORY USAGE (the key, its value and their administrative overheads) of keys written by sluice's Redis store, each at its limit, averaged over 200 keys.")
 	}
 	rep.Notes = append(rep.Notes,
 		"Reference: SPEC §4's assumptions: 8 B per timestamp, 4 B per counter, 64 B of key overhead per key; only keys active within their window need state.",

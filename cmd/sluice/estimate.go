@@ -8,9 +8,11 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/sim"
+	"github.com/sluice-rl/sluice/store/redis"
 )
 
 func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -21,8 +23,9 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	burst := fs.Int64("burst", 0, "the bucket family's burst (default: the rate)")
 	active := fs.String("active", "100%", "the share of keys active within one window")
 	format := fs.String("format", "table", "output format: "+strings.Join(sim.Formats, ", "))
+	redisURL := fs.String("redis", "", "also measure MEMORY USAGE per key on this Redis (keys are written under a scratch prefix, then deleted)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice estimate --keys N --limit RATE/PERIOD [--active P%] [--burst B]")
+		fmt.Fprintln(stderr, "Usage: sluice estimate --keys N --limit RATE/PERIOD [--active P%] [--burst B] [--redis URL]")
 		fmt.Fprintln(stderr, "\nSPEC §4's memory table for every algorithm, beside sluice's own bytes per key,")
 		fmt.Fprintln(stderr, "measured on a sample and extrapolated.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice estimate --keys 10M --limit 100/1m --active 5%")
@@ -52,9 +55,57 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil || share <= 0 || share > 100 {
 		return fmt.Errorf("--active %q: want a share such as 5%%", *active)
 	}
-	rep, err := sim.Estimate(sim.EstimateSpec{Keys: n, Active: share / 100, Limit: l})
+	spec := sim.EstimateSpec{Keys: n, Active: share / 100, Limit: l}
+	if *redisURL != "" {
+		measure, done, err := redisMeasurer(*redisURL)
+		if err != nil {
+			return err
+		}
+		defer done()
+		spec.Redis = measure
+	}
+	rep, err := sim.Estimate(spec)
 	if err != nil {
 		return err
 	}
 	return rep.Write(stdout, *format)
+}
+
+// redisMeasurer writes sample keys with sluice's Redis store, each at its
+// limit, and averages their MEMORY USAGE; the keys are deleted afterwards.
+func redisMeasurer(url string) (func(sluice.Limit) (float64, error), func(), error) {
+	prefix := fmt.Sprintf("sluice-estimate:%d:", time.Now().UnixNano())
+	s, err := redis.New(redis.Options{URL: url, Prefix: prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	var rules []string
+	measure := func(l sluice.Limit) (float64, error) {
+		rule := l.Algorithm.String()
+		rules = append(rules, rule)
+		const sample = 200
+		fill := min(l.Capacity(), 1<<16)
+		out := make([]sluice.Decision, 1)
+		var total int64
+		for i := range sample {
+			key := "key:" + strconv.Itoa(i)
+			if err := s.Take(ctx, []sluice.Take{{Rule: rule, Key: key, Limit: l, Cost: fill}}, out); err != nil {
+				return 0, err
+			}
+			n, err := s.MemoryUsage(ctx, rule, key)
+			if err != nil {
+				return 0, err
+			}
+			total += n
+		}
+		return float64(total) / sample, nil
+	}
+	done := func() {
+		for _, r := range rules {
+			s.DeleteRule(ctx, r)
+		}
+		s.Close()
+	}
+	return measure, done, nil
 }

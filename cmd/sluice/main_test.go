@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -76,5 +78,27 @@ func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
 		if code, _, _ := runCLI(args...); code == 0 {
 			t.Errorf("sluice %v succeeded", args)
 		}
+	}
+}
+
+func TestEstimateMeasuresRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	code, out, errs := runCLI("estimate", "--keys", "1M", "--limit", "10/1m", "--redis", srv.URL(), "--format", "json")
+	var res struct {
+		Algorithms []struct {
+			Algorithm   string
+			RedisPerKey float64 `json:"redisBytesPerKey"`
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Algorithms) != 7 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, a := range res.Algorithms {
+		if a.RedisPerKey <= 0 {
+			t.Errorf("%s: Redis bytes per key %v", a.Algorithm, a.RedisPerKey)
+		}
+	}
+	if n, err := srv.Do("DBSIZE"); err != nil || n != ":0" {
+		t.Fatalf("estimate left keys behind: %q %v", n, err)
 	}
 }

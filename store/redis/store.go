@@ -250,3 +250,35 @@ func (s *Store) Forget(rule, key string) bool {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// MemoryUsage returns what Redis reports (MEMORY USAGE) for the state of key
+// under rule, in bytes; 0 when there is none.
+func (s *Store) MemoryUsage(ctx context.Context, rule, key string) (int64, error) {
+	n, err := s.client.Do(ctx, s.client.B().MemoryUsage().Key(s.Key(rule, key)).Samples(0).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// DeleteRule drops every key of rule under the store's prefix, for tools
+// that measure and clean up after themselves. It scans, so it is slow on a
+// large database: not for serving paths.
+func (s *Store) DeleteRule(ctx context.Context, rule string) error {
+	for _, c := range s.client.Nodes() {
+		var cursor uint64
+		for {
+			entry, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.prefix+"*:"+rule).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return err
+			}
+			for _, k := range entry.Elements {
+				c.Do(ctx, c.B().Del().Key(k).Build())
+			}
+			if cursor = entry.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
