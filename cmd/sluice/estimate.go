@@ -93,7 +93,7 @@ func redisMeasurer(url string) (func(sluice.Limit) (float64, error), func(), err
 			if err := s.Take(ctx, []sluice.Take{{Rule: rule, Key: key, Limit: l, Cost: fill}}, out); err != nil {
 				return 0, err
 			}
-			n, err := s.MemoryUsage(ctx, rule, key)
+			n, err := s.MemoryUsage(ctx, rule, key, l)
 			if err != nil {
 				return 0, err
 			}

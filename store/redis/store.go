@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -97,9 +98,15 @@ func ParseURL(u string) (rueidis.ClientOption, error) {
 	return rueidis.ClientOption{}, fmt.Errorf("redis: %q: want a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", u)
 }
 
-// Key returns the Redis key of (rule, key): <prefix>{<key>}:<rule>.
-func (s *Store) Key(rule, key string) string {
-	return s.prefix + "{" + key + "}:" + rule
+// Key returns the Redis key of (rule, key) under limit l:
+// <prefix>{<key>}:<rule>:<fingerprint of l>. The hash tag puts every rule
+// of one key in one slot. The limit's fingerprint gives a rule whose limit
+// changes fresh counts (as the embedded store does), and keeps a changed
+// algorithm from reading another's state.
+func (s *Store) Key(rule, key string, l sluice.Limit) string {
+	h := fnv.New32a()
+	h.Write([]byte(l.String()))
+	return s.prefix + "{" + key + "}:" + rule + ":" + strconv.FormatUint(uint64(h.Sum32()), 36)
 }
 
 // maxExact is 2^53: Lua's numbers hold integers exactly below it.
@@ -193,7 +200,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx 
 	args[0], args[1] = now, hold
 	for j, i := range idx {
 		tk, p := &takes[i], &ps[i]
-		keys[j] = s.Key(tk.Rule, tk.Key)
+		keys[j] = s.Key(tk.Rule, tk.Key, tk.Limit)
 		d := "0"
 		if tk.DryRun {
 			d = "1"
@@ -243,18 +250,48 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, ps []params, 
 	}
 }
 
-// Forget drops the state of key under rule.
+// Forget drops the state of key under rule, whatever limits it has had: an
+// operator's "unlock this user". It scans for the key's entries, so it is an
+// admin operation, not a serving one.
 func (s *Store) Forget(rule, key string) bool {
-	n, err := s.client.Do(context.Background(), s.client.B().Del().Key(s.Key(rule, key)).Build()).AsInt64()
-	return err == nil && n > 0
+	return s.deleteMatching(context.Background(), globEscape(s.prefix+"{"+key+"}:"+rule+":")+"*") > 0
+}
+
+// deleteMatching deletes the keys matching a SCAN pattern on every node and
+// returns how many it deleted.
+func (s *Store) deleteMatching(ctx context.Context, pattern string) int {
+	deleted := 0
+	for _, c := range s.client.Nodes() {
+		var cursor uint64
+		for {
+			entry, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				break
+			}
+			for _, k := range entry.Elements {
+				if n, err := c.Do(ctx, c.B().Del().Key(k).Build()).AsInt64(); err == nil {
+					deleted += int(n)
+				}
+			}
+			if cursor = entry.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return deleted
+}
+
+// globEscape escapes SCAN MATCH's special characters.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // MemoryUsage returns what Redis reports (MEMORY USAGE) for the state of key
-// under rule, in bytes; 0 when there is none.
-func (s *Store) MemoryUsage(ctx context.Context, rule, key string) (int64, error) {
-	n, err := s.client.Do(ctx, s.client.B().MemoryUsage().Key(s.Key(rule, key)).Samples(0).Build()).AsInt64()
+// under rule and limit l, in bytes; 0 when there is none.
+func (s *Store) MemoryUsage(ctx context.Context, rule, key string, l sluice.Limit) (int64, error) {
+	n, err := s.client.Do(ctx, s.client.B().MemoryUsage().Key(s.Key(rule, key, l)).Samples(0).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -262,23 +299,8 @@ func (s *Store) MemoryUsage(ctx context.Context, rule, key string) (int64, error
 }
 
 // DeleteRule drops every key of rule under the store's prefix, for tools
-// that measure and clean up after themselves. It scans, so it is slow on a
-// large database: not for serving paths.
-func (s *Store) DeleteRule(ctx context.Context, rule string) error {
-	for _, c := range s.client.Nodes() {
-		var cursor uint64
-		for {
-			entry, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.prefix+"*:"+rule).Count(1000).Build()).AsScanEntry()
-			if err != nil {
-				return err
-			}
-			for _, k := range entry.Elements {
-				c.Do(ctx, c.B().Del().Key(k).Build())
-			}
-			if cursor = entry.Cursor; cursor == 0 {
-				break
-			}
-		}
-	}
-	return nil
+// that measure and clean up after themselves. It scans: not for serving
+// paths.
+func (s *Store) DeleteRule(ctx context.Context, rule string) {
+	s.deleteMatching(ctx, globEscape(s.prefix)+"*:"+globEscape(rule)+":*")
 }

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -40,4 +41,60 @@ func TestConformanceCluster(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	}, storetest.Options{Resolution: time.Microsecond})
+}
+
+func TestForgetAndAChangedLimitStartFresh(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redis.New(redis.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	take := func(l sluice.Limit, key string, cost int64) sluice.Decision {
+		out := make([]sluice.Decision, 1)
+		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: cost}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	gcra := sluice.Limit{Rate: 2, Period: time.Hour}
+	take(gcra, "a*b", 2)
+	if d := take(gcra, "a*b", 1); d.Allowed {
+		t.Fatal("limit not applied")
+	}
+	// The same rule with another algorithm: a fresh count, no WRONGTYPE.
+	log := sluice.Limit{Rate: 2, Period: time.Hour, Algorithm: sluice.SlidingLog}
+	if d := take(log, "a*b", 1); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("changed limit: %+v", d)
+	}
+	// Forget drops the key under every limit; a key with glob characters
+	// does not take others with it.
+	take(gcra, "aXb", 2)
+	if !s.Forget("r", "a*b") {
+		t.Fatal("Forget found nothing")
+	}
+	if d := take(gcra, "a*b", 0); d.Remaining != 2 {
+		t.Fatalf("after Forget: %+v", d)
+	}
+	if d := take(gcra, "aXb", 0); d.Remaining != 0 {
+		t.Fatalf("Forget of a*b reset aXb: %+v", d)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, ok := range []string{"redis://127.0.0.1:6379/0", "redis://u:p@127.0.0.1:6379/2", "rediss://127.0.0.1:6380", "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", "redis-sentinel://mymaster@127.0.0.1:26379,127.0.0.1:26380"} {
+		if _, err := redis.ParseURL(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "http://x", "redis-sentinel://127.0.0.1:26379", "redis-sentinel://m@"} {
+		if _, err := redis.ParseURL(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	opt, _ := redis.ParseURL("redis-sentinel://mymaster@127.0.0.1:26379,127.0.0.1:26380")
+	if opt.Sentinel.MasterSet != "mymaster" || len(opt.InitAddress) != 2 {
+		t.Errorf("sentinel options %+v", opt.Sentinel)
+	}
 }
