@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,20 +19,41 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// scriptOrder is the order the Lua files are joined in: helpers, the
-// algorithms, then the driver that uses them.
-var scriptOrder = []string{"lib", "gcra", "token_bucket", "leaky_meter", "leaky_queue", "fixed_window", "sliding_window", "sliding_log", "take"}
+// luaAlgorithms names each algorithm's file and the prefix of its functions.
+var luaAlgorithms = []struct {
+	name, file, fn string
+}{
+	{"gcra", "gcra", "gcra"},
+	{"token-bucket", "token_bucket", "tb"},
+	{"leaky-meter", "leaky_meter", "lm"},
+	{"leaky-queue", "leaky_queue", "lq"},
+	{"fixed-window", "fixed_window", "fw"},
+	{"sliding-window", "sliding_window", "sw"},
+	{"sliding-log", "sliding_log", "sl"},
+}
 
-func takeScript() string {
-	var b strings.Builder
-	for _, name := range scriptOrder {
-		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
-		if err != nil {
-			panic(err) // the files are embedded: this cannot happen at run time
-		}
-		b.Write(src)
-		b.WriteByte('\n')
+func luaFile(name string) string {
+	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err) // the files are embedded: this cannot happen at run time
 	}
+	return string(src)
+}
+
+// takeScript joins the helpers, the given algorithms (all when algs is
+// empty) and the driver into one script. A script per algorithm keeps each
+// call from defining the functions of the six it does not use.
+func takeScript(algs ...string) string {
+	var b, table strings.Builder
+	b.WriteString(luaFile("lib"))
+	for _, a := range luaAlgorithms {
+		if len(algs) > 0 && !slices.Contains(algs, a.name) {
+			continue
+		}
+		b.WriteString(luaFile(a.file))
+		fmt.Fprintf(&table, "  [%q] = {%s_decide, %s_write, %s_refund},\n", a.name, a.fn, a.fn, a.fn)
+	}
+	b.WriteString(strings.Replace(luaFile("take"), "--ALGOS--\n", table.String(), 1))
 	return b.String()
 }
 
@@ -49,10 +71,10 @@ type Options struct {
 
 // Store is the Redis store. It implements sluice.Store.
 type Store struct {
-	client rueidis.Client
-	prefix string
-	clock  sluice.Clock
-	script *rueidis.Lua
+	client  rueidis.Client
+	prefix  string
+	clock   sluice.Clock
+	scripts map[string]*rueidis.Lua // by algorithm; "" has them all
 }
 
 // New connects to the Redis (or Redis Cluster, or Sentinel) of o.URL.
@@ -69,7 +91,11 @@ func New(o Options) (*Store, error) {
 	if prefix == "" {
 		prefix = "sluice:"
 	}
-	return &Store{client: client, prefix: prefix, clock: o.Clock, script: rueidis.NewLuaScript(takeScript())}, nil
+	scripts := map[string]*rueidis.Lua{"": rueidis.NewLuaScript(takeScript())}
+	for _, a := range luaAlgorithms {
+		scripts[a.name] = rueidis.NewLuaScript(takeScript(a.name))
+	}
+	return &Store{client: client, prefix: prefix, clock: o.Clock, scripts: scripts}, nil
 }
 
 // Close closes the connections.
@@ -207,7 +233,13 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx 
 		}
 		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(tk.Cost), d)
 	}
-	vals, err := s.script.Exec(ctx, s.client, keys, args).AsIntSlice()
+	script := s.scripts[ps[idx[0]].alg]
+	for _, i := range idx[1:] {
+		if ps[i].alg != ps[idx[0]].alg {
+			script = s.scripts[""] // mixed algorithms: the script with all of them
+		}
+	}
+	vals, err := script.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}

@@ -15,14 +15,10 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local hold = ARGV[2] == '1'
+-- The algorithms this script was built with (the store builds one script
+-- per algorithm, and one with all of them for mixed takes).
 local algos = {
-  gcra = {gcra_decide, gcra_write, gcra_refund},
-  ['token-bucket'] = {tb_decide, tb_write, tb_refund},
-  ['leaky-meter'] = {lm_decide, lm_write, lm_refund},
-  ['leaky-queue'] = {lq_decide, lq_write, lq_refund},
-  ['fixed-window'] = {fw_decide, fw_write, fw_refund},
-  ['sliding-window'] = {sw_decide, sw_write, sw_refund},
-  ['sliding-log'] = {sl_decide, sl_write, sl_refund},
+--ALGOS--
 }
 local out, pending, ok = {}, {}, not hold
 for i, key in ipairs(KEYS) do
