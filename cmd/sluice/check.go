@@ -20,18 +20,16 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "burst ceiling in words.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice check examples/shop.yaml")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage{err}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
-	if fs.NArg() == 0 {
+	if len(positional) == 0 {
 		fs.Usage()
 		return errUsage{errors.New("no file")}
 	}
 	failed := 0
-	for _, path := range fs.Args() {
+	for _, path := range positional {
 		c, err := rules.Load(path)
 		if err != nil {
 			fmt.Fprintln(stderr, err)

@@ -32,13 +32,11 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage{err}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
-	if *keys == "" || *limit == "" || fs.NArg() > 0 {
+	if *keys == "" || *limit == "" || len(positional) > 0 {
 		fs.Usage()
 		return errUsage{errors.New("want --keys and --limit")}
 	}

@@ -27,14 +27,12 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage{err}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
 	u, err := url.Parse(*upstream)
-	if *upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || fs.NArg() > 0 {
+	if *upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(positional) > 0 {
 		fs.Usage()
 		return errUsage{errors.New("want --upstream http://HOST:PORT")}
 	}

@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -81,5 +82,24 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}
+
+// parseArgs parses fs's flags wherever they stand among args and returns
+// the other arguments. help reports --help (usage printed: nothing to do).
+func parseArgs(fs *flag.FlagSet, args []string) (positional []string, help bool, err error) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, true, nil
+			}
+			return nil, false, errUsage{err}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, false, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
 	}
 }

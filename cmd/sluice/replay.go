@@ -30,19 +30,9 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	var positional []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return errUsage{err}
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			positional = append(positional, args[0])
-			args = args[1:]
-		}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
 	if *config == "" || len(positional) != 1 {
 		fs.Usage()

@@ -178,15 +178,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage{err}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
+	if len(positional) > 0 {
 		fs.Usage()
-		return errUsage{fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return errUsage{fmt.Errorf("unexpected arguments %q", positional)}
 	}
 	s, err := c.build(stderr)
 	if err != nil {

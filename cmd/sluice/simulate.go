@@ -40,20 +40,9 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	// Accept flags before or after the scenario name.
-	var positional []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil
-			}
-			return errUsage{err}
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			positional = append(positional, args[0])
-			args = args[1:]
-		}
+	positional, help, err := parseArgs(fs, args)
+	if help || err != nil {
+		return err
 	}
 	if len(positional) != 1 {
 		fs.Usage()
