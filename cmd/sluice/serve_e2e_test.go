@@ -21,6 +21,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -282,5 +283,38 @@ func TestServeEnvoyGRPCEndToEnd(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+// Two `sluice serve` processes with --store redis share one count: a client
+// alternating between them gets exactly the limit, not twice it.
+func TestTwoServeProcessesShareARedisCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	srv := redistest.Start(t)
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-user, key: [user], rate: 10, per: 1h}\n"), 0o600)
+	a, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rulesPath, "--store", srv.URL(), "--store-timeout", "2s")
+	b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rulesPath, "--store", srv.URL(), "--store-timeout", "2s")
+	allowed := 0
+	for i := range 30 {
+		base := a
+		if i%2 == 1 {
+			base = b
+		}
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"u42"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ Allowed bool }
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if v.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 10 {
+		t.Fatalf("two gateways on one Redis admitted %d of 30, want exactly 10", allowed)
 	}
 }
