@@ -82,30 +82,38 @@ rules:
 	}
 
 	// Restarted empty: the scripts are reloaded, the breaker closes, counting
-	// resumes.
+	// resumes. (A call or two may still meet a connection the restart broke.)
 	srv.Restart()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		res := check("/otp")
-		if res.StoreError == nil && e.BreakerState() == "closed" {
-			if !res.Allowed || res.Statuses[1].Remaining != 2 {
-				t.Fatalf("after the restart the count should start fresh: %+v", res.Statuses)
+	nextSuccess := func() *engine.Result {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			res := check("/otp")
+			if res.StoreError == nil {
+				return res
 			}
-			break
+			if time.Now().After(deadline) {
+				t.Fatalf("breaker %s and store error %v 20s after Redis came back", e.BreakerState(), res.StoreError)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("breaker %s and store error %v 20s after Redis came back", e.BreakerState(), res.StoreError)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if res := check("/otp"); res.StoreError != nil || res.Statuses[1].Remaining != 1 {
-		t.Fatalf("counting did not resume: %+v", res.Statuses)
+	first := nextSuccess()
+	if !first.Allowed || first.Statuses[1].Remaining != 2 {
+		t.Fatalf("after the restart the count should start fresh: %+v", first.Statuses)
+	}
+	if second := nextSuccess(); second.Statuses[1].Remaining != 1 {
+		t.Fatalf("counting did not resume: %+v", second.Statuses)
+	}
+	if s := e.BreakerState(); s != "closed" {
+		t.Fatalf("breaker %s after successful calls", s)
 	}
 
-	// Slowed beyond the deadline: still answered, as a deadline error.
+	// Slowed far beyond the deadline: still answered, failing open. (The
+	// error is the deadline, or the connection the client dropped when an
+	// earlier call's deadline cut it mid-reply.)
 	proxy.SetDelay(time.Second)
 	res := check("/items")
-	if !errors.Is(res.StoreError, context.DeadlineExceeded) || !res.Allowed {
+	if res.StoreError == nil || !res.Allowed || !res.Statuses[0].FailedOpen {
 		t.Fatalf("slow Redis: %v, allowed %v", res.StoreError, res.Allowed)
 	}
 	proxy.SetDelay(0)

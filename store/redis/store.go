@@ -161,9 +161,10 @@ func paramsOf(l sluice.Limit) (params, error) {
 	return r, nil
 }
 
-// Take implements sluice.Store. Takes on one key (every rule of it) are one
-// atomic script call; takes on several keys are made key by key, in order,
-// and given back if a later key refuses.
+// Take implements sluice.Store. On one Redis all the takes are one atomic
+// script call. On a cluster the takes whose keys share a hash slot (every
+// rule of one key does) are one call; the slots are taken in order, and the
+// ones taken are given back if a later slot refuses.
 func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	if len(out) < len(takes) {
 		return fmt.Errorf("redis: %d takes but room for %d decisions", len(takes), len(out))
@@ -180,14 +181,21 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now()/1000, 10)
 	}
-	// Group the takes by key, in first-seen order.
+	// Group the takes by hash slot, in first-seen order: on one Redis every
+	// take of the request goes in one script call; on a cluster, every take
+	// whose key shares a slot.
+	cluster := s.client.Mode() == rueidis.ClientModeCluster
 	var groups [][]int
-	seen := map[string]int{}
+	seen := map[uint16]int{}
 	for i, tk := range takes {
-		g, ok := seen[tk.Key]
+		var sl uint16
+		if cluster {
+			sl = slot(tk.Key)
+		}
+		g, ok := seen[sl]
 		if !ok {
 			g = len(groups)
-			seen[tk.Key] = g
+			seen[sl] = g
 			groups = append(groups, nil)
 		}
 		groups[g] = append(groups[g], i)
@@ -215,7 +223,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	return nil
 }
 
-// exec runs the script for the takes idx (one key, so one slot).
+// exec runs the script for the takes idx (all in one slot).
 func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
 	keys := make([]string, len(idx))
 	hold := "0"
