@@ -47,6 +47,7 @@ type Engine struct {
 	fallback sluice.Store
 	timeout  time.Duration
 	local    bool
+	openFor  time.Duration // how long the breaker stays open
 	breaker  *gobreaker.CircuitBreaker[struct{}]
 	log      *slog.Logger
 	onCall   func(time.Duration, error)
@@ -81,6 +82,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if openFor <= 0 {
 		openFor = time.Second
 	}
+	e.openFor = openFor
 	e.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "store",
 		MaxRequests: 1,
@@ -328,8 +330,9 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error) {
 	}
 }
 
-// breakerRetry suggests when to retry a request refused for a failing store.
-func (e *Engine) breakerRetry() time.Duration { return time.Second }
+// breakerRetry suggests when to retry a request refused for a failing store:
+// when the breaker will next let a probe through.
+func (e *Engine) breakerRetry() time.Duration { return e.openFor }
 
 // shadowed evaluates the shadow rules in a call of their own: they count as
 // if enforced, but never decide the request.

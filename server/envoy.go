@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // maxDescriptors bounds the descriptors of one Envoy request.
@@ -83,8 +84,12 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if st.Rule != "" {
+			unit, mult := unitOf(st.Limit.Period)
 			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name: st.Rule, RequestsPerUnit: uint32(min(st.Limit.Rate, 1<<32-1)), Unit: unitOf(st.Limit.Period),
+				Name: st.Rule, RequestsPerUnit: uint32(min(st.Limit.Rate, 1<<32-1)), Unit: unit,
+			}
+			if mult > 1 {
+				ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, 1<<32-1)))
 			}
 			ds.LimitRemaining = uint32(min(max(st.Remaining, 0), 1<<32-1))
 			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
@@ -127,21 +132,26 @@ func overrideLimit(o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) (
 	return l, l.Validate()
 }
 
-// unitOf names a period in Envoy's units: the largest that divides it.
-func unitOf(d time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch {
-	case d%(365*24*time.Hour) == 0:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
-	case d%(30*24*time.Hour) == 0:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
-	case d%(7*24*time.Hour) == 0:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
-	case d%(24*time.Hour) == 0:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case d%time.Hour == 0:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case d%time.Minute == 0:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+// unitOf writes a period in Envoy's terms: the largest unit that divides it,
+// and how many of it (unit_multiplier): 15 minutes is MINUTE x 15. A period
+// under a second, or not a whole number of seconds, is SECOND x 1 (rounded
+// up).
+func unitOf(d time.Duration) (rlsv3.RateLimitResponse_RateLimit_Unit, int64) {
+	for _, u := range []struct {
+		d    time.Duration
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+		{30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+		{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+		{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	} {
+		if d >= u.d && d%u.d == 0 {
+			return u.unit, int64(d / u.d)
+		}
 	}
-	return rlsv3.RateLimitResponse_RateLimit_SECOND
+	return rlsv3.RateLimitResponse_RateLimit_SECOND, int64((d + time.Second - 1) / time.Second)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+	"time"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -112,6 +113,24 @@ func TestEnvoyShouldRateLimit(t *testing.T) {
 	} {
 		if _, err := c.ShouldRateLimit(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v", bad, err)
+		}
+	}
+}
+
+func TestUnitOfWritesPeriodsInEnvoysTerms(t *testing.T) {
+	for d, want := range map[time.Duration]struct {
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+		mult int64
+	}{
+		time.Second:            {rlsv3.RateLimitResponse_RateLimit_SECOND, 1},
+		15 * time.Minute:       {rlsv3.RateLimitResponse_RateLimit_MINUTE, 15},
+		2 * time.Hour:          {rlsv3.RateLimitResponse_RateLimit_HOUR, 2},
+		7 * 24 * time.Hour:     {rlsv3.RateLimitResponse_RateLimit_WEEK, 1},
+		500 * time.Millisecond: {rlsv3.RateLimitResponse_RateLimit_SECOND, 1},
+		90 * time.Second:       {rlsv3.RateLimitResponse_RateLimit_SECOND, 90},
+	} {
+		if u, m := unitOf(d); u != want.unit || m != want.mult {
+			t.Errorf("unitOf(%v) = %v x %d, want %v x %d", d, u, m, want.unit, want.mult)
 		}
 	}
 }
