@@ -29,12 +29,12 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"check", "validate rule files and describe their rules", runCheck},
-		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
-		{"serve", "serve the decision API, forward-auth and metrics", runServe},
+		{"serve", "serve the decision API, Envoy's gRPC service, forward-auth and metrics", runServe},
 		{"gateway", "a reverse proxy that applies the rules in front of a service", runGateway},
-		{"replay", "replay an access log through rules: what would they reject?", runReplay},
+		{"check", "validate rule files and describe their rules", runCheck},
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
+		{"replay", "replay an access log through rules: what would they reject?", runReplay},
+		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
 		{"version", "print the version", runVersion},
 	}
 }
