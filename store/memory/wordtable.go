@@ -53,8 +53,8 @@ const (
 )
 
 type wordSlot struct {
-	fp  atomic.Uint64
-	tat atomic.Int64 // the state word
+	fp   atomic.Uint64
+	word atomic.Int64 // the state word
 }
 
 type wordShard struct {
@@ -188,7 +188,7 @@ func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, units int64, o op, r
 			if sh.busy.Load() != 0 {
 				return false
 			}
-			old := s.tat.Load()
+			old := s.word.Load()
 			if old == frozen {
 				break // a tombstone, or a rebuild in progress: probe on
 			}
@@ -196,7 +196,7 @@ func (t *wordTable) takeFast(sh *wordShard, fp uint64, now, units int64, o op, r
 				return false
 			}
 			next, write := t.apply(old, now, units, o, r)
-			if !write || s.tat.CompareAndSwap(old, next) {
+			if !write || s.word.CompareAndSwap(old, next) {
 				return true
 			}
 		}
@@ -217,9 +217,9 @@ func (t *wordTable) lockedInto(i int, fp uint64, now, units int64, o op, r *algo
 	sh := &t.shards[i]
 	s := t.lookup(sh, fp, now)
 	for {
-		old := s.tat.Load()
+		old := s.word.Load()
 		next, write := t.apply(old, now, units, o, r)
-		if !write || s.tat.CompareAndSwap(old, next) {
+		if !write || s.word.CompareAndSwap(old, next) {
 			return saved{old}
 		}
 	}
@@ -244,13 +244,13 @@ func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
 			if f == 0 {
 				break
 			}
-			if f == fp && s.tat.Load() != frozen {
+			if f == fp && s.word.Load() != frozen {
 				return s
 			}
 		}
 		if sh.count < min(len(slots)*maxLoadNum/maxLoadDen, t.maxPer) {
 			s := &slots[i]
-			s.tat.Store(fresh) // published by the fingerprint
+			s.word.Store(fresh) // published by the fingerprint
 			s.fp.Store(fp)
 			sh.count++
 			return s
@@ -267,8 +267,8 @@ func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
 // a batch of those closest to idle. A sweep may also shrink the array.
 func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 	type entry struct {
-		fp  uint64
-		tat int64
+		fp   uint64
+		word int64
 	}
 	old := *sh.slots.Load()
 	dropDead := sweep || len(old) >= t.maxSlots
@@ -278,7 +278,7 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 		if s.fp.Load() == 0 {
 			continue
 		}
-		if v := s.tat.Swap(frozen); v != frozen && (!t.idle(v, now) || !dropDead) {
+		if v := s.word.Swap(frozen); v != frozen && (!t.idle(v, now) || !dropDead) {
 			keep = append(keep, entry{s.fp.Load(), v})
 		}
 	}
@@ -286,7 +286,7 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 	if len(keep) >= t.maxPer {
 		drop = len(keep) - t.maxPer + evictBatch(t.maxPer)
 		// Evict the keys closest to idle: in every encoding, the smallest words.
-		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.tat, b.tat) })
+		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.word, b.word) })
 		t.evictions.Add(uint64(drop))
 	}
 	size := sizeFor(len(keep)-drop, t.maxSlots)
@@ -300,7 +300,7 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 		for slots[j].fp.Load() != 0 {
 			j = (j + 1) & mask
 		}
-		slots[j].tat.Store(e.tat)
+		slots[j].word.Store(e.word)
 		slots[j].fp.Store(e.fp)
 	}
 	sh.count = len(keep) - drop
@@ -340,7 +340,7 @@ func (t *wordTable) unlockShard(i int) {
 // undo restores the saved TAT exactly.
 func (t *wordTable) undoLocked(i int, fp uint64, sv saved, _ int64) {
 	if s := t.find(&t.shards[i], fp); s != nil {
-		s.tat.Store(sv[0])
+		s.word.Store(sv[0])
 	}
 }
 
@@ -353,7 +353,7 @@ func (t *wordTable) find(sh *wordShard, fp uint64) *wordSlot {
 	slots := *p
 	mask := len(slots) - 1
 	for i := home(fp, len(slots)); slots[i].fp.Load() != 0; i = (i + 1) & mask {
-		if slots[i].fp.Load() == fp && slots[i].tat.Load() != frozen {
+		if slots[i].fp.Load() == fp && slots[i].word.Load() != frozen {
 			return &slots[i]
 		}
 	}
@@ -366,7 +366,7 @@ func (t *wordTable) forget(key string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if s := t.find(sh, fp); s != nil {
-		s.tat.Store(frozen) // a tombstone until the next rebuild
+		s.word.Store(frozen) // a tombstone until the next rebuild
 		return true
 	}
 	return false
