@@ -1,0 +1,97 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+func TestEnvoyFileLoadsAsIs(t *testing.T) {
+	c, err := Load("../examples/envoy/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]*Rule{}
+	for _, r := range c.Rules {
+		byID[r.ID] = r
+		if r.Envoy == nil || r.Envoy.Domain != "edge" {
+			t.Fatalf("%s: not an Envoy rule of domain edge: %+v", r.ID, r.Envoy)
+		}
+	}
+	login := byID["login"]
+	if login == nil || login.Limit != (sluice.Limit{Rate: 5, Period: time.Minute, Algorithm: sluice.FixedWindow}) ||
+		len(login.Envoy.Entries) != 2 || login.Envoy.Entries[1] != (EnvoyEntry{"path", "/login"}) {
+		t.Fatalf("login: %+v", login)
+	}
+	if r := byID["edge.api_key.path__export__"]; r == nil || !r.Shadow || r.Limit.Period != time.Hour {
+		t.Fatalf("shadow export rule: %+v", r)
+	}
+	if r := byID["edge.source_internal"]; r == nil || !r.Unlimited {
+		t.Fatalf("unlimited rule: %+v", r)
+	}
+	if c.NeedsBody() {
+		t.Fatal("Envoy rules never read bodies")
+	}
+	if got := login.Summary(); !strings.Contains(got, "envoy domain edge api_key=(each value) path=/login") {
+		t.Fatalf("summary %q", got)
+	}
+}
+
+func TestEnvoyFileFaults(t *testing.T) {
+	for name, src := range map[string]string{
+		"no domain":    "descriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"bad unit":     "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n",
+		"zero rate":    "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 0}}\n",
+		"no key":       "domain: d\ndescriptors:\n  - {value: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"unknown":      "domain: d\ndescriptors:\n  - {key: a, colour: red}\n",
+		"not a list":   "domain: d\ndescriptors: {key: a}\n",
+		"bad replaces": "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1, replaces: x}}\n",
+	} {
+		if _, err := Parse(name+".yaml", []byte(src)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestEnvoyIDsAreValidAndUnique(t *testing.T) {
+	c, err := Parse("ids.yaml", []byte(`domain: "my domain"
+descriptors:
+  - key: path
+    value: "/a b"
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    value: "/a?b"
+    rate_limit: {unit: second, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rules[0].ID == c.Rules[1].ID || !validID(c.Rules[0].ID) || !validID(c.Rules[1].ID) {
+		t.Fatalf("ids %q and %q", c.Rules[0].ID, c.Rules[1].ID)
+	}
+}
+
+func TestSluiceRulesCanAnswerDescriptors(t *testing.T) {
+	c, err := Parse("s.yaml", []byte(`rules:
+  - id: per-path
+    envoy: {domain: edge, descriptors: [{key: path, value: "/api/*"}]}
+    rate: 10
+    per: 1s
+    algorithm: gcra
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	if r.Envoy == nil || r.Envoy.Entries[0].Matches("/api/x") != 2 || r.Envoy.Entries[0].Matches("/other") != 0 {
+		t.Fatalf("%+v", r.Envoy)
+	}
+	if _, err := Parse("s.yaml", []byte("rules:\n  - {id: x, envoy: {domain: edge}, rate: 1, per: 1s}\n")); err == nil {
+		t.Fatal("an envoy match without entries was accepted")
+	}
+	if (EnvoyEntry{Key: "k"}).Matches("anything") != 1 || (EnvoyEntry{Key: "k", Value: "v"}).Matches("v") != 3 {
+		t.Fatal("match specificity")
+	}
+}
