@@ -370,11 +370,7 @@ func TestReloadKeepsUnchangedCountsAndRefusesBadFiles(t *testing.T) {
 }
 
 func TestWatchFileReloadsOnChange(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	os.WriteFile(path, []byte("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n"), 0o600)
-	c, _ := rules.Load(path)
-	e, _ := New(c, Options{Store: memory.New(), Logger: quiet})
+	path, e := engineFromFile(t, "rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.WatchFile(ctx, 5*time.Millisecond, path)
@@ -464,11 +460,7 @@ rules:
 }
 
 func TestSIGHUPReloadsAndABadFileKeepsTheOldRules(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	os.WriteFile(path, []byte("rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n"), 0o600)
-	c, _ := rules.Load(path)
-	e, _ := New(c, Options{Store: memory.New(), Logger: quiet})
+	path, e := engineFromFile(t, "rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Catch SIGHUP for the whole test, so that a signal sent before the
@@ -558,4 +550,22 @@ func TestChargeStatusChargesMatchingCountOnRules(t *testing.T) {
 	if d, _ := lim.Take("u", 0); d.Remaining != 2 {
 		t.Fatalf("other rule charged: %+v", d)
 	}
+}
+
+// engineFromFile writes a rule file and serves it on the embedded store.
+func engineFromFile(t *testing.T, src string) (string, *Engine) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rules.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(c, Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, e
 }
