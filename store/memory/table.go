@@ -138,18 +138,8 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 			keep = append(keep, entry{i, r})
 		}
 	}
-	drop := 0
-	if len(keep) >= t.maxPer {
-		// Evict the keys closest to their idle state: their loss changes
-		// the fewest answers.
-		drop = len(keep) - t.maxPer + evictBatch(t.maxPer)
-		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.reset, b.reset) })
-		t.evictions.Add(uint64(drop))
-	}
-	size := sizeFor(len(keep)-drop, t.maxSlots)
-	if !sweep {
-		size = max(size, len(sh.slots))
-	}
+	drop, size := bound(keep, func(a, b entry) int { return cmp.Compare(a.reset, b.reset) },
+		t.maxPer, t.maxSlots, len(sh.slots), sweep, &t.evictions)
 	old := sh.slots
 	sh.slots = make([]slot[C], size)
 	sh.count = 0
@@ -168,6 +158,24 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 // evictBatch is how many live keys a full shard evicts at once: 1/16 of its
 // bound, at least one.
 func evictBatch(maxPer int) int { return max(1, maxPer/16) }
+
+// bound applies a shard's key bound to the keys a rebuild keeps. If they
+// reach the shard's share (maxPer), it sorts them closest to idle first
+// (closer) and evicts a batch from the front: their loss changes the fewest
+// answers. It returns how many to drop from the front of keep and the new
+// slot count (never smaller than oldLen unless sweeping).
+func bound[E any](keep []E, closer func(a, b E) int, maxPer, maxSlots, oldLen int, sweep bool, evictions *atomic.Uint64) (drop, size int) {
+	if len(keep) >= maxPer {
+		drop = len(keep) - maxPer + evictBatch(maxPer)
+		slices.SortFunc(keep, closer)
+		evictions.Add(uint64(drop))
+	}
+	size = sizeFor(len(keep)-drop, maxSlots)
+	if !sweep {
+		size = max(size, oldLen)
+	}
+	return drop, size
+}
 
 // sizeFor returns the slot count for a shard about to hold keys: the smallest
 // power of two that leaves it at most half full, up to maxSlots. A shard that

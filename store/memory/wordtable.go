@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"hash/maphash"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -282,17 +281,9 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 			keep = append(keep, entry{s.fp.Load(), v})
 		}
 	}
-	drop := 0
-	if len(keep) >= t.maxPer {
-		drop = len(keep) - t.maxPer + evictBatch(t.maxPer)
-		// Evict the keys closest to idle: in every encoding, the smallest words.
-		slices.SortFunc(keep, func(a, b entry) int { return cmp.Compare(a.word, b.word) })
-		t.evictions.Add(uint64(drop))
-	}
-	size := sizeFor(len(keep)-drop, t.maxSlots)
-	if !sweep {
-		size = max(size, len(old))
-	}
+	// In every encoding the smallest words are the keys closest to idle.
+	drop, size := bound(keep, func(a, b entry) int { return cmp.Compare(a.word, b.word) },
+		t.maxPer, t.maxSlots, len(old), sweep, &t.evictions)
 	slots := make([]wordSlot, size)
 	mask := size - 1
 	for _, e := range keep[drop:] {
