@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -24,6 +25,9 @@ type Config struct {
 	// IPv6Prefix is the prefix length IPv6 client addresses are counted by.
 	IPv6Prefix int
 	Rules      []*Rule
+
+	needsBody     bool
+	needsBodyOnce sync.Once // a Config is immutable once loaded: compute once
 }
 
 // Rule is one rate limit: which requests it applies to, whose count they
@@ -115,18 +119,18 @@ func Parse(name string, data []byte) (*Config, error) {
 
 // NeedsBody reports whether any rule takes its key from the request body, so
 // the caller knows whether to read it.
+// The answer is computed once: the middleware asks on every request.
 func (c *Config) NeedsBody() bool {
-	for _, r := range c.Rules {
-		if r.Envoy != nil {
-			continue
-		}
-		for _, s := range r.Key {
-			if s.Kind == FromBody {
-				return true
+	c.needsBodyOnce.Do(func() {
+		for _, r := range c.Rules {
+			for _, s := range r.Key {
+				if r.Envoy == nil && s.Kind == FromBody {
+					c.needsBody = true
+				}
 			}
 		}
-	}
-	return false
+	})
+	return c.needsBody
 }
 
 // Rule returns the rule with the given id, or nil.
