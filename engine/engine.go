@@ -162,6 +162,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	}
 	rs := e.set.Load()
 	res.reset(rs)
+	req.Path = rs.cfg.Paths.Normalize(req.Path)
 
 	// Match the rules and build their keys into one buffer.
 	for _, r := range rs.rules {
@@ -174,6 +175,9 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 		}
 		start := len(res.keyBuf)
 		res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix)
+		if ok {
+			res.keyBuf = boundKey(res.keyBuf, start)
+		}
 		if !ok {
 			if r.RejectMissingKey && !r.Shadow {
 				res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
@@ -257,7 +261,7 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 		if m.r.Shadow {
 			continue
 		}
-		cost := m.r.Cost * mult
+		cost := mulCost(m.r.Cost, mult)
 		res.takes = append(res.takes, sluice.Take{
 			Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
@@ -341,7 +345,7 @@ func (e *Engine) shadowed(ctx context.Context, res *Result, mult int64, dry bool
 	res.idx = res.idx[:0]
 	for i := range res.matched {
 		if m := &res.matched[i]; m.r.Shadow {
-			res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: m.r.Cost * mult, DryRun: dry})
+			res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult), DryRun: dry})
 			res.idx = append(res.idx, i)
 		}
 	}
@@ -439,6 +443,7 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 	if r == nil {
 		return sluice.Decision{}, false, ErrNoRule
 	}
+	key = StoreKey(key)
 	out := make([]sluice.Decision, 1)
 	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.Limit}}, out); err != nil {
 		return sluice.Decision{}, false, err
@@ -469,6 +474,7 @@ func (e *Engine) Reset(ruleID, key string) (bool, error) {
 	if r == nil {
 		return false, ErrNoRule
 	}
+	key = StoreKey(key)
 	f, ok := e.store.(Forgetter)
 	if !ok {
 		return false, ErrCannotReset
@@ -506,12 +512,13 @@ var pingLimit = sluice.Limit{Rate: 1, Period: time.Second}
 // before a response and report its status in a second call (the service's
 // /v1/charge). It fills res with the charged rules' decisions.
 func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt CheckOptions, status int, res *Result) error {
-	mult := opt.Cost
-	if mult <= 0 {
-		mult = 1
+	if opt.Cost < 0 {
+		return fmt.Errorf("engine: cost must be >= 0, got %d", opt.Cost)
 	}
+	mult := max(opt.Cost, 1)
 	rs := e.set.Load()
 	res.reset(rs)
+	req.Path = rs.cfg.Paths.Normalize(req.Path)
 	res.takes = res.takes[:0]
 	for _, r := range rs.rules {
 		if len(r.CountOn) == 0 || r.Shadow || r.Envoy != nil || !counts(r.CountOn, status) {
@@ -523,13 +530,14 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 		}
 		start := len(res.keyBuf)
 		if res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix); ok {
+			res.keyBuf = boundKey(res.keyBuf, start)
 			res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
 		}
 	}
 	for i := range res.matched {
 		m := &res.matched[i]
 		m.key = bufString(res.keyBuf[m.start:m.end])
-		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: m.r.Cost * mult})
+		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult)})
 	}
 	if len(res.takes) == 0 {
 		return nil

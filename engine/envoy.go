@@ -145,6 +145,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			res.keyBuf = append(res.keyBuf, '=')
 			res.keyBuf = append(res.keyBuf, en.Value...)
 		}
+		res.keyBuf = boundKey(res.keyBuf, start)
 		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, start: start, end: len(res.keyBuf)})
 	}
 	res.Statuses = res.Statuses[:0]

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -52,6 +53,12 @@ type Options struct {
 	// TrustedProxies are the peers whose forwarding headers are believed.
 	// Default: the rule file's trustedProxies.
 	TrustedProxies []netip.Prefix
+	// RewritePath makes the request that next sees carry the normalised path
+	// the rules matched (see rules.PathOptions), so that what was limited is
+	// what is served: "//otp" and "/%6Ftp" reach next as "/otp". The
+	// gateway sets it; a library user whose router reads paths some other
+	// way may leave it off.
+	RewritePath bool
 	// OnReject, if set, writes the rejection instead of the problem+json
 	// body. Retry-After and the RateLimit fields are already set.
 	OnReject func(w http.ResponseWriter, r *http.Request, res *engine.Result)
@@ -103,8 +110,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if trusted == nil {
 		trusted = cfg.TrustedProxies
 	}
+	escaped := r.URL.EscapedPath()
 	st.req = rules.Request{
-		Method: r.Method, Host: r.Host, Path: r.URL.Path, RawQuery: r.URL.RawQuery,
+		Method: r.Method, Host: r.Host, Path: escaped, RawQuery: r.URL.RawQuery,
 		ClientIP: ClientIP(r, trusted), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
@@ -112,6 +120,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	res := &st.res
 	l.e.Check(r.Context(), &st.req, engine.CheckOptions{}, res)
+	if l.o.RewritePath && st.req.Path != escaped {
+		setPath(r.URL, st.req.Path) // serve what was limited
+	}
 	st.req = rules.Request{} // drop the request's references before pooling
 
 	if !res.Allowed {
@@ -134,6 +145,15 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		sw.status = http.StatusOK
 	}
 	l.e.Charge(context.WithoutCancel(r.Context()), res, sw.status) // charged even if the client left
+}
+
+// setPath sets u's path to p, a normalised escaped path.
+func setPath(u *url.URL, p string) {
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return // cannot happen: p's escapes are all well formed or kept as data
+	}
+	u.Path, u.RawPath = dec, p
 }
 
 // wait holds a request a leaky-queue rule delays. It reports false, after

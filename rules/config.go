@@ -24,7 +24,9 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length IPv6 client addresses are counted by.
 	IPv6Prefix int
-	Rules      []*Rule
+	// Paths say how request paths are normalised before matching.
+	Paths PathOptions
+	Rules []*Rule
 
 	needsBody     bool
 	needsBodyOnce sync.Once // a Config is immutable once loaded: compute once
@@ -177,9 +179,14 @@ func Merge(cfgs ...*Config) (*Config, error) {
 	var errs Errors
 	for i, c := range cfgs {
 		if i == 0 {
-			out.IPv6Prefix = c.IPv6Prefix
-		} else if c.IPv6Prefix != out.IPv6Prefix {
-			errs = append(errs, &Error{File: c.File, Field: "ipv6Prefix", Msg: fmt.Sprintf("%d differs from %d in %s", c.IPv6Prefix, out.IPv6Prefix, cfgs[0].File)})
+			out.IPv6Prefix, out.Paths = c.IPv6Prefix, c.Paths
+		} else {
+			if c.IPv6Prefix != out.IPv6Prefix {
+				errs = append(errs, &Error{File: c.File, Field: "ipv6Prefix", Msg: fmt.Sprintf("%d differs from %d in %s", c.IPv6Prefix, out.IPv6Prefix, cfgs[0].File)})
+			}
+			if c.Paths != out.Paths {
+				errs = append(errs, &Error{File: c.File, Field: "paths", Msg: "differs from the paths section of " + cfgs[0].File})
+			}
 		}
 		names := make([]string, 0, len(cfgs))
 		for _, cc := range cfgs {

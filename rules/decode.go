@@ -17,8 +17,9 @@ import (
 // value keeps its line and column, and collects every fault instead of
 // stopping at the first.
 type decoder struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	paths PathOptions // from the paths section, applied to rule patterns
 }
 
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
@@ -182,6 +183,24 @@ func (d *decoder) config(data []byte) *Config {
 				}
 				c.IPv6Prefix = int(n)
 			}
+		},
+		"paths": func(v *yaml.Node, f string) {
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"trailingSlash": func(v *yaml.Node, f string) {
+					if s, ok := d.str(v, f); ok {
+						switch s {
+						case "ignore":
+							c.Paths.KeepTrailingSlash = false
+						case "keep":
+							c.Paths.KeepTrailingSlash = true
+						default:
+							d.fail(v, f, "want ignore (the default: /otp/ is /otp) or keep, got %q", s)
+						}
+					}
+				},
+				"caseInsensitive": func(v *yaml.Node, f string) { c.Paths.CaseInsensitive, _ = d.boolean(v, f) },
+			})
+			d.paths = c.Paths
 		},
 		"rules": func(v *yaml.Node, f string) { rulesNode = v },
 	})
@@ -525,7 +544,7 @@ func (d *decoder) match(m *Match, n *yaml.Node, field string) {
 		"path": func(v *yaml.Node, f string) {
 			ps, nodes := d.strings(v, f)
 			for i, s := range ps {
-				p, err := ParsePattern(s)
+				p, err := ParsePattern(d.paths.Normalize(s))
 				if err != nil {
 					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
 					continue

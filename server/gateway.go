@@ -16,10 +16,14 @@ import (
 // X-Forwarded-For is rebuilt for the upstream: the client address is
 // appended to the chain received from a trusted proxy, and any chain sent by
 // an untrusted peer is dropped. An unreachable upstream gives 502 with a
-// problem+json body.
-func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog.Logger) http.Handler {
+// problem+json body. A panic while serving a request is answered with 500,
+// logged and counted in m (which may be nil), never a dropped connection.
+func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog.Logger, m *Metrics) http.Handler {
 	if log == nil {
 		log = slog.Default()
+	}
+	if m == nil {
+		m = NewMetrics("")
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -42,5 +46,6 @@ func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog
 			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
 		},
 	}
-	return httplimit.Middleware(e, o)(proxy)
+	o.RewritePath = true // the upstream serves the path that was limited
+	return recoverHTTP(httplimit.Middleware(e, o)(proxy), &m.panics, log)
 }

@@ -25,7 +25,7 @@ func TestGatewayLimitsProxiesAndRebuildsForwardedFor(t *testing.T) {
 	cfg, _ := rules.Parse("g.yaml", []byte("trustedProxies: [192.0.2.0/24]\nrules:\n  - {id: per-ip, key: [ip], rate: 2, per: 1m}\n"))
 	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	u, _ := url.Parse(upstream.URL)
-	gw := Gateway(u, e, httplimit.Options{}, nil)
+	gw := Gateway(u, e, httplimit.Options{}, nil, nil)
 
 	do := func(peer, xff string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/items", nil)

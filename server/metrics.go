@@ -19,6 +19,7 @@ type Metrics struct {
 	latency   prometheus.Histogram
 	errs      *prometheus.CounterVec
 	collector *collector
+	panics    panics
 }
 
 // NewMetrics makes the metrics, in a registry of their own.
@@ -41,7 +42,7 @@ func NewMetrics(version string) *Metrics {
 		version = "(devel)"
 	}
 	info.WithLabelValues(version, runtime.Version()).Set(1)
-	m.collector = &collector{}
+	m.collector = &collector{panics: &m.panics}
 	m.reg.MustRegister(m.latency, m.errs, info, m.collector,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -69,8 +70,9 @@ func (m *Metrics) watch(e *engine.Engine, mem *memory.Store) {
 // collector reads the engine's and the store's counters at scrape time, so
 // requests pay nothing for metrics.
 type collector struct {
-	e   *engine.Engine
-	mem *memory.Store
+	e      *engine.Engine
+	mem    *memory.Store
+	panics *panics
 }
 
 var (
@@ -87,20 +89,26 @@ var (
 		"Keys held by the embedded store, by rule (dead keys not yet reused included).", []string{"rule"}, nil)
 	descEvictions = prometheus.NewDesc("sluice_memory_store_evictions_total",
 		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
+	descOverflows = prometheus.NewDesc("sluice_memory_store_overflows_total",
+		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
+	descPanics = prometheus.NewDesc("sluice_panics_total",
+		"Panics recovered while serving a request (answered 500 or gRPC Internal), by boundary: http, grpc. Any is a bug: please report it.", []string{"boundary"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions} {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descPanics} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	if c.e == nil {
-		return
-	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descPanics, c.panics.http.Load(), "http")
+	counter(descPanics, c.panics.grpc.Load(), "grpc")
+	if c.e == nil {
+		return
 	}
 	for _, s := range c.e.Stats() {
 		counter(descDecisions, s.Allowed, s.Rule, "allowed")
@@ -120,13 +128,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.mem == nil {
 		return
 	}
-	keys, evictions := map[string]int{}, map[string]uint64{}
+	keys, evictions, overflows := map[string]int{}, map[string]uint64{}, map[string]uint64{}
 	for _, st := range c.mem.Stats() {
 		keys[st.Rule] += st.Keys
 		evictions[st.Rule] += st.Evictions
+		overflows[st.Rule] += st.Overflows
 	}
 	for rule, n := range keys {
 		ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(n), rule)
 		counter(descEvictions, evictions[rule], rule)
+		counter(descOverflows, overflows[rule], rule)
 	}
 }

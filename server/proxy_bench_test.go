@@ -41,7 +41,7 @@ func BenchmarkProxy(b *testing.B) {
 		h    http.Handler
 	}{
 		{"bare", &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() }}},
-		{"sluice-gateway", Gateway(u, e, httplimit.Options{}, nil)},
+		{"sluice-gateway", Gateway(u, e, httplimit.Options{}, nil, nil)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			front := httptest.NewServer(c.h)

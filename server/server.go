@@ -39,6 +39,7 @@ type Server struct {
 	e       *engine.Engine
 	limiter *httplimit.Limiter
 	mux     *http.ServeMux
+	handler http.Handler // mux behind the panic boundary
 	metrics *Metrics
 	log     *slog.Logger
 }
@@ -67,11 +68,12 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/rules", s.admin(s.listRules))
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))
+	s.handler = s.Recover(s.mux)
 	return s, nil
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // ready answers 200 when the rules are loaded and the store answers, or
 // when every rule would fail open anyway; 503 otherwise.

@@ -23,6 +23,9 @@ type cellOps[C any] interface {
 	// resetAfter returns the time until the key is idle; 0 means the slot
 	// is dead and can be reused without changing any answer.
 	resetAfter(p *algo.Params, now int64) int64
+	// limited reports whether the key would refuse a take of one unit at
+	// now: such a key is never evicted.
+	limited(p *algo.Params, now int64) bool
 }
 
 // saved holds any fixed-size state: the largest is three int64 words.
@@ -40,6 +43,11 @@ func (c *fixedWindowCell) refund(p *algo.Params, now, units int64) {
 func (c *fixedWindowCell) save() saved               { return saved{c.s.Start, c.s.Count} }
 func (c *fixedWindowCell) restore(s saved, _ int64)  { c.s = algo.FixedWindow{Start: s[0], Count: s[1]} }
 func (c *fixedWindowCell) fresh(*algo.Params, int64) { c.s = algo.FixedWindow{} }
+func (c *fixedWindowCell) limited(p *algo.Params, now int64) bool {
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
+	return r.Remaining == 0
+}
 func (c *fixedWindowCell) resetAfter(p *algo.Params, now int64) int64 {
 	var r algo.Result
 	c.s.Take(p, now, 0, &r)
@@ -60,6 +68,11 @@ func (c *slidingWindowCell) restore(s saved, _ int64) {
 	c.s = algo.SlidingWindow{Start: s[0], Prev: s[1], Cur: s[2]}
 }
 func (c *slidingWindowCell) fresh(*algo.Params, int64) { c.s = algo.SlidingWindow{} }
+func (c *slidingWindowCell) limited(p *algo.Params, now int64) bool {
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
+	return r.Remaining == 0
+}
 func (c *slidingWindowCell) resetAfter(p *algo.Params, now int64) int64 {
 	var r algo.Result
 	c.s.Take(p, now, 0, &r)
@@ -84,6 +97,14 @@ func (c *slidingLogCell) fresh(*algo.Params, int64) {
 		c.log = new(algo.SlidingLog)
 	}
 	c.log.Reset()
+}
+func (c *slidingLogCell) limited(p *algo.Params, now int64) bool {
+	if c.log == nil {
+		return false
+	}
+	var r algo.Result
+	c.log.Decide(p, now, 0, &r)
+	return r.Remaining == 0
 }
 func (c *slidingLogCell) resetAfter(p *algo.Params, now int64) int64 {
 	if c.log == nil || c.log.Idle(p, now) {

@@ -128,7 +128,7 @@ type anyTable interface {
 	undoLocked(shard int, fp uint64, sv saved, cost int64)
 	take(key string, now, cost int64, dry bool) algo.Result
 	forget(key string) bool
-	stats() (keys int, evictions uint64)
+	stats() (keys int, evictions, overflows uint64)
 	sweep(now int64)
 }
 
@@ -343,6 +343,9 @@ type RuleStats struct {
 	Limit     sluice.Limit
 	Keys      int    // occupied slots, including dead keys not yet reused
 	Evictions uint64 // live keys evicted to stay within the key bound
+	// Overflows counts takes of new keys answered from the rule's shared,
+	// strict overflow state, because their shard was full of limited keys.
+	Overflows uint64
 }
 
 // Stats returns every table's statistics, for metrics.
@@ -350,9 +353,9 @@ func (s *Store) Stats() []RuleStats {
 	var st []RuleStats
 	for _, entries := range *s.tables.Load() {
 		for _, e := range entries {
-			keys, ev := e.t.stats()
+			keys, ev, ov := e.t.stats()
 			m := e.t.meta()
-			st = append(st, RuleStats{Rule: m.rule, Limit: m.limit, Keys: keys, Evictions: ev})
+			st = append(st, RuleStats{Rule: m.rule, Limit: m.limit, Keys: keys, Evictions: ev, Overflows: ov})
 		}
 	}
 	return st

@@ -83,11 +83,12 @@ func TestDeadKeysAreReusedWithoutEviction(t *testing.T) {
 func TestEvictedKeyReturnsFresh(t *testing.T) {
 	clock := sluice.NewManualClock(epoch)
 	s := New(WithClock(clock), WithMaxKeys(1)) // one key per shard
-	l, _ := s.Limiter("r", sluice.Limit{Rate: 1, Period: time.Hour})
-	if !l.Allow("victim") || l.Allow("victim") {
-		t.Fatal("limit of 1 per hour not applied")
+	l, _ := s.Limiter("r", sluice.Limit{Rate: 2, Period: time.Hour})
+	if !l.Allow("victim") {
+		t.Fatal("limit of 2 per hour not applied")
 	}
-	// Flood until the victim's shard evicts it.
+	// The victim has one unit left: not limited, so evictable. Flood with
+	// keys that each keep one unit too, until the victim's shard evicts it.
 	for i := 0; ; i++ {
 		l.Allow(fmt.Sprint("other-", i))
 		if _, ev := keysOf(s); ev > 0 && !l.word.contains("victim") {
@@ -97,8 +98,66 @@ func TestEvictedKeyReturnsFresh(t *testing.T) {
 			t.Fatal("victim never evicted")
 		}
 	}
-	if !l.Allow("victim") {
-		t.Fatal("evicted key did not come back fresh")
+	if !l.Allow("victim") || !l.Allow("victim") || l.Allow("victim") {
+		t.Fatal("evicted key did not come back fresh with 2 units")
+	}
+}
+
+// A flood of new keys at the key bound must never reset a key that is over
+// its limit: limited keys are not evicted, and once a shard holds nothing
+// else, new keys share the rule's strict overflow state.
+func TestFloodAtKeyBoundNeverResetsALimitedKey(t *testing.T) {
+	const flood = 200_000
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(epoch)
+			s := New(WithClock(clock), WithMaxKeys(1024))
+			lim := sluice.Limit{Rate: 3, Period: time.Hour, Algorithm: alg}
+			take := func(key string) bool {
+				var out [1]sluice.Decision
+				if err := s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: key, Limit: lim, Cost: 1}}, out[:]); err != nil {
+					t.Fatal(err)
+				}
+				return out[0].Allowed
+			}
+			// Take until refused: a leaky queue admits one more than its
+			// queue holds (one leaves at once).
+			fill := func(key string) (admitted int) {
+				for take(key) {
+					if admitted++; admitted > 10 {
+						t.Fatalf("%s: more than 10 admitted on a limit of 3", key)
+					}
+				}
+				return admitted
+			}
+			perKey := fill("victim")
+			overflowAdmitted := 0
+			for i := 0; i < flood; i++ {
+				n := fill(fmt.Sprint("flood-", i)) // each flood key reaches its limit too
+				if i > 20_000 { // by then every shard is full of limited keys
+					overflowAdmitted += n
+				}
+				if i%20_000 == 0 && take("victim") {
+					t.Fatalf("after %d flood keys the victim was admitted again: it was evicted", i)
+				}
+				clock.Advance(time.Microsecond)
+			}
+			if take("victim") {
+				t.Fatal("victim admitted after the flood")
+			}
+			var ov uint64
+			for _, st := range s.Stats() {
+				ov += st.Overflows
+			}
+			if ov == 0 {
+				t.Fatal("no take was counted as overflow")
+			}
+			// Past the bound, new keys share one strict state: only its
+			// limit's worth got through, not three per key.
+			if overflowAdmitted > perKey {
+				t.Fatalf("%d units admitted to new keys past the bound; the shared overflow state allows %d", overflowAdmitted, perKey)
+			}
+		})
 	}
 }
 

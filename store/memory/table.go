@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
@@ -36,7 +37,14 @@ type table[C any, P cellOps[C]] struct {
 	maxPer    int // most keys a shard may hold
 	maxSlots  int // a shard's largest slot array, a power of two
 	evictions atomic.Uint64
+	overflows atomic.Uint64 // takes answered from the overflow cell
 	shards    [numShards]shard[C]
+
+	// overflow is the shared, strict state of the keys that found their
+	// shard full of limited keys (see bound). Its lock is taken after any
+	// shard lock and never held while taking one.
+	overflowMu sync.Mutex
+	overflow   slot[C]
 }
 
 type slot[C any] struct {
@@ -48,13 +56,29 @@ type shard[C any] struct {
 	mu    sync.Mutex
 	slots []slot[C] // length is a power of two
 	count int       // occupied slots, live or dead
-	_     [64 - 8 - 24 - 8]byte
+	full  int64     // until then, the shard is full of limited keys
+	_     [64 - 8 - 24 - 8 - 8]byte
 }
 
 func newTable[C any, P cellOps[C]](id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *table[C, P] {
 	t := &table[C, P]{m: tableMeta{id: id, rule: rule, limit: l}, params: p, seed: seed}
 	t.maxPer, t.maxSlots = shardBounds(maxKeys)
+	P(&t.overflow.c).fresh(&p, 0)
 	return t
+}
+
+// overflowed is the slot index lookup returns for a key that must use the
+// table's overflow cell.
+const overflowed = -1
+
+// cell returns key fp's cell (see lookup) and whether it is the shared
+// overflow cell, whose lock the caller must then hold while using it.
+func (t *table[C, P]) cell(sh *shard[C], fp uint64, now int64) (P, bool) {
+	if i := t.lookup(sh, fp, now); i != overflowed {
+		return P(&sh.slots[i].c), false
+	}
+	t.overflows.Add(1)
+	return P(&t.overflow.c), true
 }
 
 // shardBounds splits a table's key bound across its shards: each holds at
@@ -75,9 +99,10 @@ func home(fp uint64, n int) int { return int(fp>>1) & (n - 1) }
 
 // lookup returns the slot index of fp's key, inserting a fresh key when it is
 // absent: into the first dead slot on its probe path, else an empty slot,
-// rebuilding the shard when it is full. Call with sh.mu held.
+// rebuilding the shard when it is full. If the shard is full of limited keys,
+// which are never evicted, it returns overflowed. Call with sh.mu held.
 func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
-	for {
+	for rebuilt := false; ; rebuilt = true {
 		n := len(sh.slots)
 		if n == 0 {
 			sh.slots = make([]slot[C], minSlots)
@@ -112,6 +137,12 @@ func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
 			sh.count++
 			return i
 		}
+		if (sh.full != 0 && now < sh.full) || (rebuilt && sh.count >= t.maxPer) {
+			if rebuilt {
+				sh.full = now + fullRetry
+			}
+			return overflowed // every key left is limited: none may go
+		}
 		t.rehash(sh, now, false)
 	}
 }
@@ -124,8 +155,9 @@ func (t *table[C, P]) lookup(sh *shard[C], fp uint64, now int64) int {
 // not per key. Only a sweep shrinks the array.
 func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 	type entry struct {
-		i     int
-		reset int64
+		i       int
+		reset   int64
+		limited bool
 	}
 	dropDead := sweep || len(sh.slots) >= t.maxSlots
 	keep := make([]entry, 0, sh.count)
@@ -135,11 +167,11 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 			continue
 		}
 		if r := P(&s.c).resetAfter(&t.params, now); r > 0 || !dropDead {
-			keep = append(keep, entry{i, r})
+			keep = append(keep, entry{i, r, r > 0 && P(&s.c).limited(&t.params, now)})
 		}
 	}
 	drop, size := bound(keep, func(a, b entry) int { return cmp.Compare(a.reset, b.reset) },
-		t.maxPer, t.maxSlots, len(sh.slots), sweep, &t.evictions)
+		func(e entry) bool { return e.limited }, t.maxPer, t.maxSlots, len(sh.slots), sweep, &t.evictions)
 	old := sh.slots
 	sh.slots = make([]slot[C], size)
 	sh.count = 0
@@ -155,6 +187,11 @@ func (t *table[C, P]) rehash(sh *shard[C], now int64, sweep bool) {
 	}
 }
 
+// fullRetry is how long a shard found full of limited keys sends new keys
+// to the overflow state before it rebuilds to look again: a flood of new
+// keys then costs one rebuild per fullRetry, not one per key.
+const fullRetry = int64(50 * time.Millisecond)
+
 // evictBatch is how many live keys a full shard evicts at once: 1/16 of its
 // bound, at least one.
 func evictBatch(maxPer int) int { return max(1, maxPer/16) }
@@ -162,12 +199,29 @@ func evictBatch(maxPer int) int { return max(1, maxPer/16) }
 // bound applies a shard's key bound to the keys a rebuild keeps. If they
 // reach the shard's share (maxPer), it sorts them closest to idle first
 // (closer) and evicts a batch from the front: their loss changes the fewest
-// answers. It returns how many to drop from the front of keep and the new
-// slot count (never smaller than oldLen unless sweeping).
-func bound[E any](keep []E, closer func(a, b E) int, maxPer, maxSlots, oldLen int, sweep bool, evictions *atomic.Uint64) (drop, size int) {
+// answers. A limited key (one that would refuse a take of one unit now) is
+// never evicted, whatever its place: evicting it would give its client a
+// full, fresh key, so a flood of new keys could reset a key over its limit.
+// If no key but limited ones is left, the shard evicts nothing and stays
+// full, and lookup sends new keys to the table's overflow state. bound
+// returns how many to drop from the front of keep and the new slot count
+// (never smaller than oldLen unless sweeping).
+func bound[E any](keep []E, closer func(a, b E) int, limited func(E) bool, maxPer, maxSlots, oldLen int, sweep bool, evictions *atomic.Uint64) (drop, size int) {
 	if len(keep) >= maxPer {
-		drop = len(keep) - maxPer + evictBatch(maxPer)
-		slices.SortFunc(keep, closer)
+		slices.SortFunc(keep, func(a, b E) int {
+			if la, lb := limited(a), limited(b); la != lb {
+				if la {
+					return 1 // limited keys last, out of eviction's reach
+				}
+				return -1
+			}
+			return closer(a, b)
+		})
+		evictable := 0
+		for evictable < len(keep) && !limited(keep[evictable]) {
+			evictable++
+		}
+		drop = min(len(keep)-maxPer+evictBatch(maxPer), evictable)
 		evictions.Add(uint64(drop))
 	}
 	size = sizeFor(len(keep)-drop, maxSlots)
@@ -232,8 +286,12 @@ func (t *table[C, P]) lockShard(sh int)   { t.shards[sh].mu.Lock() }
 func (t *table[C, P]) unlockShard(sh int) { t.shards[sh].mu.Unlock() }
 
 func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64, dry bool) (algo.Result, saved) {
-	s := &t.shards[sh]
-	return t.apply(P(&s.slots[t.lookup(s, fp, now)].c), now, cost, dry)
+	c, over := t.cell(&t.shards[sh], fp, now)
+	if over {
+		t.overflowMu.Lock()
+		defer t.overflowMu.Unlock()
+	}
+	return t.apply(c, now, cost, dry)
 }
 
 // apply takes cost from c (a negative cost gives units back), undoing the
@@ -251,6 +309,9 @@ func (t *table[C, P]) apply(c P, now, cost int64, dry bool) (algo.Result, saved)
 	return r, sv
 }
 
+// undoLocked undoes a take of the same multi-key call. A take that went to
+// the overflow cell is not undone: other keys may have changed that cell
+// since, and keeping the units errs on the strict side.
 func (t *table[C, P]) undoLocked(sh int, fp uint64, sv saved, cost int64) {
 	s := &t.shards[sh]
 	if i := s.find(fp); i >= 0 { // an eviction in the same take may have removed it
@@ -262,8 +323,13 @@ func (t *table[C, P]) take(key string, now, cost int64, dry bool) algo.Result {
 	fp, i := t.hash(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
-	r, _ := t.apply(P(&sh.slots[t.lookup(sh, fp, now)].c), now, cost, dry)
-	sh.mu.Unlock()
+	defer sh.mu.Unlock()
+	c, over := t.cell(sh, fp, now)
+	if over {
+		t.overflowMu.Lock()
+		defer t.overflowMu.Unlock()
+	}
+	r, _ := t.apply(c, now, cost, dry)
 	return r
 }
 
@@ -279,14 +345,14 @@ func (t *table[C, P]) forget(key string) bool {
 	return false
 }
 
-func (t *table[C, P]) stats() (keys int, evictions uint64) {
+func (t *table[C, P]) stats() (keys int, evictions, overflows uint64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		keys += sh.count
 		sh.mu.Unlock()
 	}
-	return keys, t.evictions.Load()
+	return keys, t.evictions.Load(), t.overflows.Load()
 }
 
 func (t *table[C, P]) sweep(now int64) {

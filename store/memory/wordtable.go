@@ -41,7 +41,13 @@ type wordTable struct {
 	maxPer    int
 	maxSlots  int
 	evictions atomic.Uint64
+	overflows atomic.Uint64 // takes answered from the overflow word
 	shards    [numShards]wordShard
+
+	// overflow is the shared, strict state of the keys that found their
+	// shard full of limited keys (see bound); like every slot, it is
+	// updated by compare-and-swap only.
+	overflow wordSlot
 }
 
 // frozen marks a slot that no longer takes updates; fresh is the word of a
@@ -61,7 +67,8 @@ type wordShard struct {
 	busy  atomic.Int32               // a multi-key take holds the lock
 	slots atomic.Pointer[[]wordSlot] // replaced whole on rebuild
 	count int                        // occupied slots, tombstones included; under mu
-	_     [64 - 8 - 4 - 4 - 8 - 8]byte
+	full  int64                      // until then, the shard is full of limited keys; under mu
+	_     [64 - 8 - 4 - 4 - 8 - 8 - 8]byte
 }
 
 func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed maphash.Seed, maxKeys int) *wordTable {
@@ -70,6 +77,8 @@ func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed ma
 	if l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyMeter {
 		t.idleShift = p.D
 	}
+	t.overflow.word.Store(fresh)
+	t.overflow.fp.Store(1)
 	return t
 }
 
@@ -224,10 +233,11 @@ func (t *wordTable) lockedInto(i int, fp uint64, now, units int64, o op, r *algo
 	}
 }
 
-// lookup returns fp's live slot, inserting a fresh one if there is none.
-// Call with sh.mu held.
+// lookup returns fp's live slot, inserting a fresh one if there is none. If
+// the shard is full of limited keys, which are never evicted, it returns the
+// table's overflow slot. Call with sh.mu held.
 func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
-	for {
+	for rebuilt := false; ; rebuilt = true {
 		p := sh.slots.Load()
 		if p == nil {
 			fresh := make([]wordSlot, minSlots)
@@ -254,6 +264,13 @@ func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
 			sh.count++
 			return s
 		}
+		if (sh.full != 0 && now < sh.full) || (rebuilt && sh.count >= t.maxPer) {
+			if rebuilt {
+				sh.full = now + fullRetry
+			}
+			t.overflows.Add(1)
+			return &t.overflow // every key left is limited: none may go
+		}
 		t.rebuild(sh, now, false)
 	}
 }
@@ -266,8 +283,9 @@ func (t *wordTable) lookup(sh *wordShard, fp uint64, now int64) *wordSlot {
 // a batch of those closest to idle. A sweep may also shrink the array.
 func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 	type entry struct {
-		fp   uint64
-		word int64
+		fp      uint64
+		word    int64
+		limited bool
 	}
 	old := *sh.slots.Load()
 	dropDead := sweep || len(old) >= t.maxSlots
@@ -278,12 +296,12 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 			continue
 		}
 		if v := s.word.Swap(frozen); v != frozen && (!t.idle(v, now) || !dropDead) {
-			keep = append(keep, entry{s.fp.Load(), v})
+			keep = append(keep, entry{s.fp.Load(), v, t.limited(v, now)})
 		}
 	}
 	// In every encoding the smallest words are the keys closest to idle.
 	drop, size := bound(keep, func(a, b entry) int { return cmp.Compare(a.word, b.word) },
-		t.maxPer, t.maxSlots, len(old), sweep, &t.evictions)
+		func(e entry) bool { return e.limited }, t.maxPer, t.maxSlots, len(old), sweep, &t.evictions)
 	slots := make([]wordSlot, size)
 	mask := size - 1
 	for _, e := range keep[drop:] {
@@ -296,6 +314,14 @@ func (t *wordTable) rebuild(sh *wordShard, now int64, sweep bool) {
 	}
 	sh.count = len(keep) - drop
 	sh.slots.Store(&slots)
+}
+
+// limited reports whether the key with word v would refuse a take of one
+// unit at now.
+func (t *wordTable) limited(v, now int64) bool {
+	var r algo.Result
+	t.step(v, now, 0, &r)
+	return r.Remaining == 0
 }
 
 // idle reports whether the key with word v is back to its idle state at now.
@@ -363,12 +389,12 @@ func (t *wordTable) forget(key string) bool {
 	return false
 }
 
-func (t *wordTable) stats() (keys int, evictions uint64) {
+func (t *wordTable) stats() (keys int, evictions, overflows uint64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		keys += sh.count
 		sh.mu.Unlock()
 	}
-	return keys, t.evictions.Load()
+	return keys, t.evictions.Load(), t.overflows.Load()
 }

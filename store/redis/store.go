@@ -125,15 +125,32 @@ func ParseURL(u string) (rueidis.ClientOption, error) {
 }
 
 // Key returns the Redis key of (rule, key) under limit l:
-// <prefix>{<key>}:<rule>:<fingerprint of l>. The hash tag puts every rule
-// of one key in one slot. The limit's fingerprint gives a rule whose limit
-// changes fresh counts (as the embedded store does), and keeps a changed
-// algorithm from reading another's state.
+// <prefix>{<tag>}:<rule>:<fingerprint of l>, where tag is key with "%", "{"
+// and "}" percent-escaped (see hashTag). The hash tag puts every rule of one
+// key in one slot, whatever bytes the key holds. The limit's fingerprint
+// gives a rule whose limit changes fresh counts (as the embedded store
+// does), and keeps a changed algorithm from reading another's state.
 func (s *Store) Key(rule, key string, l sluice.Limit) string {
 	h := fnv.New32a()
 	h.Write([]byte(l.String()))
-	return s.prefix + "{" + key + "}:" + rule + ":" + strconv.FormatUint(uint64(h.Sum32()), 36)
+	return s.prefix + "{" + hashTag(key) + "}:" + rule + ":" + strconv.FormatUint(uint64(h.Sum32()), 36)
 }
+
+// hashTag escapes key for use between the braces of a hash tag. Redis
+// Cluster hashes only what lies between the first "{" and the next "}", so
+// a raw "}" in a key would end the tag early (user "}x" would hash the
+// empty tag, that is the whole key, and land each rule of the key in a
+// different slot), and a key of "{" or "}" could aim a take at a slot of the
+// attacker's choosing. Escaping "%" too keeps the mapping one to one: two
+// different keys never share a tag.
+func hashTag(key string) string {
+	if !strings.ContainsAny(key, "%{}") {
+		return key
+	}
+	return tagEscaper.Replace(key)
+}
+
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // maxExact is 2^53: Lua's numbers hold integers exactly below it.
 const maxExact = 1 << 53
@@ -181,16 +198,18 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now()/1000, 10)
 	}
-	// Group the takes by hash slot, in first-seen order: on one Redis every
-	// take of the request goes in one script call; on a cluster, every take
-	// whose key shares a slot.
+	// Group the takes by the hash slot of the key actually sent, in
+	// first-seen order: on one Redis every take of the request goes in one
+	// script call; on a cluster, every take whose key shares a slot.
 	cluster := s.client.Mode() == rueidis.ClientModeCluster
+	keys := make([]string, len(takes))
 	var groups [][]int
 	seen := map[uint16]int{}
 	for i, tk := range takes {
+		keys[i] = s.Key(tk.Rule, tk.Key, tk.Limit)
 		var sl uint16
 		if cluster {
-			sl = slot(tk.Key)
+			sl = slot(keys[i])
 		}
 		g, ok := seen[sl]
 		if !ok {
@@ -204,8 +223,8 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	var done []int // groups taken, to give back if a later one refuses
 	for g, idx := range groups {
 		dry := refused // after a refusal, the rest only report
-		if err := s.exec(ctx, takes, ps, idx, now, dry, out); err != nil {
-			s.giveBack(ctx, takes, ps, groups, done, now, out)
+		if err := s.exec(ctx, takes, keys, ps, idx, now, dry, out); err != nil {
+			s.giveBack(ctx, takes, keys, ps, groups, done, now, out)
 			return err
 		}
 		allowed := true
@@ -214,7 +233,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		if !allowed && !refused {
 			refused = true
-			s.giveBack(ctx, takes, ps, groups, done, now, out)
+			s.giveBack(ctx, takes, keys, ps, groups, done, now, out)
 		}
 		if allowed && !dry {
 			done = append(done, g)
@@ -224,8 +243,8 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 }
 
 // exec runs the script for the takes idx (all in one slot).
-func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
-	keys := make([]string, len(idx))
+func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
+	sent := make([]string, len(idx))
 	hold := "0"
 	if dry {
 		hold = "1"
@@ -234,7 +253,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx 
 	args[0], args[1] = now, hold
 	for j, i := range idx {
 		tk, p := &takes[i], &ps[i]
-		keys[j] = s.Key(tk.Rule, tk.Key, tk.Limit)
+		sent[j] = keys[i]
 		d := "0"
 		if tk.DryRun {
 			d = "1"
@@ -247,7 +266,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx 
 			script = s.scripts[""] // mixed algorithms: the script with all of them
 		}
 	}
-	vals, err := script.Exec(ctx, s.client, keys, args).AsIntSlice()
+	vals, err := script.Exec(ctx, s.client, sent, args).AsIntSlice()
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -267,7 +286,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, ps []params, idx 
 
 // giveBack refunds the groups already taken (best effort: a failure here
 // leaves those units taken until their keys refill).
-func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, ps []params, groups [][]int, done []int, now string, out []sluice.Decision) {
+func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string, ps []params, groups [][]int, done []int, now string, out []sluice.Decision) {
 	for _, g := range done {
 		var idx []int
 		back := make([]sluice.Take, len(takes))
@@ -282,7 +301,7 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, ps []params, 
 			continue
 		}
 		scratch := make([]sluice.Decision, len(takes))
-		if s.exec(ctx, back, ps, idx, now, false, scratch) == nil {
+		if s.exec(ctx, back, keys, ps, idx, now, false, scratch) == nil {
 			for _, i := range idx { // report the state that stands after the refund
 				out[i].Remaining, out[i].ResetAfter = scratch[i].Remaining, scratch[i].ResetAfter
 			}
@@ -294,7 +313,7 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, ps []params, 
 // operator's "unlock this user". It scans for the key's entries, so it is an
 // admin operation, not a serving one.
 func (s *Store) Forget(rule, key string) bool {
-	return s.deleteMatching(context.Background(), globEscape(s.prefix+"{"+key+"}:"+rule+":")+"*") > 0
+	return s.deleteMatching(context.Background(), globEscape(s.prefix+"{"+hashTag(key)+"}:"+rule+":")+"*") > 0
 }
 
 // deleteMatching deletes the keys matching a SCAN pattern on every node and

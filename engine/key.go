@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"strings"
+)
+
+// MaxKeyBytes is the longest rate-limit key a store sees as it was sent.
+// A longer key is stored as its digest (see boundKey), so a client that
+// sends a megabyte phone number or header costs the store 40 bytes, not a
+// megabyte, and the same digest is used by every store.
+const MaxKeyBytes = 64
+
+// hashedKeyPrefix starts every digest key. A key sent by a client that
+// itself starts with it is hashed too, so no raw key can equal a digest:
+// the raw and digest key spaces are disjoint.
+const hashedKeyPrefix = "~sha256:"
+
+// boundKey replaces buf[start:] with its digest when it is longer than
+// MaxKeyBytes or starts with hashedKeyPrefix: hashedKeyPrefix followed by
+// the hex of the first 128 bits of its SHA-256. Collisions are then as
+// unlikely as a 128-bit collision (an attacker cannot aim one key at
+// another's count). Shorter keys are kept byte for byte: keys are compared
+// as the bytes sent, never normalised or merged.
+func boundKey(buf []byte, start int) []byte {
+	k := buf[start:]
+	if len(k) <= MaxKeyBytes && !strings.HasPrefix(bufString(k), hashedKeyPrefix) {
+		return buf
+	}
+	sum := sha256.Sum256(k)
+	buf = append(buf[:start], hashedKeyPrefix...)
+	return hex.AppendEncode(buf, sum[:16])
+}
+
+// StoreKey returns the key the engine hands to the store for key as built
+// from a request (see boundKey): for operators' tools, such as the admin
+// API, that name a key as the rules build it.
+func StoreKey(key string) string {
+	return string(boundKey([]byte(key), 0))
+}
+
+// mulCost returns a*b for non-negative costs, saturating at math.MaxInt64: a
+// saturated cost exceeds every burst, so it is refused as
+// cost-exceeds-limit and can never wrap into a small or negative take.
+func mulCost(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
