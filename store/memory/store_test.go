@@ -134,7 +134,7 @@ func TestFloodAtKeyBoundNeverResetsALimitedKey(t *testing.T) {
 			overflowAdmitted := 0
 			for i := 0; i < flood; i++ {
 				n := fill(fmt.Sprint("flood-", i)) // each flood key reaches its limit too
-				if i > 20_000 { // by then every shard is full of limited keys
+				if i > 20_000 {                    // by then every shard is full of limited keys
 					overflowAdmitted += n
 				}
 				if i%20_000 == 0 && take("victim") {
