@@ -220,7 +220,10 @@ func bufString(b []byte) string {
 }
 
 // checkLocks peeks at the penalty locks of the matched rules. A locked key
-// rejects the request before anything else is consumed.
+// rejects the request before anything else is consumed. Locks are kept in
+// the store and mirrored in the per-node fallback store, and a key locked in
+// either is locked: a lock holds while the store fails, and one placed while
+// it failed holds when it is back.
 func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 	res.takes = res.takes[:0]
 	res.idx = res.idx[:0]
@@ -235,11 +238,19 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 		return false
 	}
 	decs := res.decisions(len(res.takes))
-	if err := e.call(ctx, res.takes, decs); err != nil {
+	storeErr := e.call(ctx, res.takes, decs)
+	var local [maxLocalLocks]sluice.Decision
+	localOK := e.fallback != nil && len(res.takes) <= len(local) &&
+		e.fallback.Take(ctx, res.takes, local[:len(res.takes)]) == nil
+	if storeErr != nil && !localOK {
 		return false // the lock is unknown: let the rules' own fail modes decide
 	}
 	locked := false
-	for j, d := range decs {
+	for j := range res.takes {
+		d := decs[j]
+		if storeErr != nil || (localOK && local[j].Remaining == 0 && d.Remaining > 0) {
+			d = local[j]
+		}
 		if d.Remaining == 0 {
 			m := &res.matched[res.idx[j]]
 			res.add(m.r, m.key, sluice.Decision{
@@ -251,6 +262,10 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 	}
 	return locked
 }
+
+// maxLocalLocks bounds the penalty rules of one request whose locks are also
+// looked up in the fallback store without allocating.
+const maxLocalLocks = 8
 
 // enforced takes from every matched enforced rule in one store call.
 func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool) {
@@ -363,7 +378,9 @@ func (e *Engine) shadowed(ctx context.Context, res *Result, mult int64, dry bool
 }
 
 // penalize counts the rejections of penalty rules and locks the keys that
-// reach their rule's After within its period.
+// reach their rule's After within its period. Counts and locks go to the
+// store, or to the fallback store while the store fails; a lock placed in
+// the store is mirrored in the fallback, so it holds if the store fails.
 func (e *Engine) penalize(ctx context.Context, res *Result) {
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
@@ -372,15 +389,28 @@ func (e *Engine) penalize(ctx context.Context, res *Result) {
 		}
 		var out [1]sluice.Decision
 		count := []sluice.Take{{Rule: st.r.rejectsID, Key: st.key, Limit: st.r.rejectsLimit, Cost: 1}}
-		if e.call(ctx, count, out[:]) != nil || out[0].Remaining > 0 {
+		if e.callOrFallback(ctx, count, out[:]) != nil || out[0].Remaining > 0 {
 			continue
 		}
 		lock := []sluice.Take{{Rule: st.r.lockID, Key: st.key, Limit: st.r.lockLimit, Cost: 1}}
-		if e.call(ctx, lock, out[:]) == nil && out[0].Allowed {
+		if e.callOrFallback(ctx, lock, out[:]) == nil && out[0].Allowed {
+			if e.fallback != nil {
+				e.fallback.Take(ctx, lock, out[:]) // the mirror (a second take is refused: no harm)
+			}
 			st.r.stats.locked.Add(1)
 			e.log.Info("sluice: key locked by penalty", "rule", st.r.ID, "for", st.r.Penalty.Block)
 		}
 	}
+}
+
+// callOrFallback makes a store call, or, if the store fails, the same call
+// on the fallback store.
+func (e *Engine) callOrFallback(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	err := e.call(ctx, takes, out)
+	if err != nil && e.fallback != nil {
+		err = e.fallback.Take(ctx, takes, out)
+	}
+	return err
 }
 
 // Charge completes a check after the response: it charges the countOn rules
@@ -412,7 +442,14 @@ func counts(statuses []int, status int) bool {
 
 // call makes one store call, bounded by the deadline and the breaker unless
 // the store never blocks.
+//
+// The call does not end when the client goes: it is detached from ctx's
+// cancellation and deadline and bounded by the store deadline alone. A
+// client that hangs up, or sends a gRPC deadline of 200µs, therefore can
+// neither make a started take vanish half-accounted nor count as a store
+// failure towards the breaker: only the store's own failures do.
 func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	ctx = context.WithoutCancel(ctx)
 	if e.local {
 		return e.store.Take(ctx, takes, out)
 	}
@@ -486,6 +523,10 @@ func (e *Engine) Reset(ruleID, key string) (bool, error) {
 	}
 	if fb, ok := e.fallback.(Forgetter); ok {
 		fb.Forget(r.fallbackID, key)
+		if r.Penalty != nil { // the mirrored lock and the counts made while the store failed
+			fb.Forget(r.lockID, key)
+			fb.Forget(r.rejectsID, key)
+		}
 	}
 	return found, nil
 }

@@ -58,10 +58,11 @@ func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluic
 }
 
 type fixture struct {
-	e     *Engine
-	clock *sluice.ManualClock
-	store *faultyStore
-	mem   *memory.Store
+	e        *Engine
+	clock    *sluice.ManualClock
+	store    *faultyStore
+	mem      *memory.Store
+	fallback sluice.Store
 }
 
 func newFixture(t testing.TB, src string, o Options) *fixture {
@@ -78,6 +79,7 @@ func newFixture(t testing.TB, src string, o Options) *fixture {
 	if o.Fallback == nil {
 		o.Fallback = memory.New(memory.WithClock(clock))
 	}
+	f.fallback = o.Fallback
 	o.Logger = quiet
 	e, err := New(mustRules(t, src), o)
 	if err != nil {
@@ -514,7 +516,7 @@ func TestInspectAndResetAKey(t *testing.T) {
 	if _, err := f.e.Reset("login", "u42"); err == nil {
 		t.Fatal("the faulty wrapper cannot forget, yet Reset succeeded")
 	}
-	e, _ := New(f.e.Config(), Options{Store: f.mem, Logger: quiet})
+	e, _ := New(f.e.Config(), Options{Store: f.mem, Fallback: f.fallback, Logger: quiet})
 	if found, err := e.Reset("login", "u42"); err != nil || !found {
 		t.Fatalf("reset: %v %v", found, err)
 	}

@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// A request cost times a rule's cost used to wrap: 2^62 x 3 is 2^62 mod
+// 2^64, a take that admitted and reset the key. The product saturates, so
+// the take is refused as more than the burst, every time.
+func TestHugeCostIsRefusedNeverWrapped(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, cost: 3}\n", Options{})
+	ctx := context.Background()
+	for _, cost := range []int64{1 << 62, 4611686018427387904, math.MaxInt64, 1 << 61, math.MaxInt64/3 + 1} {
+		var res Result
+		if err := f.e.Check(ctx, userReq("u"), CheckOptions{Cost: cost}, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed || res.Reason != sluice.ReasonTooLarge {
+			t.Fatalf("cost %d x 3: allowed=%v reason=%v, want cost-exceeds-limit", cost, res.Allowed, res.Reason)
+		}
+	}
+	// The key was never reset: 33 x 3 = 99 units still fit, the 34th not.
+	for i := range 34 {
+		res := f.check(t, userReq("u"))
+		if res.Allowed != (i < 33) {
+			t.Fatalf("request %d: allowed=%v", i+1, res.Allowed)
+		}
+	}
+	var res Result
+	if err := f.e.Check(ctx, userReq("u"), CheckOptions{Cost: -1}, &res); err == nil {
+		t.Fatal("a negative cost was accepted")
+	}
+	if err := f.e.ChargeStatus(ctx, userReq("u"), CheckOptions{Cost: -1}, 200, &res); err == nil {
+		t.Fatal("a negative cost was accepted by ChargeStatus")
+	}
+}
+
+// A client that hangs up, or a gRPC call with a tiny deadline, is not a
+// store failure: 40 of them must not open the breaker, and a fail-closed
+// rule keeps admitting everyone else.
+func TestClientCancellationsNeverOpenTheBreaker(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: otp, key: [user], rate: 1000, per: 1h, failMode: closed}\n", Options{BreakerFailures: 5})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	tiny, cancel2 := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel2()
+	<-tiny.Done()
+	for i := range 40 {
+		ctx := gone
+		if i%2 == 1 {
+			ctx = tiny
+		}
+		var res Result
+		f.e.Check(ctx, userReq("u"), CheckOptions{}, &res)
+		if !res.Allowed || res.StoreError != nil {
+			t.Fatalf("call %d with a client context that is done: allowed=%v store error=%v", i, res.Allowed, res.StoreError)
+		}
+	}
+	if s := f.e.BreakerState(); s != "closed" {
+		t.Fatalf("breaker %s after 40 client cancellations", s)
+	}
+	if res := f.check(t, userReq("other")); !res.Allowed {
+		t.Fatalf("fail-closed rule rejects: %+v", res.Decision)
+	}
+	// The cancelled calls were accounted: 40 units of u are gone.
+	if d, _, _ := f.e.Inspect(context.Background(), "otp", "u"); d.Remaining != 1000-40 {
+		t.Fatalf("remaining %d, want %d", d.Remaining, 1000-40)
+	}
+}
+
+// A penalty lock holds while the store fails (the breaker may be open), and
+// one placed while the store failed holds when it is back.
+func TestPenaltyLocksHoldWhileTheStoreFails(t *testing.T) {
+	src := "rules:\n  - {id: login, key: [user], rate: 1, per: 1h, penalty: {after: 1, block: 1h}, fallback: {rate: 1000, per: 1h}}\n"
+	f := newFixture(t, src, Options{BreakerFailures: 1})
+	f.check(t, userReq("locked"))
+	if res := f.check(t, userReq("locked")); res.Allowed {
+		t.Fatal("second login admitted")
+	}
+	f.store.mode.Store(1) // the store fails; the breaker opens
+	for i := range 3 {
+		if res := f.check(t, userReq("locked")); res.Allowed || res.Reason != sluice.ReasonLocked {
+			t.Fatalf("store down, check %d: allowed=%v reason=%v, want locked", i, res.Allowed, res.Reason)
+		}
+	}
+	// While down, another key is counted and locked in the fallback...
+	f.check(t, userReq("later"))
+	for range 1000 {
+		if res := f.check(t, userReq("later")); !res.Allowed {
+			break
+		}
+	}
+	res := f.check(t, userReq("later"))
+	if res.Allowed {
+		t.Fatal("fallback limit of 1000 not applied")
+	}
+	// ...and stays locked once the store is back, though the store never
+	// saw its rejections.
+	f.store.mode.Store(0)
+	for range 3 {
+		if res := f.check(t, userReq("later")); res.Allowed || res.Reason != sluice.ReasonLocked {
+			t.Fatalf("store back: allowed=%v reason=%v, want locked", res.Allowed, res.Reason)
+		}
+	}
+}
+
+// Keys are compared as the bytes sent: no two values share a count, long
+// values are stored by a digest, and a value shaped like a digest cannot
+// reach the digest of another.
+func TestKeysAreBytesExactly(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 1, per: 1h}\n", Options{})
+	long := strings.Repeat("x", MaxKeyBytes)
+	values := []string{"\xff", "\xfe", "\ufffd", "a\x00", "a", long + "1", long + "2", long,
+		hashedKeyPrefix + "00", StoreKey(long + "1"), "U", "u"}
+	for _, v := range values {
+		if res := f.check(t, userReq(v)); !res.Allowed {
+			t.Fatalf("%q shares a count with an earlier value", v)
+		}
+	}
+	for _, v := range values {
+		if res := f.check(t, userReq(v)); res.Allowed {
+			t.Fatalf("%q not counted", v)
+		}
+	}
+	if k := StoreKey(long + "1"); len(k) > MaxKeyBytes || !strings.HasPrefix(k, hashedKeyPrefix) {
+		t.Fatalf("long key stored as %q", k)
+	}
+	if StoreKey("u42") != "u42" {
+		t.Fatal("a short key was changed")
+	}
+}
+
+// Paths are matched as the upstream will read them: none of these escape a
+// rule on POST /otp.
+func TestPathTricksDoNotEscapeARule(t *testing.T) {
+	for _, tc := range []struct {
+		paths string
+		path  string
+	}{
+		{"", "/otp"}, {"", "//otp"}, {"", "/otp/"}, {"", "/./otp"}, {"", "/%6Ftp"}, {"", "/%6ftp"},
+		{"", "/x/../otp"}, {"", "/../otp"}, {"", "///otp//"}, {"", "/o%74p"}, {"", "/%2E/otp"},
+		{"paths: {caseInsensitive: true}\n", "/OTP"}, {"paths: {caseInsensitive: true}\n", "/%4FTP"},
+	} {
+		f := newFixture(t, tc.paths+"rules:\n  - {id: otp, match: {method: POST, path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
+		req := func(p string) *rules.Request {
+			r := userReq("u")
+			r.Method, r.Path = "POST", p
+			return r
+		}
+		f.check(t, req("/otp"))
+		if res := f.check(t, req(tc.path)); res.Allowed {
+			t.Errorf("%s%q escaped the rule on /otp", tc.paths, tc.path)
+		}
+	}
+	// An encoded slash stays data, and case matters by default.
+	f := newFixture(t, "rules:\n  - {id: otp, match: {path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
+	for _, p := range []string{"/otp%2F", "/OTP", "/otpx"} {
+		r := userReq("u")
+		r.Path = p
+		var res Result
+		f.e.Check(context.Background(), r, CheckOptions{}, &res)
+		if len(res.Statuses) != 0 {
+			t.Errorf("%q matched /otp", p)
+		}
+	}
+	// trailingSlash: keep makes /otp/ a path of its own.
+	f = newFixture(t, "paths: {trailingSlash: keep}\nrules:\n  - {id: otp, match: {path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
+	r := userReq("u")
+	r.Path = "/otp/"
+	var res Result
+	f.e.Check(context.Background(), r, CheckOptions{}, &res)
+	if len(res.Statuses) != 0 {
+		t.Error("/otp/ matched /otp with trailingSlash: keep")
+	}
+}

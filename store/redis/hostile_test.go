@@ -1,0 +1,147 @@
+package redis_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+// hostileRules have two rules on one key (so a request's takes share a hash
+// slot only if the tag is the key's), a penalty (more keys of the same
+// tag), and an Envoy descriptor rule.
+const hostileRules = `
+rules:
+  - {id: per-user, key: [user], rate: 2, per: 1h}
+  - {id: per-user-daily, key: [user], rate: 100, per: 24h, penalty: {after: 2, block: 1m}}
+  - {id: tenant, key: [tenant], rate: 2, per: 1h, envoy: {domain: edge, descriptors: [{key: tenant}]}}
+`
+
+func hostileEngine(t testing.TB, url string) *engine.Engine {
+	cfg, err := rules.Parse("hostile.yaml", []byte(hostileRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := redis.New(redis.Options{URL: url, Prefix: "hostile:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	e, err := engine.New(cfg, engine.Options{Store: st, Fallback: memory.New(), StoreTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// checkKeyOnEngine sends user value v three times: the first two are
+// admitted and the third refused, by the store (never the fallback), and
+// nothing panics.
+func checkKeyOnEngine(t *testing.T, e *engine.Engine, v string) {
+	ctx := context.Background()
+	for _, id := range []string{"per-user", "per-user-daily"} {
+		if _, err := e.Reset(id, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := rules.Request{Method: "GET", Path: "/", Attributes: map[string]string{"user": v}}
+	var res engine.Result
+	for i, want := range []bool{true, true, false} {
+		if err := e.Check(ctx, &req, engine.CheckOptions{}, &res); err != nil {
+			t.Fatalf("user %q: check %d: %v", v, i+1, err)
+		}
+		if res.StoreError != nil {
+			t.Fatalf("user %q: check %d: the store failed: %v", v, i+1, res.StoreError)
+		}
+		if res.Allowed != want {
+			t.Fatalf("user %q: check %d: allowed=%v, want %v", v, i+1, res.Allowed, want)
+		}
+	}
+}
+
+var hostileSeeds = []string{
+	"}x", "{T}", "{", "}", "{}", "}{", "a{b}c", "{a}{b}", "%7B", "%", "x}", "{{x}}",
+	"\xff\xfe", "\x00", strings.Repeat("}", 100), strings.Repeat("{x}", 40),
+}
+
+// Key values with braces used to make the client panic on Redis Cluster
+// ("multi key command with different key slots"): the take was grouped by the
+// slot of the raw value, not of the key sent. Every value, whatever its
+// bytes, must now be counted exactly.
+func FuzzKeyValuesThroughEngineOnCluster(f *testing.F) {
+	cluster := redistest.StartCluster(f)
+	e := hostileEngine(f, cluster.URL())
+	for _, s := range hostileSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if v == "" {
+			return // a missing key skips the rule
+		}
+		checkKeyOnEngine(t, e, v)
+	})
+}
+
+// The same values as Envoy descriptor values, which reach the store by
+// another path.
+func TestEnvoyDescriptorValuesWithBracesOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	e := hostileEngine(t, cluster.URL())
+	ctx := context.Background()
+	for i, v := range hostileSeeds {
+		v = v + string(rune('a'+i)) // a fresh count per value
+		var res engine.Result
+		for j, want := range []bool{true, true, false} {
+			d := []engine.Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: v}}, Hits: 1}}
+			if err := e.CheckDescriptors(ctx, "edge", d, &res); err != nil {
+				t.Fatalf("%q: %v", v, err)
+			}
+			if res.StoreError != nil || res.Allowed != want {
+				t.Fatalf("descriptor %q: call %d: allowed=%v store error=%v, want allowed=%v", v, j+1, res.Allowed, res.StoreError, want)
+			}
+		}
+	}
+}
+
+// A key value is stored as sent up to 64 bytes and by digest beyond, so a
+// client cannot grow Redis with huge values, and two values never share a
+// count.
+func TestHugeKeyValuesCostRedisADigest(t *testing.T) {
+	srv := redistest.Start(t)
+	e := hostileEngine(t, srv.URL())
+	ctx := context.Background()
+	before, _ := srv.Do("INFO", "memory")
+	huge := strings.Repeat("9", 900_000)
+	for i := range 20 {
+		v := huge + string(rune('a'+i))
+		req := rules.Request{Method: "GET", Path: "/", Attributes: map[string]string{"user": v}}
+		var res engine.Result
+		e.Check(ctx, &req, engine.CheckOptions{}, &res)
+		if !res.Allowed || res.StoreError != nil {
+			t.Fatalf("value %d: allowed=%v err=%v", i, res.Allowed, res.StoreError)
+		}
+	}
+	keys, err := srv.Do("KEYS", "hostile:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 20*3*200 {
+		t.Fatalf("the keys' names take %d bytes for 20 requests", len(keys))
+	}
+	if strings.Contains(keys, "99999999") {
+		t.Fatal("a raw 900 KB value reached Redis")
+	}
+	_ = before
+	// Distinct values that share their first 64 bytes have distinct counts.
+	for i := range 2 {
+		v := strings.Repeat("x", 64) + string(rune('a'+i))
+		checkKeyOnEngine(t, e, v)
+	}
+}
+
