@@ -13,13 +13,24 @@ import (
 // X-Forwarded-For when both are present. Any malformed or obfuscated hop
 // makes the chain unusable, and the peer is returned.
 func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	return clientIP(r, trusted, true)
+}
+
+// ClientIPFromXFF is ClientIP reading X-Forwarded-For alone, for a trusted
+// proxy known to set that header and not Forwarded: a Forwarded header sent
+// by the client and passed through is then ignored.
+func ClientIPFromXFF(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	return clientIP(r, trusted, false)
+}
+
+func clientIP(r *http.Request, trusted []netip.Prefix, forwarded bool) netip.Addr {
 	peer := parseHost(r.RemoteAddr)
 	if !peer.IsValid() || !isTrusted(peer, trusted) {
 		return peer
 	}
 	var hops []netip.Addr
 	var ok bool
-	if fwd := r.Header.Values("Forwarded"); len(fwd) > 0 {
+	if fwd := r.Header.Values("Forwarded"); forwarded && len(fwd) > 0 {
 		hops, ok = forwardedFor(fwd)
 	} else if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		hops, ok = xForwardedFor(xff)
@@ -46,6 +57,10 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	}
 	return false
 }
+
+// ParseAddr parses one address as a proxy writes it in a header: "ip",
+// "ip:port", "[ipv6]" or "[ipv6]:port"; the zero Addr if it does not parse.
+func ParseAddr(s string) netip.Addr { return parseHost(s) }
 
 // parseHost parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
 func parseHost(s string) netip.Addr {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
@@ -105,9 +107,15 @@ func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, &badRequest{"", fmt.Sprintf("a batch holds at most %d checks, got %d", maxBatch, len(reqs))})
 		return
 	}
-	out := make([]*CheckResponse, len(reqs))
+	// Validate every check before deciding any: a batch answered 400 has
+	// consumed nothing.
+	type valid struct {
+		req *rules.Request
+		opt engine.CheckOptions
+	}
+	checks := make([]valid, len(reqs))
 	for i := range reqs {
-		resp, err := s.decide(r, &reqs[i])
+		rr, opt, err := toCheck(&reqs[i])
 		if err != nil {
 			var br *badRequest
 			if errors.As(err, &br) {
@@ -116,7 +124,16 @@ func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
 			writeBad(w, err)
 			return
 		}
-		out[i] = resp
+		checks[i] = valid{rr, opt}
+	}
+	out := make([]*CheckResponse, len(reqs))
+	for i, c := range checks {
+		var res engine.Result
+		if err := s.e.Check(r.Context(), c.req, c.opt, &res); err != nil {
+			writeBad(w, &badRequest{fmt.Sprintf("[%d]", i), err.Error()})
+			return
+		}
+		out[i] = s.respond(&res)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -153,10 +170,7 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 
 // decide runs one check of the API.
 func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, error) {
-	if req.Status != 0 {
-		return nil, &badRequest{"status", "only /v1/charge takes a status"}
-	}
-	rr, opt, err := toRequest(req)
+	rr, opt, err := toCheck(req)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +179,14 @@ func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, err
 		return nil, &badRequest{"", err.Error()}
 	}
 	return s.respond(&res), nil
+}
+
+// toCheck validates a request to /v1/check.
+func toCheck(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
+	if req.Status != 0 {
+		return nil, engine.CheckOptions{}, &badRequest{"status", "only /v1/charge takes a status"}
+	}
+	return toRequest(req)
 }
 
 // toRequest validates an API request and turns it into what rules see.
@@ -238,10 +260,20 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 
 // decode reads a JSON body strictly: unknown fields, wrong types, trailing
 // data and oversized bodies are 400 (or 413) problems naming the field.
+//
+// A body that is not valid UTF-8 is refused: JSON decoding would turn every
+// invalid byte into U+FFFD, so "\xff" and "\xfe" would name one key.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err == nil && !exactText(body) {
+		writeBad(w, &badRequest{msg: "the body is not valid UTF-8 or has a lone surrogate escape (\\uD800-\\uDFFF): JSON cannot carry such a key value exactly"})
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	if err == nil {
+		err = dec.Decode(v)
+	}
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON value")
 	}
@@ -273,6 +305,62 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	writeBad(w, problem)
 	return false
+}
+
+// exactText reports whether the strings of a JSON body decode to exactly
+// what was sent: the body is valid UTF-8 and every \u escape of a surrogate
+// is one of a high-low pair. Go's decoder would otherwise replace each
+// invalid byte or lone surrogate with U+FFFD, merging distinct keys.
+func exactText(body []byte) bool {
+	if !utf8.Valid(body) {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' || i+1 >= len(body) {
+			continue
+		}
+		i++ // the escaped character
+		if body[i] != 'u' {
+			continue
+		}
+		c, ok := hex4(body[i+1:])
+		switch {
+		case !ok:
+			continue // malformed: the decoder refuses it
+		case 0xDC00 <= c && c <= 0xDFFF:
+			return false // a low surrogate with no high one before it
+		case 0xD800 <= c && c <= 0xDBFF:
+			rest := body[i+5:]
+			if len(rest) < 6 || rest[0] != '\\' || rest[1] != 'u' {
+				return false
+			}
+			if lo, ok := hex4(rest[2:]); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 10 // past the pair
+		}
+	}
+	return true
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func writeBad(w http.ResponseWriter, err error) {

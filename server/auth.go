@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -10,14 +12,83 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
+// AuthProxy names the proxy that calls the forward-auth endpoint, and so the
+// headers sluice believes for the original request's method, URI, host and
+// client. A proxy passes the client's own headers through to the auth call,
+// so sluice reads only the headers that this proxy sets and overwrites on
+// every call, and ignores every other forwarding header a client could send:
+//
+//	proxy    method              URI               host               client
+//	nginx    X-Original-Method   X-Original-URI    X-Forwarded-Host   X-Real-IP
+//	traefik  X-Forwarded-Method  X-Forwarded-Uri   X-Forwarded-Host   X-Forwarded-For, from the right
+//	caddy    X-Forwarded-Method  X-Forwarded-Uri   X-Forwarded-Host   X-Forwarded-For, from the right
+//	envoy    the call's method   the call's path   the call's Host    X-Forwarded-For, from the right
+//
+// nginx's auth_request overwrites only the headers its snippet sets with
+// proxy_set_header, so the shipped snippet sets those four. Traefik
+// (trustForwardHeader: false) and Caddy replace the X-Forwarded-* headers
+// a client sent; Envoy's ext_authz HTTP service sends the original method
+// and path (after its path_prefix, /v1/auth) and appends the peer to
+// X-Forwarded-For. "From the right" walks the chain from the nearest hop and
+// skips trusted proxies, so a client's own X-Forwarded-For entries on the
+// left are never reached while a trusted hop is in between.
+type AuthProxy string
+
+// The proxies the forward-auth endpoint knows.
+const (
+	AuthNginx   AuthProxy = "nginx"
+	AuthTraefik AuthProxy = "traefik"
+	AuthCaddy   AuthProxy = "caddy"
+	AuthEnvoy   AuthProxy = "envoy"
+)
+
+// ParseAuthProxy checks a --auth-proxy value.
+func ParseAuthProxy(s string) (AuthProxy, error) {
+	switch p := AuthProxy(s); p {
+	case AuthNginx, AuthTraefik, AuthCaddy, AuthEnvoy:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown auth proxy %q: want nginx, traefik, caddy or envoy", s)
+}
+
+// authPrefix is where Envoy's ext_authz (path_prefix: /v1/auth) sends the
+// original path.
+const authPrefix = "/v1/auth"
+
+// forwarded is what a proxy says of the request it is about to pass on.
+type forwarded struct {
+	method, uri, host string
+	client            netip.Addr
+}
+
+// read takes the original request from the headers p sets.
+func (p AuthProxy) read(r *http.Request, trusted []netip.Prefix) forwarded {
+	switch p {
+	case AuthTraefik, AuthCaddy:
+		return forwarded{
+			method: r.Header.Get("X-Forwarded-Method"), uri: r.Header.Get("X-Forwarded-Uri"),
+			host: r.Header.Get("X-Forwarded-Host"), client: httplimit.ClientIPFromXFF(r, trusted),
+		}
+	case AuthEnvoy:
+		uri := strings.TrimPrefix(r.URL.RequestURI(), authPrefix)
+		if uri == "" || uri[0] != '/' {
+			uri = "/" + uri
+		}
+		return forwarded{method: r.Method, uri: uri, host: r.Host, client: httplimit.ClientIPFromXFF(r, trusted)}
+	}
+	return forwarded{
+		method: r.Header.Get("X-Original-Method"), uri: r.Header.Get("X-Original-Uri"),
+		host: r.Header.Get("X-Forwarded-Host"), client: httplimit.ParseAddr(r.Header.Get("X-Real-Ip")),
+	}
+}
+
 // auth is the forward-auth endpoint for nginx auth_request, Traefik
-// forwardAuth and Caddy forward_auth. The proxy sends the original request's
-// headers, plus its method and URI in X-Forwarded-Method / X-Original-Method
-// and X-Forwarded-Uri / X-Original-URI, and the client in X-Forwarded-For.
-// Those headers are believed only from a trusted proxy: any other peer is
-// refused with 403, since it could name any client. The answer is 200 with
-// the RateLimit fields, or the middleware's full rejection (429 or 503, with
-// Retry-After and a problem body).
+// forwardAuth, Caddy forward_auth and Envoy ext_authz. It is answered only
+// for a trusted proxy: any other peer is refused with 403, since it could
+// name any client. The original request is read from the headers its proxy
+// type sets (see AuthProxy). The answer is 200 with the RateLimit fields, or
+// the middleware's full rejection (429 or 503, with Retry-After and a
+// problem body).
 func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	cfg := s.e.Config()
 	trusted := s.o.HTTP.TrustedProxies
@@ -30,26 +101,33 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 			"forward-auth requests must come from a trusted proxy (trustedProxies in the rule file)", "")
 		return
 	}
-	method := first(r.Header, "X-Forwarded-Method", "X-Original-Method")
-	if method == "" {
-		method = http.MethodGet
+	proxy := s.o.AuthProxy
+	if proxy == "" {
+		proxy = AuthNginx
 	}
-	uri := first(r.Header, "X-Forwarded-Uri", "X-Original-Uri", "X-Original-URL")
-	if uri == "" {
-		uri = "/"
+	f := proxy.read(r, trusted)
+	if f.method == "" {
+		f.method = http.MethodGet
 	}
-	u, err := url.ParseRequestURI(uri)
+	if f.uri == "" {
+		f.uri = "/"
+	}
+	u, err := url.ParseRequestURI(f.uri)
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "Bad Request", "the forwarded URI does not parse", "X-Forwarded-Uri")
+		writeProblem(w, http.StatusBadRequest, "Bad Request", "the forwarded URI does not parse", "uri")
 		return
 	}
-	host := first(r.Header, "X-Forwarded-Host")
-	if host == "" {
-		host = r.Host
+	if f.host == "" {
+		f.host = r.Host
+	}
+	if !f.client.IsValid() {
+		// A proxy that sets the client header always has a client: without
+		// one, count the proxy itself rather than no one.
+		f.client = peer
 	}
 	req := rules.Request{
-		Method: strings.ToUpper(method), Host: host, Path: u.Path, RawQuery: u.RawQuery,
-		ClientIP: httplimit.ClientIP(r, trusted), Header: r.Header,
+		Method: strings.ToUpper(f.method), Host: f.host, Path: u.EscapedPath(), RawQuery: u.RawQuery,
+		ClientIP: f.client, Header: r.Header,
 	}
 	var res engine.Result
 	if err := s.e.Check(r.Context(), &req, engine.CheckOptions{}, &res); err != nil {
@@ -62,13 +140,4 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-func first(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
-	}
-	return ""
 }

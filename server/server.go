@@ -24,6 +24,9 @@ type Options struct {
 	// AdminToken guards the admin endpoints. Without one they are open on a
 	// loopback listener and refused on any other.
 	AdminToken string
+	// AuthProxy is the proxy that calls the forward-auth endpoint (default
+	// nginx): it decides which forwarding headers are believed.
+	AuthProxy AuthProxy
 	// Loopback tells whether the listener is on a loopback address.
 	Loopback bool
 	// Metrics, if set, are the metrics to serve; make them with NewMetrics
@@ -62,6 +65,7 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
 	s.mux.HandleFunc("GET /v1/auth", s.auth)
 	s.mux.HandleFunc("POST /v1/auth", s.auth)
+	s.mux.HandleFunc("/v1/auth/", s.auth) // Envoy ext_authz: /v1/auth + the original path
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.ready)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))

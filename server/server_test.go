@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -142,7 +143,7 @@ func TestBatchChecksInOrder(t *testing.T) {
 }
 
 func TestForwardAuthForTrustedProxies(t *testing.T) {
-	f := newFixture(t, Options{Loopback: true})
+	f := newFixture(t, Options{Loopback: true, AuthProxy: AuthTraefik})
 	auth := func(peer string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/v1/auth", nil)
 		r.RemoteAddr = peer
@@ -166,17 +167,49 @@ func TestForwardAuthForTrustedProxies(t *testing.T) {
 	if w := auth("198.51.100.1:4000"); w.Code != 403 {
 		t.Fatalf("untrusted peer: %d", w.Code)
 	}
-	// nginx's spelling: X-Original-URI and X-Original-Method.
+	// nginx (the default): X-Original-URI, X-Original-Method, X-Real-IP;
+	// the X-Forwarded-* and Forwarded headers a client passes through are
+	// not read.
+	n := newFixture(t, Options{Loopback: true})
 	r := httptest.NewRequest("GET", "/v1/auth", nil)
 	r.RemoteAddr = "192.0.2.10:4000"
 	r.Header.Set("X-Original-Method", "POST")
 	r.Header.Set("X-Original-URI", "/login")
-	r.Header.Set("X-Forwarded-For", "203.0.113.99")
+	r.Header.Set("X-Real-IP", "203.0.113.99")
+	r.Header.Set("X-Forwarded-Uri", "/other")
+	r.Header.Set("Forwarded", "for=9.9.9.9")
 	r.Header.Set("X-User-ID", "u42")
 	w = httptest.NewRecorder()
-	f.srv.ServeHTTP(w, r)
+	n.srv.ServeHTTP(w, r)
 	if w.Code != 200 || !strings.Contains(w.Header().Get("Ratelimit"), `"login";r=1`) {
 		t.Fatalf("nginx headers: %d %v", w.Code, w.Header())
+	}
+}
+
+// Behind Traefik or Caddy, a client's Forwarded header and the left of its
+// X-Forwarded-For chain are never believed.
+func TestForwardAuthIgnoresClientForwardingHeaders(t *testing.T) {
+	for _, proxy := range []AuthProxy{AuthTraefik, AuthCaddy, AuthEnvoy} {
+		f := newFixture(t, Options{Loopback: true, AuthProxy: proxy})
+		var got []string
+		for i := range 3 {
+			r := httptest.NewRequest("POST", "/v1/auth/login", nil)
+			r.RemoteAddr = "192.0.2.10:4000"
+			r.Header.Set("X-Forwarded-Method", "POST")
+			r.Header.Set("X-Forwarded-Uri", "/login")
+			// The client spoofs a new address each time; the proxy appends
+			// the real one.
+			r.Header.Set("Forwarded", fmt.Sprintf("for=9.9.9.%d", i))
+			r.Header.Set("X-Forwarded-For", fmt.Sprintf("9.9.9.%d, 203.0.113.7", i))
+			r.Header.Set("X-Original-URI", "/other")
+			r.Header.Set("X-User-ID", "u42") // login counts per user and IP
+			w := httptest.NewRecorder()
+			f.srv.ServeHTTP(w, r)
+			got = append(got, fmt.Sprint(w.Code, " ", w.Header().Get("Ratelimit")))
+		}
+		if !strings.HasPrefix(got[2], "429") {
+			t.Errorf("%s: the spoofed addresses got separate counts: %q", proxy, got)
+		}
 	}
 }
 

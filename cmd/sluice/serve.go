@@ -175,6 +175,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081 [$SLUICE_GRPC_LISTEN]")
+	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed [$SLUICE_AUTH_PROXY]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
 		fmt.Fprintln(stderr, "\nServes the decision API (POST /v1/check, /v1/check:batch), forward-auth")
@@ -194,6 +195,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errUsage{fmt.Errorf("unexpected arguments %q", positional)}
 	}
+	proxy, err := server.ParseAuthProxy(*authProxy)
+	if err != nil {
+		fs.Usage()
+		return errUsage{err}
+	}
 	s, err := c.build(stderr)
 	if err != nil {
 		if _, usage := err.(errUsage); usage {
@@ -204,7 +210,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.close()
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log,
-		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen),
+		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy,
 	})
 	if err != nil {
 		return err

@@ -144,4 +144,3 @@ func TestHugeKeyValuesCostRedisADigest(t *testing.T) {
 		checkKeyOnEngine(t, e, v)
 	}
 }
-
