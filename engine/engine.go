@@ -34,6 +34,9 @@ type Options struct {
 	OnBreakerChange func(from, to string)
 	// Logger receives reload and breaker events (default slog.Default()).
 	Logger *slog.Logger
+	// MaxOverrides bounds the distinct Envoy limit overrides counted at once
+	// (default DefaultMaxOverrides).
+	MaxOverrides int
 	// OnStoreCall, if set, is told how long each call to a blocking store
 	// took and how it ended (nil, a store error, a deadline, ErrBreakerOpen):
 	// for metrics.
@@ -43,16 +46,17 @@ type Options struct {
 // Engine evaluates requests against the current rule set. It is safe for
 // concurrent use.
 type Engine struct {
-	store    sluice.Store
-	fallback sluice.Store
-	timeout  time.Duration
-	local    bool
-	openFor  time.Duration // how long the breaker stays open
-	breaker  *gobreaker.CircuitBreaker[struct{}]
-	log      *slog.Logger
-	onCall   func(time.Duration, error)
-	set      atomic.Pointer[ruleSet]
-	reloads  [2]atomic.Uint64 // ok, failed
+	store     sluice.Store
+	fallback  sluice.Store
+	timeout   time.Duration
+	local     bool
+	openFor   time.Duration // how long the breaker stays open
+	breaker   *gobreaker.CircuitBreaker[struct{}]
+	log       *slog.Logger
+	onCall    func(time.Duration, error)
+	set       atomic.Pointer[ruleSet]
+	overrides *overrides
+	reloads   [2]atomic.Uint64 // ok, failed
 }
 
 // ErrBreakerOpen is the store error while the circuit breaker is open.
@@ -67,6 +71,8 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 		return nil, errors.New("engine: no rule set")
 	}
 	e := &Engine{store: o.Store, fallback: o.Fallback, timeout: o.StoreTimeout, log: o.Logger, onCall: o.OnStoreCall}
+	dropper, _ := o.Store.(LimitDropper)
+	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.timeout <= 0 {
 		e.timeout = 5 * time.Millisecond
 	}

@@ -117,17 +117,30 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 	for i, d := range descs {
 		r := matchedRule[i]
 		limit := sluice.Limit{}
+		var override *sluice.Limit
+		if d.Override != nil {
+			// The override counts with the rule's algorithm (a fixed window
+			// without a rule), within the bound on distinct overrides.
+			l := *d.Override
+			id, alg := domain+"#override", sluice.FixedWindow
+			if r != nil {
+				id, alg = r.ID, r.Limit.Algorithm
+			}
+			l.Algorithm = alg
+			if !alg.IsBucket() {
+				l.Burst = 0
+			}
+			if e.overrides.admit(id, l) {
+				override = &l
+			}
+		}
 		switch {
-		case d.Override != nil:
+		case override != nil:
 			if r == nil {
-				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *d.Override, Cost: 1}}
+				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1}}
 				r.fallbackID = r.ID + "#fallback"
 			}
-			limit = *d.Override
-			limit.Algorithm = r.Limit.Algorithm
-			if !limit.Algorithm.IsBucket() {
-				limit.Burst = 0
-			}
+			limit = *override
 		case r == nil || r.Unlimited || (r.Name != "" && replaced[r.Name] && !replacesItself(r)):
 			continue
 		default:

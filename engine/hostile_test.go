@@ -180,3 +180,42 @@ func TestPathTricksDoNotEscapeARule(t *testing.T) {
 		t.Error("/otp/ matched /otp with trailingSlash: keep")
 	}
 }
+
+// Envoy limit overrides come with the request: distinct ones must not grow
+// the store's tables without end. Past the bound, the configured rule
+// answers, and idle overrides make room.
+func TestDistinctEnvoyOverridesAreBounded(t *testing.T) {
+	src := "rules:\n  - {id: tenant, key: [tenant], rate: 5, per: 1h, envoy: {domain: edge, descriptors: [{key: tenant}]}}\n"
+	f := newFixture(t, src, Options{MaxOverrides: 8})
+	ctx := context.Background()
+	desc := func(rate int64) []Descriptor {
+		l := sluice.Limit{Rate: rate, Period: time.Second, Algorithm: sluice.FixedWindow}
+		return []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "t"}}, Hits: 1, Override: &l}}
+	}
+	var res Result
+	for rate := int64(1); rate <= 1000; rate++ {
+		if err := f.e.CheckDescriptors(ctx, "edge", desc(rate), &res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, refused := f.e.OverrideStats()
+	if live != 8 || refused != 1000-8 {
+		t.Fatalf("live %d refused %d, want 8 and %d", live, refused, 1000-8)
+	}
+	if tables := len(f.mem.Stats()); tables > 8+1 {
+		t.Fatalf("%d tables in the store for 1,000 distinct overrides", tables)
+	}
+	// Refused overrides were answered by the configured rule: 5 per hour.
+	if res.Statuses[0].Limit.Rate != 5 {
+		t.Fatalf("over the bound, answered with %v", res.Statuses[0].Limit)
+	}
+	// Once the overrides are idle for their period, new ones get room.
+	time.Sleep(10 * time.Millisecond)
+	f.e.overrides.start = f.e.overrides.start.Add(-time.Hour) // as if an hour passed
+	if err := f.e.CheckDescriptors(ctx, "edge", desc(5000), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Statuses[0].Limit.Rate != 5000 {
+		t.Fatalf("an idle bound did not make room: answered with %v", res.Statuses[0].Limit)
+	}
+}

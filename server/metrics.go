@@ -91,12 +91,16 @@ var (
 		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
 	descOverflows = prometheus.NewDesc("sluice_memory_store_overflows_total",
 		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
+	descOverrides = prometheus.NewDesc("sluice_envoy_overrides",
+		"Distinct Envoy limit overrides counted now.", nil, nil)
+	descOverridesRefused = prometheus.NewDesc("sluice_envoy_overrides_refused_total",
+		"Envoy descriptors whose limit override was not counted because the bound on distinct overrides was reached (answered by the configured rule).", nil, nil)
 	descPanics = prometheus.NewDesc("sluice_panics_total",
 		"Panics recovered while serving a request (answered 500 or gRPC Internal), by boundary: http, grpc. Any is a bug: please report it.", []string{"boundary"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descPanics} {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descOverrides, descOverridesRefused, descPanics} {
 		ch <- d
 	}
 }
@@ -122,6 +126,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
+	live, refusedOverrides := c.e.OverrideStats()
+	ch <- prometheus.MustNewConstMetric(descOverrides, prometheus.GaugeValue, float64(live))
+	counter(descOverridesRefused, refusedOverrides)
 	ok, refused := c.e.Reloads()
 	counter(descReloads, ok, "ok")
 	counter(descReloads, refused, "refused")

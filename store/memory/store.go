@@ -319,6 +319,34 @@ func (s *Store) Forget(rule, key string) bool {
 	return found
 }
 
+// DropLimit frees the table of rule under limit l, if there is one: its keys
+// start fresh if the limit comes back. The engine calls it for Envoy limit
+// overrides that have gone idle (see engine.LimitDropper).
+func (s *Store) DropLimit(rule string, l sluice.Limit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.tables.Load()
+	if find(old[rule], l) == nil {
+		return
+	}
+	next := make(map[string][]tableEntry, len(old))
+	for k, v := range old {
+		next[k] = v
+	}
+	var kept []tableEntry
+	for _, e := range old[rule] {
+		if e.limit != l {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		delete(next, rule)
+	} else {
+		next[rule] = kept
+	}
+	s.tables.Store(&next)
+}
+
 // Sweep drops the state of every dead key (one back to its idle state) and
 // shrinks the tables to fit the keys left, giving memory back to the runtime.
 // Answers are the same with or without sweeps: a dead key answers as a fresh
