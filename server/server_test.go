@@ -29,7 +29,7 @@ type fixture struct {
 	clock *sluice.ManualClock
 }
 
-func newFixture(t *testing.T, o Options) *fixture {
+func newFixture(t testing.TB, o Options) *fixture {
 	t.Helper()
 	cfg, err := rules.Parse("test.yaml", []byte(testRules))
 	if err != nil {

@@ -21,3 +21,10 @@ func TestConformanceWithSmallBound(t *testing.T) {
 		return memory.New(memory.WithClock(c), memory.WithMaxKeys(128*4))
 	})
 }
+
+// The store fuzzed over costs and time steps against package algo.
+func FuzzCostAndTime(f *testing.F) {
+	storetest.FuzzCostAndTime(f, func(t *testing.T, c sluice.Clock) sluice.Store {
+		return memory.New(memory.WithClock(c))
+	}, storetest.Options{})
+}

@@ -89,3 +89,17 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("sentinel options %+v", opt.Sentinel)
 	}
 }
+
+// The store fuzzed over costs and time steps against package algo, on a real
+// redis-server.
+func FuzzCostAndTime(f *testing.F) {
+	url := redistest.Start(f).URL()
+	storetest.FuzzCostAndTime(f, func(t *testing.T, c sluice.Clock) sluice.Store {
+		s, err := redis.New(redis.Options{URL: url, Clock: c, Prefix: fmt.Sprintf("f%d:", prefixes.Add(1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}, storetest.Options{Resolution: time.Microsecond})
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A batch answered 400 consumes nothing: every item is validated first.
+func TestBadBatchConsumesNothing(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	item := `{"attributes":{"phone":"8801"}}`
+	w := f.do("POST", "/v1/check:batch", "["+strings.Repeat(item+",", 5)+`{"cost":0}]`)
+	if w.Code != 400 {
+		t.Fatalf("bad batch: %d %s", w.Code, w.Body)
+	}
+	// The otp rule allows one per 10 minutes: still there.
+	w = f.do("POST", "/v1/check", item)
+	var resp CheckResponse
+	json.Unmarshal(w.Body.Bytes(), &resp)
+	if !resp.Allowed {
+		t.Fatalf("the refused batch consumed the otp unit: %s", w.Body)
+	}
+}
+
+// JSON cannot carry invalid UTF-8 or lone surrogates exactly (they decode to
+// U+FFFD): such bodies are refused, so two keys can never merge.
+func TestBodiesThatCannotCarryKeysExactlyAreRefused(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	for _, body := range []string{
+		"{\"attributes\":{\"phone\":\"\xff\"}}",
+		`{"attributes":{"phone":"\udc80"}}`,
+		`{"attributes":{"phone":"\ud800x"}}`,
+		`{"attributes":{"phone":"\ud800\u0041"}}`,
+	} {
+		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Header().Get("Content-Type"), "problem+json") {
+			t.Errorf("%q: %d %s", body, w.Code, w.Body)
+		}
+	}
+	for _, body := range []string{
+		`{"attributes":{"phone":"\ud83d\ude00"}}`, // a valid pair
+		`{"attributes":{"phone":"\\udc80"}}`,      // an escaped backslash, then text
+		`{"attributes":{"phone":"€ ✓"}}`,
+	} {
+		if w := f.do("POST", "/v1/check", body); w.Code != 200 {
+			t.Errorf("%q: %d %s", body, w.Code, w.Body)
+		}
+	}
+}
+
+type panicStore struct{}
+
+func (panicStore) Take(context.Context, []sluice.Take, []sluice.Decision) error {
+	panic("a bug reached by a request")
+}
+
+// No input may crash the process: a panic below a request is answered 500
+// (HTTP) or Internal (gRPC), and counted.
+func TestPanicsAreAnsweredAndCounted(t *testing.T) {
+	g := newFixture(t, Options{Loopback: true})
+	cfg, err := rules.Parse("test.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: panicStore{}, Logger: g.srv.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Engine: e, Loopback: true, Metrics: NewMetrics("t"), Logger: g.srv.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"attributes":{"phone":"1"}}`)))
+	if w.Code != 500 || !strings.Contains(w.Header().Get("Content-Type"), "problem+json") {
+		t.Fatalf("panic over HTTP: %d %s", w.Code, w.Body)
+	}
+	h := httptest.NewRecorder()
+	srv.ServeHTTP(h, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(h.Body.String(), `sluice_panics_total{boundary="http"} 1`) {
+		t.Fatal("the panic was not counted")
+	}
+	// gRPC: the interceptor turns it into codes.Internal.
+	_, err = srv.UnaryRecover()(context.Background(), &rlsv3.RateLimitRequest{}, &grpc.UnaryServerInfo{FullMethod: "/x"},
+		func(context.Context, any) (any, error) { panic("boom") })
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("panic over gRPC: %v", err)
+	}
+	// The gateway recovers too, and http.ErrAbortHandler passes through.
+	h = httptest.NewRecorder()
+	recoverHTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("x") }), &srv.metrics.panics, srv.log).
+		ServeHTTP(h, httptest.NewRequest("GET", "/", nil))
+	if h.Code != 500 {
+		t.Fatalf("recoverHTTP: %d", h.Code)
+	}
+	func() {
+		defer func() {
+			if recover() != http.ErrAbortHandler {
+				t.Error("ErrAbortHandler was swallowed")
+			}
+		}()
+		recoverHTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), &srv.metrics.panics, srv.log).
+			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	}()
+}
