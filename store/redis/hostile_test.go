@@ -2,10 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -142,5 +144,32 @@ func TestHugeKeyValuesCostRedisADigest(t *testing.T) {
 	for i := range 2 {
 		v := strings.Repeat("x", 64) + string(rune('a'+i))
 		checkKeyOnEngine(t, e, v)
+	}
+}
+
+// Every key a take writes carries a TTL of its time back to idle plus a
+// second's grace, so nothing a client creates stays in Redis for good.
+func TestEveryKeyHasATTLOfItsResetPlusGrace(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redis.New(redis.Options{URL: srv.URL(), Prefix: "ttl:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: a}
+		out := make([]sluice.Decision, 1)
+		if err := st.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 3}}, out); err != nil {
+			t.Fatal(err)
+		}
+		pttl, err := srv.Do("PTTL", st.Key("r", "k", l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := strconv.ParseInt(strings.TrimPrefix(pttl, ":"), 10, 64)
+		want := out[0].ResetAfter.Milliseconds() + 1000
+		if ms <= 0 || ms > want+1 || ms < want-500 {
+			t.Errorf("%v: PTTL %s ms, want about %d (reset %v + 1s grace)", a, pttl, want, out[0].ResetAfter)
+		}
 	}
 }
