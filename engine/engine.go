@@ -11,27 +11,38 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
-	"github.com/sony/gobreaker/v2"
 )
 
 // Options configure an Engine.
 type Options struct {
 	// Store keeps the counts. Required.
 	Store sluice.Store
-	// Fallback keeps the per-node fallback counts applied while the store
-	// fails and rules fail open: usually the embedded store. Without one,
-	// failing open admits everything.
+	// Fallback keeps the per-node counts applied while the store fails and
+	// rules fail open (see Gateways): usually the embedded store. Without
+	// one, failing open admits everything.
 	Fallback sluice.Store
-	// StoreTimeout bounds every call to Store (default 5ms). Stores that
-	// never block (sluice.NonBlocking) are called without one.
+	// StoreTimeout, if set, is a fixed deadline for every call to Store.
+	// By default the deadline adapts to the store's latency (see guard.go):
+	// four times its recent peak, within [MinStoreTimeout, StoreTimeoutMax].
+	// Stores that never block (sluice.NonBlocking) are called without one.
 	StoreTimeout time.Duration
-	// BreakerFailures is how many consecutive failed store calls open the
-	// circuit breaker (default 5); BreakerOpenFor is how long it stays open
-	// before letting one probe through (default 1s).
+	// StoreTimeoutMax caps the adaptive deadline (default MaxStoreTimeout).
+	StoreTimeoutMax time.Duration
+	// BreakerFailures is how many failed store calls, at least half of the
+	// calls within BreakerWindow, open a partition's circuit breaker
+	// (defaults 20 and 10 s); BreakerOpenFor is how long it stays open
+	// before letting one probe through (default 1 s).
 	BreakerFailures uint32
+	BreakerWindow   time.Duration
 	BreakerOpenFor  time.Duration
 	// OnBreakerChange, if set, is told of every breaker state change.
 	OnBreakerChange func(from, to string)
+	// Gateways, if set, returns how many gateways share the store (the live
+	// members, or a configured number). While the store fails, a fail-open
+	// rule without its own fallback limit counts its share, limit/N, in the
+	// Fallback store, so N degraded gateways together admit about the limit,
+	// not N times it. Without it N is 1.
+	Gateways func() int
 	// Logger receives reload and breaker events (default slog.Default()).
 	Logger *slog.Logger
 	// MaxOverrides bounds the distinct Envoy limit overrides counted at once
@@ -48,15 +59,16 @@ type Options struct {
 type Engine struct {
 	store     sluice.Store
 	fallback  sluice.Store
-	timeout   time.Duration
 	local     bool
-	openFor   time.Duration // how long the breaker stays open
-	breaker   *gobreaker.CircuitBreaker[struct{}]
+	parts     Partitioner // nil unless the store has independent nodes
+	guard     *guard
+	openFor   time.Duration
+	gateways  func() int
 	log       *slog.Logger
 	onCall    func(time.Duration, error)
 	set       atomic.Pointer[ruleSet]
-	overrides *overrides
 	reloads   [2]atomic.Uint64 // ok, failed
+	overrides *overrides
 }
 
 // ErrBreakerOpen is the store error while the circuit breaker is open.
@@ -70,44 +82,36 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, fallback: o.Fallback, timeout: o.StoreTimeout, log: o.Logger, onCall: o.OnStoreCall}
+	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
-	if e.timeout <= 0 {
-		e.timeout = 5 * time.Millisecond
-	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
 	_, e.local = o.Store.(sluice.NonBlocking)
-	failures := o.BreakerFailures
-	if failures == 0 {
-		failures = 5
+	e.parts, _ = o.Store.(Partitioner)
+	e.openFor = o.BreakerOpenFor
+	if e.openFor <= 0 {
+		e.openFor = DefaultBreakerOpenFor
 	}
-	openFor := o.BreakerOpenFor
-	if openFor <= 0 {
-		openFor = time.Second
-	}
-	e.openFor = openFor
-	e.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "store",
-		MaxRequests: 1,
-		Timeout:     openFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			e.log.Warn("sluice: store circuit breaker", "from", from.String(), "to", to.String())
-			if o.OnBreakerChange != nil {
-				o.OnBreakerChange(from.String(), to.String())
-			}
-		},
+	e.guard = newGuard(&o, func(partition, from, to string) {
+		// One line per transition of one partition's breaker.
+		e.log.Warn("sluice: store circuit breaker", "node", partition, "from", from, "to", to)
+		if o.OnBreakerChange != nil {
+			o.OnBreakerChange(from, to)
+		}
 	})
 	e.set.Store(compile(cfg))
 	return e, nil
 }
 
-// BreakerState returns the circuit breaker's state: "closed", "open" or
-// "half-open".
-func (e *Engine) BreakerState() string { return e.breaker.State().String() }
+// BreakerState returns the worst state of the store's circuit breakers
+// (one per store node): "closed", "half-open" or "open".
+func (e *Engine) BreakerState() string { return e.guard.worst() }
+
+// BreakerStates returns the state of each store node's circuit breaker, by
+// node ("" for a store of one node).
+func (e *Engine) BreakerStates() map[string]string { return e.guard.states() }
 
 // Config returns the rule set being served.
 func (e *Engine) Config() *rules.Config { return e.set.Load().cfg }
@@ -342,22 +346,64 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error) {
 			st.FailedClosed = true
 			continue
 		}
-		if e.fallback != nil {
-			var out [1]sluice.Decision
-			fb := sluice.Take{Rule: m.r.fallbackID, Key: tk.Key, Limit: m.r.Fallback, Cost: tk.Cost, DryRun: tk.DryRun}
-			if e.fallback.Take(ctx, []sluice.Take{fb}, out[:]) == nil {
-				d = out[0]
-				d.Rule, d.Limit = m.r.ID, m.r.Limit
-			}
-		}
+		d = e.fallbackTake(ctx, m.r, m.r.Limit, tk)
 		st := res.add(m.r, m.key, d)
 		st.FailedOpen = true
 	}
 }
 
+// fallbackTake decides a fail-open take of rule r (counted under limit l)
+// in the fallback store, within the rule's degraded limit. Without a
+// fallback store, or if it fails, the take is admitted.
+func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk sluice.Take) sluice.Decision {
+	d := sluice.Decision{Rule: r.ID, Limit: l, Allowed: true}
+	if e.fallback == nil {
+		return d
+	}
+	var out [1]sluice.Decision
+	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost, DryRun: tk.DryRun}}
+	if e.fallback.Take(ctx, fb[:], out[:]) == nil {
+		d = out[0]
+		d.Rule, d.Limit = r.ID, l
+	}
+	return d
+}
+
 // breakerRetry suggests when to retry a request refused for a failing store:
 // when the breaker will next let a probe through.
 func (e *Engine) breakerRetry() time.Duration { return e.openFor }
+
+// degradedLimit is the per-node limit of a fail-open rule while the store
+// fails: its own fallback limit if it has one, else its share of its limit
+// among the gateways sharing the store.
+func (e *Engine) degradedLimit(r *rule, l sluice.Limit) sluice.Limit {
+	if r.FallbackSet {
+		return r.Fallback
+	}
+	n := 1
+	if e.gateways != nil {
+		n = max(e.gateways(), 1)
+	}
+	return Share(l, n)
+}
+
+// Share returns l divided among n gateways: rate and burst divided by n,
+// rounded down but at least 1, so that n gateways counting their share
+// alone admit at most about l together, never n times l.
+func Share(l sluice.Limit, n int) sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	s := l
+	s.Rate = max(l.Rate/int64(n), 1)
+	if l.Burst > 0 {
+		s.Burst = max(l.Burst/int64(n), 1)
+	}
+	if !s.Algorithm.IsBucket() {
+		s.Burst = 0
+	}
+	return s
+}
 
 // shadowed evaluates the shadow rules in a call of their own: they count as
 // if enforced, but never decide the request.
@@ -446,8 +492,8 @@ func counts(statuses []int, status int) bool {
 	return false
 }
 
-// call makes one store call, bounded by the deadline and the breaker unless
-// the store never blocks.
+// call makes one store call, bounded by the deadline and the breaker of the
+// store node it goes to, unless the store never blocks.
 //
 // The call does not end when the client goes: it is detached from ctx's
 // cancellation and deadline and bounded by the store deadline alone. A
@@ -459,15 +505,12 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 	if e.local {
 		return e.store.Take(ctx, takes, out)
 	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	_, err := e.breaker.Execute(func() (struct{}, error) {
-		return struct{}{}, e.store.Take(ctx, takes, out)
-	})
-	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		err = ErrBreakerOpen
+	partition := ""
+	if e.parts != nil && len(takes) > 0 {
+		partition = e.parts.Partition(&takes[0])
 	}
+	start := time.Now()
+	err := e.guard.call(ctx, e.store, partition, takes, out)
 	if e.onCall != nil {
 		e.onCall(time.Since(start), err)
 	}

@@ -199,7 +199,8 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.breakerRetry()}
 				st.FailedClosed = true
 			default:
-				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
+				// Fail open within the rule's per-node share, as Check does.
+				st.Decision = e.fallbackTake(ctx, c.r, c.limit, res.takes[k])
 				st.FailedOpen = true
 			}
 			st.Decision.Rule, st.Decision.Limit = c.r.ID, c.limit

@@ -28,7 +28,8 @@ type Result struct {
 	// Skipped counts matching rules skipped because a key source was
 	// missing from the request.
 	Skipped int
-	// StoreError is the store failure that the fail modes answered, if any.
+	// StoreError is the store failure that the fail modes answered, if any:
+	// the answer is then degraded (see Degraded).
 	StoreError error
 
 	matched []matched
@@ -37,6 +38,11 @@ type Result struct {
 	idx     []int
 	decs    []sluice.Decision
 }
+
+// Degraded reports whether the store failed and the enforced rules were
+// answered by their fail modes: fail-open rules from their per-node share,
+// fail-closed rules with a refusal.
+func (res *Result) Degraded() bool { return res.StoreError != nil }
 
 // Status is one rule's part in a result.
 type Status struct {

@@ -55,8 +55,11 @@ type Rule struct {
 	// RejectMissingKey rejects a request that lacks a key source instead of
 	// skipping the rule for it.
 	RejectMissingKey bool
-	// Fallback is the loose per-node limit applied while failing open.
-	Fallback sluice.Limit
+	// Fallback is the per-node limit applied while failing open, when the
+	// rule sets one (FallbackSet); otherwise the engine applies the rule's
+	// share of its limit among the gateways.
+	Fallback    sluice.Limit
+	FallbackSet bool
 	// Line is where the rule starts in its file.
 	Line int
 

@@ -507,7 +507,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		if err := fb.Validate(); err != nil {
 			d.fail(fallback.node, field+".fallback", "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
 		}
-		r.Fallback = fb
+		r.Fallback, r.FallbackSet = fb, true
 	}
 	return r
 }

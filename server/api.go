@@ -56,6 +56,11 @@ type CheckResponse struct {
 	DelayMs      int64             `json:"delayMs"`
 	Statuses     []StatusJSON      `json:"statuses"`
 	Headers      map[string]string `json:"headers"`
+	// Degraded is true when the store failed and the rules were answered by
+	// their fail modes (fail-open rules within their per-gateway share);
+	// DegradedReason says why.
+	Degraded       bool   `json:"degraded,omitempty"`
+	DegradedReason string `json:"degradedReason,omitempty"`
 }
 
 // StatusJSON is one rule's part of a CheckResponse.
@@ -234,6 +239,9 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 		Allowed: res.Allowed, Rule: d.Rule, Reason: res.Reason.String(),
 		RetryAfterMs: ms(d.RetryAfter), DelayMs: ms(res.Delay),
 		Statuses: make([]StatusJSON, len(res.Statuses)), Headers: map[string]string{},
+	}
+	if res.Degraded() {
+		resp.Degraded, resp.DegradedReason = true, res.StoreError.Error()
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]

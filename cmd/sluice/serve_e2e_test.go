@@ -56,6 +56,8 @@ func start(t *testing.T, args ...string) (string, *exec.Cmd) {
 		t.Fatalf("build: %v\n%s", buildOnce.err, buildOnce.out)
 	}
 	cmd := exec.Command(buildOnce.bin, args...)
+	// The child dies with the test process, even on a panic or -timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

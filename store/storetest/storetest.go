@@ -64,6 +64,7 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("ConcurrentTakesOnOneKeyAdmitExactlyTheLimit", func(t *testing.T) { testConcurrentExact(t, newStore) })
 	t.Run("KeysAndRulesAreIndependent", func(t *testing.T) { testIndependence(t, newStore) })
 	t.Run("MultiTakeIsAllOrNothing", func(t *testing.T) { testMultiTakeAtomic(t, newStore) })
+	t.Run("SameKeyTwiceInOneCallCountsTwice", func(t *testing.T) { testSameKeyTwice(t, newStore) })
 	t.Run("ConcurrentMultiTakesStayExact", func(t *testing.T) { testConcurrentMultiTake(t, newStore) })
 	t.Run("KeysExpireBackToFull", func(t *testing.T) { testExpiry(t, newStore) })
 	t.Run("DryRunsConsumeNothing", func(t *testing.T) { testDryRun(t, newStore) })
@@ -259,6 +260,46 @@ func testMultiTakeAtomic(t *testing.T, newStore Factory) {
 			}
 			if got := take1(t, s, "loose2", "v", l, 0).Remaining; got != mid2 {
 				t.Fatalf("denied multi-takes consumed from loose2: %d -> %d", mid2, got)
+			}
+		})
+	}
+}
+
+// testSameKeyTwice: two takes of one (rule, key) in one call are applied in
+// order, each seeing the one before, like two calls; if either is refused,
+// neither consumes anything.
+func testSameKeyTwice(t *testing.T, newStore Factory) {
+	ctx := context.Background()
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			pair := []sluice.Take{{Rule: "r", Key: "u", Limit: l, Cost: 2}, {Rule: "r", Key: "u", Limit: l, Cost: 2}}
+			out := make([]sluice.Decision, 2)
+			pairs := 0
+			for range 20 {
+				before := take1(t, s, "r", "u", l, 0).Remaining
+				if err := s.Take(ctx, pair, out); err != nil {
+					t.Fatal(err)
+				}
+				after := take1(t, s, "r", "u", l, 0).Remaining
+				if out[0].Allowed && out[1].Allowed {
+					pairs++
+					// The reference: the same takes in two calls on a key
+					// of its own, in step.
+					take1(t, s, "r", "ref", l, 2)
+					take1(t, s, "r", "ref", l, 2)
+					if ref := take1(t, s, "r", "ref", l, 0).Remaining; after != ref {
+						t.Fatalf("pair %d left %d, two calls leave %d", pairs, after, ref)
+					}
+					continue
+				}
+				if after != before {
+					t.Fatalf("a refused pair consumed: %d -> %d (%+v)", before, after, out)
+				}
+				break
+			}
+			if want := l.Capacity() / 4; l.Algorithm != sluice.LeakyQueue && int64(pairs) != want {
+				t.Fatalf("%d pairs of 2+2 admitted on a capacity of %d, want %d", pairs, l.Capacity(), want)
 			}
 		})
 	}

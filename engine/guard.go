@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sony/gobreaker/v2"
+)
+
+// A remote store is guarded by a deadline on every call and a circuit
+// breaker per store node. Both are built so that a healthy store under load
+// is never mistaken for a failed one, while a dead or hung store is still
+// found within a documented bound:
+//
+//   - The deadline adapts to the store's observed latency: four times the
+//     recent peak latency of successful calls, clamped to [MinStoreTimeout,
+//     MaxStoreTimeout] (50 ms to 1 s by default). Only successes feed the
+//     estimate, so a hung store, which never succeeds, leaves the deadline
+//     where it was: a request waits at most one deadline for it. A fixed
+//     Options.StoreTimeout replaces the adaptive deadline.
+//   - A breaker opens on a failure rate, not a streak: at least
+//     BreakerFailures (20) failed calls that are at least half of the calls in
+//     the last BreakerWindow (10 s, counted in 1 s buckets). Open, it fails
+//     calls at once for BreakerOpenFor (1 s), then lets one probe through. A
+//     dead store (connection refused) therefore opens the breaker after 20
+//     calls; a hung one after 20 calls that each waited one deadline (with 64
+//     callers, about one deadline).
+//   - Breakers are per partition of the store (see Partitioner): on Redis
+//     Cluster a stopped master opens only its own breaker, and only the keys
+//     it owns are degraded.
+//   - Only the store's own failures count. A call is detached from its
+//     client (see Engine.call), so clients that hang up or send tiny gRPC
+//     deadlines never count as failures.
+
+// Partitioner is implemented by stores made of independent nodes, such as
+// Redis Cluster: Partition names the node that serves a take's key, and the
+// engine keeps a breaker per node.
+type Partitioner interface {
+	Partition(t *sluice.Take) string
+}
+
+// Defaults of the store guard.
+const (
+	MinStoreTimeout        = 50 * time.Millisecond
+	MaxStoreTimeout        = time.Second
+	DefaultBreakerFailures = 20
+	DefaultBreakerWindow   = 10 * time.Second
+	DefaultBreakerOpenFor  = time.Second
+)
+
+// latency keeps the recent peak latency of successful store calls: a new
+// sample above it replaces it, one below it pulls it down by 1/64 of the
+// gap, so the estimate follows a store that speeds up within a few hundred
+// calls and one that slows down at once.
+type latency struct{ peak atomic.Int64 }
+
+func (l *latency) observe(d time.Duration) {
+	for {
+		old := l.peak.Load()
+		next := int64(d)
+		if next < old {
+			next = old - (old-next)/64
+		}
+		if l.peak.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// guard holds a store's deadline and breakers.
+type guard struct {
+	fixed    time.Duration // a fixed deadline, or 0 for the adaptive one
+	min, max time.Duration
+	lat      latency
+	settings gobreaker.Settings
+	mu       sync.Mutex
+	breakers atomic.Pointer[map[string]*gobreaker.CircuitBreaker[struct{}]] // copy-on-write
+}
+
+func newGuard(o *Options, onChange func(partition, from, to string)) *guard {
+	g := &guard{fixed: o.StoreTimeout, min: MinStoreTimeout, max: MaxStoreTimeout}
+	if o.StoreTimeoutMax > 0 {
+		g.max = o.StoreTimeoutMax
+		g.min = min(g.min, g.max)
+	}
+	failures := o.BreakerFailures
+	if failures == 0 {
+		failures = DefaultBreakerFailures
+	}
+	window := o.BreakerWindow
+	if window <= 0 {
+		window = DefaultBreakerWindow
+	}
+	openFor := o.BreakerOpenFor
+	if openFor <= 0 {
+		openFor = DefaultBreakerOpenFor
+	}
+	g.settings = gobreaker.Settings{
+		MaxRequests:  1,
+		Interval:     window,
+		BucketPeriod: max(window/10, time.Millisecond),
+		Timeout:      openFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.TotalFailures >= failures && 2*c.TotalFailures >= c.Requests
+		},
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			onChange(name, from.String(), to.String())
+		},
+	}
+	empty := map[string]*gobreaker.CircuitBreaker[struct{}]{}
+	g.breakers.Store(&empty)
+	return g
+}
+
+// deadline returns the deadline of the next call.
+func (g *guard) deadline() time.Duration {
+	if g.fixed > 0 {
+		return g.fixed
+	}
+	return min(max(4*time.Duration(g.lat.peak.Load()), g.min), g.max)
+}
+
+// breaker returns the breaker of a partition, making it on first use.
+func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
+	if b := (*g.breakers.Load())[partition]; b != nil {
+		return b
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := *g.breakers.Load()
+	if b := old[partition]; b != nil {
+		return b
+	}
+	st := g.settings
+	st.Name = partition
+	b := gobreaker.NewCircuitBreaker[struct{}](st)
+	next := make(map[string]*gobreaker.CircuitBreaker[struct{}], len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[partition] = b
+	g.breakers.Store(&next)
+	return b
+}
+
+// call runs one guarded store call.
+func (g *guard) call(ctx context.Context, s sluice.Store, partition string, takes []sluice.Take, out []sluice.Decision) error {
+	ctx, cancel := context.WithTimeout(ctx, g.deadline())
+	defer cancel()
+	start := time.Now()
+	_, err := g.breaker(partition).Execute(func() (struct{}, error) {
+		return struct{}{}, s.Take(ctx, takes, out)
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return ErrBreakerOpen
+	}
+	if err == nil {
+		g.lat.observe(time.Since(start))
+	}
+	return err
+}
+
+// states returns every partition's breaker state.
+func (g *guard) states() map[string]string {
+	m := map[string]string{}
+	for p, b := range *g.breakers.Load() {
+		m[p] = b.State().String()
+	}
+	return m
+}
+
+// worst returns the worst breaker state over the partitions: open, then
+// half-open, then closed.
+func (g *guard) worst() string {
+	rank := map[string]int{"closed": 0, "half-open": 1, "open": 2}
+	w := "closed"
+	for _, s := range g.states() {
+		if rank[s] > rank[w] {
+			w = s
+		}
+	}
+	return w
+}
