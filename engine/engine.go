@@ -589,8 +589,23 @@ func (rs *ruleSet) find(id string) *rule {
 	return nil
 }
 
-// Ping checks that the store answers: one peek on a key of its own.
+// Preloader is implemented by stores that load something once before they
+// can answer promptly, such as the Redis store's scripts.
+type Preloader interface {
+	Preload(ctx context.Context) error
+}
+
+// Ping checks that the store answers: its preload (if any), then one peek
+// on a key of its own.
 func (e *Engine) Ping(ctx context.Context) error {
+	if p, ok := e.store.(Preloader); ok {
+		ctx, cancel := context.WithTimeout(ctx, MaxStoreTimeout)
+		err := p.Preload(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	var out [1]sluice.Decision
 	return e.call(ctx, []sluice.Take{{Rule: "sluice#ping", Key: "ping", Limit: pingLimit}}, out[:])
 }
@@ -643,4 +658,13 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 		res.matched[i].r.stats.charged.Add(1)
 	}
 	return nil
+}
+
+// Gateways returns how many gateways share the store, as Options.Gateways
+// says (1 without it).
+func (e *Engine) Gateways() int {
+	if e.gateways == nil {
+		return 1
+	}
+	return max(e.gateways(), 1)
 }

@@ -91,6 +91,10 @@ var (
 		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
 	descOverflows = prometheus.NewDesc("sluice_memory_store_overflows_total",
 		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
+	descDegraded = prometheus.NewDesc("sluice_degraded_decisions_total",
+		"Decisions made while the store failed, by rule: fail-open rules within their per-gateway share, fail-closed rules refusing (failed_open + failed_closed).", []string{"rule"}, nil)
+	descGateways = prometheus.NewDesc("sluice_gateways",
+		"Gateways sharing the store, as this one counts them (live heartbeats, or --gateways).", nil, nil)
 	descOverrides = prometheus.NewDesc("sluice_envoy_overrides",
 		"Distinct Envoy limit overrides counted now.", nil, nil)
 	descOverridesRefused = prometheus.NewDesc("sluice_envoy_overrides_refused_total",
@@ -100,7 +104,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descOverrides, descOverridesRefused, descPanics} {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descPanics} {
 		ch <- d
 	}
 }
@@ -123,7 +127,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDecisions, s.Skipped, s.Rule, "skipped")
 		counter(descDecisions, s.Locked, s.Rule, "locked")
 		counter(descNearLimit, s.NearLimit, s.Rule)
+		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
 	}
+	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
 	live, refusedOverrides := c.e.OverrideStats()

@@ -2,10 +2,13 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluice-rl/sluice/engine"
@@ -79,21 +82,49 @@ func New(o Options) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// ready answers 200 when the rules are loaded and the store answers, or
-// when every rule would fail open anyway; 503 otherwise.
+// ready answers 200 when every rule can answer: the store answers (its
+// scripts loaded), or it does not and every enforced rule fails open (then
+// within its share of the limit). It answers 503 naming the fail-closed
+// rules when the store does not answer. The body says which state holds,
+// the store's error, each store node's breaker and the gateway count.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	err := s.e.Ping(r.Context())
+	var b strings.Builder
+	status := http.StatusOK
 	if err == nil {
-		w.Write([]byte("ready\n"))
-		return
+		b.WriteString("ready\n")
+	} else {
+		var closed []string
+		for _, rule := range s.e.Config().Rules {
+			if rule.FailClosed && !rule.Shadow {
+				closed = append(closed, rule.ID)
+			}
+		}
+		if len(closed) > 0 {
+			status = http.StatusServiceUnavailable
+			fmt.Fprintf(&b, "not ready: degraded: the store does not answer, and these rules fail closed: %s\n", strings.Join(closed, ", "))
+		} else {
+			b.WriteString("ready (degraded: the store does not answer; every rule fails open within its share)\n")
+		}
+		fmt.Fprintf(&b, "store error: %v\n", err)
 	}
-	for _, rule := range s.e.Config().Rules {
-		if rule.FailClosed {
-			http.Error(w, "store unreachable and rule "+rule.ID+" fails closed", http.StatusServiceUnavailable)
-			return
+	states := s.e.BreakerStates()
+	nodes := make([]string, 0, len(states))
+	for n := range states {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		if n == "" {
+			fmt.Fprintf(&b, "breaker: %s\n", states[n])
+		} else {
+			fmt.Fprintf(&b, "breaker %s: %s\n", n, states[n])
 		}
 	}
-	w.Write([]byte("ready (store unreachable: failing open)\n"))
+	fmt.Fprintf(&b, "gateways sharing the store: %d\n", s.e.Gateways())
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write([]byte(b.String()))
 }
 
 // IsLoopback reports whether a listen address is on a loopback interface.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"google.golang.org/grpc"
@@ -49,6 +51,7 @@ type common struct {
 	coarse       *time.Duration
 	adminToken   *string
 	storeTimeout *time.Duration
+	gateways     *int
 	watch        *time.Duration
 }
 
@@ -61,7 +64,8 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.coarse = fs.Duration("coarse-clock", 0, "embedded store: read time from a clock ticking this often (such as 1ms) instead of the exact clock: faster, up to one tick less precise")
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
-	c.storeTimeout = fs.Duration("store-timeout", 5*time.Millisecond, "deadline of each store call")
+	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms-1s)")
+	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
 	return c
 }
@@ -103,24 +107,39 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.mem = memory.New(opts...)
 	var store sluice.Store = s.mem
+	gateways := func() int { return max(*c.gateways, 1) }
 	if *c.store != "memory" {
-		rs, err := redis.New(redis.Options{URL: *c.store, Prefix: *c.prefix})
+		// Lazy: a gateway starts, and serves degraded, while Redis is down.
+		rs, err := redis.New(redis.Options{URL: *c.store, Prefix: *c.prefix, Lazy: true})
 		if err != nil {
 			return nil, err
 		}
-		s.closers = append(s.closers, rs.Close)
+		m := share.NewMembership(rs, gatewayID(), time.Second, *c.gateways, s.log)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { m.Run(ctx); close(done) }()
+		s.closers = append(s.closers, func() { cancel(); <-done }, rs.Close) // leave the set, then close
+		gateways = m.Gateways
 		store = rs
 		s.mem = nil // the embedded store is then only the fail-open fallback
 	}
 	s.metrics = server.NewMetrics(buildVersion())
 	s.eng, err = engine.New(cfg, engine.Options{
-		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout,
+		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, Gateways: gateways,
 		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// gatewayID names this process in the store's membership set.
+func gatewayID() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
 }
 
 // serveUntilDone serves hs on ln, reloading the rules on SIGHUP and file

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -67,14 +69,34 @@ type Options struct {
 	// Clock, if set, is sent as the time of every decision instead of the
 	// server's TIME.
 	Clock sluice.Clock
+	// Lazy makes New succeed when Redis cannot be reached yet: the store
+	// keeps trying to connect in the background (every RetryEvery, default
+	// 500ms), and until then every Take fails with ErrNotConnected, which
+	// the engine answers by each rule's fail mode. A gateway can so start,
+	// and serve degraded, while its Redis is down.
+	Lazy       bool
+	RetryEvery time.Duration
 }
+
+// ErrNotConnected is the error of a lazy store that has not reached Redis
+// yet.
+var ErrNotConnected = errors.New("redis: not connected yet")
 
 // Store is the Redis store. It implements sluice.Store.
 type Store struct {
-	client  rueidis.Client
+	client  atomic.Pointer[rueidis.Client] // nil until connected
 	prefix  string
 	clock   sluice.Clock
 	scripts map[string]*rueidis.Lua // by algorithm; "" has them all
+	sources map[string]string       // their texts, for Preload
+	members *rueidis.Lua
+	lastErr atomic.Pointer[error] // why a lazy store is not connected
+
+	slots    atomic.Pointer[slotMap] // Redis Cluster: which node serves which slot
+	loaded   atomic.Bool             // scripts loaded on every node
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 // New connects to the Redis (or Redis Cluster, or Sentinel) of o.URL.
@@ -83,23 +105,90 @@ func New(o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
 	prefix := o.Prefix
 	if prefix == "" {
 		prefix = "sluice:"
 	}
-	scripts := map[string]*rueidis.Lua{"": rueidis.NewLuaScript(takeScript())}
+	sources := map[string]string{"": takeScript()}
 	for _, a := range luaAlgorithms {
-		scripts[a.name] = rueidis.NewLuaScript(takeScript(a.name))
+		sources[a.name] = takeScript(a.name)
 	}
-	return &Store{client: client, prefix: prefix, clock: o.Clock, scripts: scripts}, nil
+	scripts := map[string]*rueidis.Lua{}
+	for name, src := range sources {
+		scripts[name] = rueidis.NewLuaScript(src)
+	}
+	s := &Store{prefix: prefix, clock: o.Clock, scripts: scripts, sources: sources,
+		members: rueidis.NewLuaScript(luaFile("members")), stop: make(chan struct{}), done: make(chan struct{})}
+	client, err := rueidis.NewClient(opt)
+	if err != nil && !o.Lazy {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if err == nil {
+		s.client.Store(&client)
+	} else {
+		err = fmt.Errorf("redis: %w", err)
+		s.lastErr.Store(&err)
+	}
+	retry := o.RetryEvery
+	if retry <= 0 {
+		retry = 500 * time.Millisecond
+	}
+	go s.maintain(opt, retry)
+	return s, nil
+}
+
+// maintain connects a lazy store and keeps a cluster's slot map fresh.
+func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(retry)
+	defer t.Stop()
+	refreshed := time.Time{}
+	for {
+		if s.client.Load() == nil {
+			if c, err := rueidis.NewClient(opt); err == nil {
+				s.client.Store(&c)
+			} else {
+				err = fmt.Errorf("redis: %w", err)
+				s.lastErr.Store(&err)
+			}
+		}
+		if c := s.conn(); c != nil && c.Mode() == rueidis.ClientModeCluster && time.Since(refreshed) > 5*time.Second {
+			if s.refreshSlots(c) == nil {
+				refreshed = time.Now()
+			}
+		}
+		select {
+		case <-t.C:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// conn returns the client, or nil while a lazy store is not connected.
+func (s *Store) conn() rueidis.Client {
+	if p := s.client.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// notConnected is the error while there is no client.
+func (s *Store) notConnected() error {
+	if e := s.lastErr.Load(); e != nil {
+		return fmt.Errorf("%w: %v", ErrNotConnected, *e)
+	}
+	return ErrNotConnected
 }
 
 // Close closes the connections.
-func (s *Store) Close() { s.client.Close() }
+func (s *Store) Close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+	if c := s.conn(); c != nil {
+		c.Close()
+	}
+}
 
 // ParseURL reads a store URL into rueidis options.
 func ParseURL(u string) (rueidis.ClientOption, error) {
@@ -201,7 +290,11 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	// Group the takes by the hash slot of the key actually sent, in
 	// first-seen order: on one Redis every take of the request goes in one
 	// script call; on a cluster, every take whose key shares a slot.
-	cluster := s.client.Mode() == rueidis.ClientModeCluster
+	c := s.conn()
+	if c == nil {
+		return s.notConnected()
+	}
+	cluster := c.Mode() == rueidis.ClientModeCluster
 	keys := make([]string, len(takes))
 	var groups [][]int
 	seen := map[uint16]int{}
@@ -266,7 +359,11 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 			script = s.scripts[""] // mixed algorithms: the script with all of them
 		}
 	}
-	vals, err := script.Exec(ctx, s.client, sent, args).AsIntSlice()
+	c := s.conn()
+	if c == nil {
+		return s.notConnected()
+	}
+	vals, err := script.Exec(ctx, c, sent, args).AsIntSlice()
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -320,7 +417,11 @@ func (s *Store) Forget(rule, key string) bool {
 // returns how many it deleted.
 func (s *Store) deleteMatching(ctx context.Context, pattern string) int {
 	deleted := 0
-	for _, c := range s.client.Nodes() {
+	client := s.conn()
+	if client == nil {
+		return 0
+	}
+	for _, c := range client.Nodes() {
 		var cursor uint64
 		for {
 			entry, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
@@ -350,7 +451,11 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // MemoryUsage returns what Redis reports (MEMORY USAGE) for the state of key
 // under rule and limit l, in bytes; 0 when there is none.
 func (s *Store) MemoryUsage(ctx context.Context, rule, key string, l sluice.Limit) (int64, error) {
-	n, err := s.client.Do(ctx, s.client.B().MemoryUsage().Key(s.Key(rule, key, l)).Samples(0).Build()).AsInt64()
+	c := s.conn()
+	if c == nil {
+		return 0, s.notConnected()
+	}
+	n, err := c.Do(ctx, c.B().MemoryUsage().Key(s.Key(rule, key, l)).Samples(0).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
