@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+// exactRules has one rule of 100 per hour per user for each algorithm, on a
+// path of its own.
+func exactRules() string {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for _, a := range sluice.Algorithms() {
+		fmt.Fprintf(&b, "  - {id: %s, match: {path: /%s}, key: [user], rate: 100, per: 1h, algorithm: %s}\n", a, a, a)
+	}
+	return b.String()
+}
+
+// expectedAdmitted is what the algorithm admits of n takes at one instant.
+func expectedAdmitted(t *testing.T, a sluice.Algorithm, n int) int {
+	p, err := algo.NewParams(sluice.Limit{Rate: 100, Period: time.Hour, Algorithm: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := algo.NewState(p)
+	now := time.Now().UnixNano()
+	admitted := 0
+	for range n {
+		var r algo.Result
+		s.Take(now, 1, &r)
+		if r.Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// burst sends n checks for one user from 64 callers spread over the bases,
+// and counts the admitted ones and the degraded answers.
+func burst(t *testing.T, bases []string, path, user string, n int) (admitted, degraded int64) {
+	body := fmt.Sprintf(`{"request":{"path":%q},"attributes":{"user":%q}}`, path, user)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for g := range 64 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				resp, err := client.Post(bases[(int(i)+g)%len(bases)]+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var v struct {
+					Allowed  bool
+					Degraded bool
+				}
+				json.NewDecoder(resp.Body).Decode(&v)
+				resp.Body.Close()
+				if v.Allowed {
+					atomic.AddInt64(&admitted, 1)
+				}
+				if v.Degraded {
+					atomic.AddInt64(&degraded, 1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted, degraded
+}
+
+// With default settings, 2 and 3 `sluice serve` processes on one
+// redis-server and on a 3-master Redis Cluster admit exactly what the
+// algorithm admits (100 of 1,000 from 64 callers on one key, 101 for the
+// leaky queue, whose first unit leaves at once), for every algorithm, cold
+// and warm: a healthy Redis under load is never mistaken for a failed one.
+func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(exactRules()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, topo := range []string{"single", "cluster"} {
+		t.Run(topo, func(t *testing.T) {
+			var url string
+			if topo == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t).URL()
+			}
+			var bases []string
+			for range 3 {
+				b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rulesPath, "--store", url)
+				bases = append(bases, b)
+			}
+			for _, procs := range []int{2, 3} {
+				for _, phase := range []string{"cold", "warm"} {
+					for _, a := range sluice.Algorithms() {
+						user := fmt.Sprintf("%s-%d-%s", topo, procs, phase)
+						got, degraded := burst(t, bases[:procs], "/"+a.String(), user, 1000)
+						if want := expectedAdmitted(t, a, 1000); got != int64(want) || degraded != 0 {
+							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, got, want, degraded)
+						}
+					}
+				}
+			}
+			for _, b := range bases {
+				resp, err := http.Get(b + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if !strings.Contains(string(m), "sluice_store_breaker_state 0") || strings.Contains(string(m), "sluice_store_errors_total") {
+					t.Errorf("%s: the breaker opened or store calls failed while Redis was healthy", b)
+				}
+			}
+		})
+	}
+}
