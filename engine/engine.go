@@ -310,8 +310,24 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 			st.charge = res.takes[j].Cost
 		default:
 			st.taken = res.takes[j].Cost
+			e.mirror(ctx, m.r, m.r.Limit, &res.takes[j])
 		}
 	}
+}
+
+// mirror counts a take the store admitted for a fail-open rule in the
+// fallback store too, under the rule's degraded limit. The fallback then
+// knows what this gateway has already admitted when the store fails: a
+// degraded gateway admits its share minus what it admitted through the
+// store in the same window, not its share on top of it. A refusal here
+// changes nothing: the store decided.
+func (e *Engine) mirror(ctx context.Context, r *rule, l sluice.Limit, tk *sluice.Take) {
+	if e.local || e.fallback == nil || r.FailClosed {
+		return
+	}
+	var out [1]sluice.Decision
+	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost}}
+	e.fallback.Take(ctx, fb[:], out[:])
 }
 
 // Refund gives back what an allowed check took from the enforced rules, for

@@ -192,6 +192,9 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				st.Decision = decs[k]
 				if st.Allowed && c.cost > 0 {
 					st.taken = c.cost
+					if !shadow {
+						e.mirror(ctx, c.r, c.limit, &res.takes[k])
+					}
 				}
 			case shadow:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}

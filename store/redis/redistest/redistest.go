@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,13 +28,23 @@ type Server struct {
 	t    testing.TB
 }
 
+// CI reports whether the CI variable is set true ("1", "true" or "yes", in
+// any case): then a missing server fails a test instead of skipping it.
+func CI() bool {
+	switch strings.ToLower(os.Getenv("CI")) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
 // Need finds redis-server, skipping (or, in CI, failing) the test without it.
 func Need(t testing.TB) string {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not on PATH, and CI=true: CI must install it (apt-get install redis-server)")
+		if CI() {
+			t.Fatal("redis-server is not on PATH, and CI is set: CI must install it (apt-get install redis-server)")
 		}
 		t.Skip("SKIPPING: redis-server is not on PATH; install it (apt-get install redis-server) to run the Redis tests")
 	}
@@ -61,6 +72,8 @@ func Start(t testing.TB, extra ...string) *Server {
 func (s *Server) run() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.bin, s.args...)
+	// The server dies with the test process, even on a panic or -timeout.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -84,10 +97,18 @@ func (s *Server) Restart() {
 // URL is the server's redis:// URL.
 func (s *Server) URL() string { return "redis://" + s.Addr }
 
+// Pause stops the server's process (SIGSTOP): a hung Redis that accepts
+// connections but never answers. Resume continues it.
+func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Stop ends the server.
 func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
 		s.cmd.Process.Kill()
+		s.cmd.Process.Signal(syscall.SIGCONT) // a paused process dies only once continued
 		s.cmd.Wait()
 	}
 }
@@ -135,8 +156,8 @@ func StartCluster(t testing.TB) *Cluster {
 	Need(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-cli is not on PATH, and CI=true")
+		if CI() {
+			t.Fatal("redis-cli is not on PATH, and CI is set")
 		}
 		t.Skip("SKIPPING: redis-cli is not on PATH; it forms the test cluster")
 	}
@@ -244,4 +265,88 @@ func (p *Proxy) serve(c net.Conn, target string) {
 	go pipe(up, c)
 	go pipe(c, up)
 	<-done
+}
+
+// Sentinel is a primary, a replica and one Sentinel watching them (quorum
+// 1, down after 1 s), for failover tests.
+type Sentinel struct {
+	Primary, Replica, Sentinel *Server
+	Name                       string
+}
+
+// StartSentinel runs a primary, a replica of it and a Sentinel on free
+// loopback ports.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	primary := Start(t)
+	replica := Start(t, "replicaof 127.0.0.1 "+strings.TrimPrefix(primary.Addr, "127.0.0.1:"))
+	bin := Need(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor sluice 127.0.0.1 %s 1\n"+
+		"sentinel down-after-milliseconds sluice 1000\nsentinel failover-timeout sluice 5000\n",
+		port, dir, strings.TrimPrefix(primary.Addr, "127.0.0.1:"))
+	path := dir + "/sentinel.conf"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sen := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: []string{path, "--sentinel"}, t: t}
+	sen.run()
+	t.Cleanup(sen.Stop)
+	// Wait until the replica is in sync, so a failover has data to promote.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if linkUp(replica) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never came up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &Sentinel{Primary: primary, Replica: replica, Sentinel: sen, Name: "sluice"}
+}
+
+// URL is the redis-sentinel:// URL of the set.
+func (s *Sentinel) URL() string { return "redis-sentinel://" + s.Name + "@" + s.Sentinel.Addr }
+
+// PrimaryAddr asks the Sentinel which address is the primary now.
+func (s *Sentinel) PrimaryAddr() string {
+	conn, err := net.DialTimeout("tcp", s.Sentinel.Addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(conn, "*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$%d\r\n%s\r\n", len(s.Name), s.Name)
+	r := bufio.NewReader(conn)
+	var parts []string
+	for range 5 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break
+		}
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "*") && !strings.HasPrefix(line, "$") {
+			parts = append(parts, line)
+		}
+	}
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[0] + ":" + parts[1]
+}
+
+// linkUp reports whether a replica's link to its primary is up.
+func linkUp(n *Server) bool {
+	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
+	buf := make([]byte, 4096)
+	k, _ := conn.Read(buf)
+	return strings.Contains(string(buf[:k]), "master_link_status:up")
 }
