@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// While the store fails, a fail-open rule admits this gateway's share of
+// its limit, limit / N, on every API; admissions it made through the store
+// count against that share.
+func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
+	src := "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n" +
+		"  - {id: d, key: [tenant], rate: 100, per: 1h, envoy: {domain: edge, descriptors: [{key: tenant}]}}\n"
+	f := newFixture(t, src, Options{Gateways: func() int { return 4 }})
+	count := func(user string, n int) (admitted int) {
+		for range n {
+			if res := f.check(t, userReq(user)); res.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	// 10 admitted through the store, then the store fails: 25 - 10 more.
+	if got := count("u", 10); got != 10 {
+		t.Fatalf("healthy: %d", got)
+	}
+	f.store.mode.Store(1)
+	if got := count("u", 100); got != 15 {
+		t.Fatalf("degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
+	}
+	if got := count("fresh", 100); got != 25 {
+		t.Fatalf("degraded, fresh key: %d, want the share 25", got)
+	}
+	var res Result
+	f.e.Check(context.Background(), userReq("fresh"), CheckOptions{}, &res)
+	if !res.Degraded() {
+		t.Fatal("a degraded answer does not say so")
+	}
+	// Envoy's gRPC path follows the same share.
+	admitted := 0
+	for range 100 {
+		d := []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "t"}}, Hits: 1}}
+		if err := f.e.CheckDescriptors(context.Background(), "edge", d, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 25 {
+		t.Fatalf("Envoy, degraded: %d admitted, want the share 25", admitted)
+	}
+}
+
+func TestShareDividesRateAndBurst(t *testing.T) {
+	for _, tc := range []struct {
+		l    sluice.Limit
+		n    int
+		want sluice.Limit
+	}{
+		{sluice.Limit{Rate: 100, Period: time.Minute, Burst: 20}, 3, sluice.Limit{Rate: 33, Period: time.Minute, Burst: 6}},
+		{sluice.Limit{Rate: 2, Period: time.Minute}, 5, sluice.Limit{Rate: 1, Period: time.Minute}},
+		{sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: sluice.FixedWindow}, 2, sluice.Limit{Rate: 5, Period: time.Minute, Algorithm: sluice.FixedWindow}},
+		{sluice.Limit{Rate: 10, Period: time.Minute}, 1, sluice.Limit{Rate: 10, Period: time.Minute}},
+	} {
+		if got := Share(tc.l, tc.n); got != tc.want {
+			t.Errorf("Share(%v, %d) = %+v, want %+v", tc.l, tc.n, got, tc.want)
+		}
+	}
+}
+
+// The deadline follows the store's successful latency within its clamp, and
+// a store that never succeeds does not stretch it.
+func TestAdaptiveDeadline(t *testing.T) {
+	g := newGuard(&Options{}, func(string, string, string) {})
+	if d := g.deadline(); d != MinStoreTimeout {
+		t.Fatalf("fresh: %v", d)
+	}
+	g.lat.observe(30 * time.Millisecond)
+	if d := g.deadline(); d != 120*time.Millisecond {
+		t.Fatalf("after 30ms: %v", d)
+	}
+	g.lat.observe(2 * time.Second)
+	if d := g.deadline(); d != MaxStoreTimeout {
+		t.Fatalf("after 2s: %v, want the cap", d)
+	}
+	for range 2000 {
+		g.lat.observe(time.Millisecond)
+	}
+	if d := g.deadline(); d != MinStoreTimeout {
+		t.Fatalf("after many fast calls: %v", d)
+	}
+	fixed := newGuard(&Options{StoreTimeout: 7 * time.Millisecond}, func(string, string, string) {})
+	fixed.lat.observe(time.Second)
+	if d := fixed.deadline(); d != 7*time.Millisecond {
+		t.Fatalf("fixed: %v", d)
+	}
+}
+
+// The breaker opens on a failure rate, not on a streak: 19 failures among
+// many successes leave it closed; 20 failures that are half the calls open
+// it; a partition's failures leave the others closed.
+func TestBreakerOpensOnAFailureRatePerPartition(t *testing.T) {
+	g := newGuard(&Options{StoreTimeout: time.Second}, func(string, string, string) {})
+	ok := &fixedStore{}
+	bad := &fixedStore{err: errDown}
+	for i := range 200 {
+		s := ok
+		if i%10 == 0 {
+			s = bad
+		}
+		g.call(context.Background(), s, "a", nil, nil)
+	}
+	if st := g.states()["a"]; st != "closed" {
+		t.Fatalf("20 failures among 200 calls opened the breaker: %s", st)
+	}
+	for range 200 {
+		g.call(context.Background(), bad, "b", nil, nil)
+	}
+	if st := g.states()["b"]; st != "open" {
+		t.Fatalf("b failing: %s", st)
+	}
+	if st := g.states()["a"]; st != "closed" {
+		t.Fatalf("a's breaker followed b's: %s", st)
+	}
+}
+
+type fixedStore struct{ err error }
+
+func (f *fixedStore) Take(context.Context, []sluice.Take, []sluice.Decision) error { return f.err }
