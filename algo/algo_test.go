@@ -389,3 +389,21 @@ func TestRefundUndoesATakeAndNeverOverfills(t *testing.T) {
 		}
 	}
 }
+
+// A log is idle only once its newest entry has left the window: while the
+// oldest has left but a newer one has not, the key still holds state.
+func TestSlidingLogIdleLooksAtTheNewestEntry(t *testing.T) {
+	p, _ := NewParams(sluice.Limit{Rate: 3, Period: time.Second, Algorithm: sluice.SlidingLog})
+	var s SlidingLog
+	var r Result
+	s.Take(&p, 0, 1, &r)
+	s.Take(&p, int64(500*time.Millisecond), 1, &r)
+	for _, tc := range []struct {
+		now  time.Duration
+		idle bool
+	}{{999 * time.Millisecond, false}, {time.Second, false}, {1499 * time.Millisecond, false}, {1500 * time.Millisecond, true}} {
+		if got := s.Idle(&p, int64(tc.now)); got != tc.idle {
+			t.Errorf("Idle at %v = %v, want %v", tc.now, got, tc.idle)
+		}
+	}
+}

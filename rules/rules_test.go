@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -277,5 +278,39 @@ func TestLoadAllMergesFilesAndRefusesDuplicateIDs(t *testing.T) {
 	}
 	if _, err := LoadAll("../examples/shop.json", "testdata/bad.yaml"); err == nil {
 		t.Fatal("a bad file in the set was accepted")
+	}
+}
+
+// A hashed source keeps secrets out of keys, and still gives every secret a
+// count of its own: the digest is of the value, not a constant, and is the
+// same for the same value.
+func TestHashedSourceGivesEverySecretItsOwnKey(t *testing.T) {
+	c, err := Parse("t.yaml", []byte("rules:\n  - {id: r, key: [api_key], rate: 5, per: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	key := func(token string) string {
+		req := &Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
+		k, ok := r.AppendKey(nil, req, "", 64)
+		if !ok {
+			t.Fatalf("no key for %q", token)
+		}
+		return string(k)
+	}
+	seen := map[string]string{}
+	for i := range 1000 {
+		tok := fmt.Sprintf("tok-%d", i)
+		k := key(tok)
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("tokens %q and %q share the key %q", prev, tok, k)
+		}
+		seen[k] = tok
+		if strings.Contains(k, tok) || len(k) != 32 {
+			t.Fatalf("key %q of %q is not a 128-bit hex digest", k, tok)
+		}
+		if key(tok) != k {
+			t.Fatalf("the same token gave two keys")
+		}
 	}
 }

@@ -3,7 +3,9 @@ package memory
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,16 +411,149 @@ func TestPackedBucketsAreConservativeWhenTheClockStepsBack(t *testing.T) {
 		clock := sluice.NewManualClock(epoch)
 		s := New(WithClock(clock))
 		l, _ := s.Limiter("r", sluice.Limit{Rate: 10, Period: time.Second, Burst: 5, Algorithm: a})
+		drained := 0
 		for {
 			if d, _ := l.Take("k", 1); !d.Allowed {
 				break
 			}
+			if drained++; drained > 10 {
+				t.Fatalf("%v: more than 10 admitted at one instant on a burst of 5", a)
+			}
 		}
-		clock.Advance(time.Second) // the bucket is full again
+		// A drained key seen from an earlier time must look no fuller: it
+		// still refuses, whatever the step back.
+		for _, back := range []time.Duration{time.Millisecond, time.Second, time.Minute, 24 * time.Hour} {
+			clock.Advance(-back)
+			if d, _ := l.Take("k", 1); d.Allowed || d.Remaining != 0 {
+				t.Fatalf("%v: a drained bucket, %v earlier, admits (remaining %d)", a, back, d.Remaining)
+			}
+			clock.Advance(back)
+		}
+		// Full again a second later, and no fuller from an earlier time.
+		clock.Advance(time.Second)
 		later, _ := l.Take("k", 0)
 		clock.Advance(-time.Minute)
 		if back, _ := l.Take("k", 0); back.Remaining > later.Remaining {
 			t.Fatalf("%v: stepping back a minute shows %d remaining, more than the %d of the later time", a, back.Remaining, later.Remaining)
 		}
+	}
+}
+
+// A sweep must not forget a sliding log whose oldest entry has left the
+// window while a newer one is still in it.
+func TestSweepKeepsALogWithAnEntryInTheWindow(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	s := New(WithClock(clock))
+	l, _ := s.Limiter("r", sluice.Limit{Rate: 2, Period: time.Second, Algorithm: sluice.SlidingLog})
+	l.Allow("k")
+	clock.Advance(500 * time.Millisecond)
+	l.Allow("k")
+	clock.Advance(600 * time.Millisecond) // the first entry has left, the second has not
+	s.Sweep()
+	if !l.Allow("k") {
+		t.Fatal("one unit free, refused")
+	}
+	if l.Allow("k") {
+		t.Fatal("the sweep forgot an entry still in the window: a third unit within one second")
+	}
+}
+
+// Multi-key takes that always refuse hold units of a key tentatively and
+// give them back by restoring its word; lock-free takes of the same key must
+// never decide on those units (the shard's busy flag), or a restore would
+// erase a lock-free take and the key would admit more than its limit. Every
+// multi-key take here refuses (its other key is exhausted), so every one
+// undoes while lock-free takes race it.
+func TestLockFreeTakesNeverRaceAMultiKeyUndo(t *testing.T) {
+	deadline := time.Now().Add(5 * time.Second)
+	for round := 0; round < 10 && time.Now().Before(deadline); round++ {
+		s := New(WithClock(sluice.NewManualClock(epoch)))
+		a := sluice.Limit{Rate: 100, Period: time.Hour}
+		b := sluice.Limit{Rate: 1, Period: time.Hour}
+		single, _ := s.Limiter("a", a)
+		exhausted, _ := s.Limiter("b", b)
+		exhausted.Allow("k") // b:k refuses from now on
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
+		var undone atomic.Int64
+		stop := make(chan struct{})
+		for range 2 {
+			wg.Go(func() {
+				out := make([]sluice.Decision, 2)
+				takes := []sluice.Take{{Rule: "a", Key: "k", Limit: a, Cost: 1}, {Rule: "b", Key: "k", Limit: b, Cost: 1}}
+				for i := 0; i < 200_000; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					s.Take(context.Background(), takes, out)
+					if out[0].Allowed { // a's unit was held, then given back
+						undone.Add(1)
+					}
+				}
+			})
+		}
+		for undone.Load() == 0 && time.Now().Before(deadline) {
+			runtime.Gosched() // let the undos start first
+		}
+		var singles sync.WaitGroup
+		for range 4 {
+			singles.Go(func() {
+				for range 20_000 {
+					if single.Allow("k") {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		singles.Wait()
+		close(stop)
+		wg.Wait()
+		if undone.Load() == 0 {
+			t.Fatal("no multi-key take held a unit of a:k: the race was not exercised")
+		}
+		if n := admitted.Load(); n != 100 {
+			t.Fatalf("round %d: lock-free takes admitted %d on a limit of 100, racing %d undone multi-key takes", round, n, undone.Load())
+		}
+	}
+}
+
+// At the key bound the keys closest to idle go first: their loss changes
+// the fewest answers. Half the keys are nearly idle, half are busy (not
+// limited); a flood of new keys must evict mostly the nearly idle ones.
+func TestEvictionTakesTheMostIdleKeysFirst(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingLog, sluice.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(epoch)
+			s := New(WithClock(clock), WithMaxKeys(1024))
+			lim := sluice.Limit{Rate: 3, Period: time.Hour, Algorithm: alg}
+			l, _ := s.Limiter("r", lim)
+			for i := range 512 {
+				l.Take(fmt.Sprint("light-", i), 1)
+			}
+			clock.Advance(19 * time.Minute) // light keys are nearly back to full
+			for i := range 512 {
+				l.Take(fmt.Sprint("busy-", i), 2)
+			}
+			for i := range 300 {
+				l.Take(fmt.Sprint("new-", i), 1)
+			}
+			fresh := func(prefix string) (n int) {
+				for i := range 512 {
+					if d, _ := l.Take(fmt.Sprint(prefix, i), 0); d.Remaining == 3 {
+						n++
+					}
+				}
+				return n
+			}
+			light, busy := fresh("light-"), fresh("busy-")
+			if light == 0 {
+				t.Fatal("no light key was evicted: the bound was not reached")
+			}
+			if busy*4 > light {
+				t.Fatalf("%d busy keys evicted against %d nearly idle ones: eviction does not take the most idle first", busy, light)
+			}
+		})
 	}
 }

@@ -173,3 +173,47 @@ func TestEveryKeyHasATTLOfItsResetPlusGrace(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster, takes in different slots are separate script calls; when a
+// later slot refuses, the earlier slots' units are given back, whichever
+// slot comes first.
+func TestClusterGivesBackEarlierSlotsWhenALaterOneRefuses(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	st, err := redis.New(redis.Options{URL: cluster.URL(), Prefix: "giveback:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	loose := sluice.Limit{Rate: 10, Period: time.Hour}
+	tight := sluice.Limit{Rate: 1, Period: time.Hour}
+	peek := func(key string) int64 {
+		out := make([]sluice.Decision, 1)
+		if err := st.Take(ctx, []sluice.Take{{Rule: "loose", Key: key, Limit: loose}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0].Remaining
+	}
+	// Exhaust the tight key, then take [loose a, loose c, tight b]: the
+	// refusing slot is the last group.
+	out := make([]sluice.Decision, 3)
+	if err := st.Take(ctx, []sluice.Take{{Rule: "tight", Key: "b", Limit: tight, Cost: 1}}, out); err != nil || !out[0].Allowed {
+		t.Fatalf("first tight take: %+v %v", out[0], err)
+	}
+	for range 3 {
+		takes := []sluice.Take{
+			{Rule: "loose", Key: "a", Limit: loose, Cost: 2},
+			{Rule: "loose", Key: "c", Limit: loose, Cost: 3},
+			{Rule: "tight", Key: "b", Limit: tight, Cost: 1},
+		}
+		if err := st.Take(ctx, takes, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[2].Allowed {
+			t.Fatal("the exhausted key admitted")
+		}
+	}
+	if a, c := peek("a"), peek("c"); a != 10 || c != 10 {
+		t.Fatalf("refused cross-slot takes kept units: a has %d, c has %d remaining, want 10 and 10", a, c)
+	}
+}
