@@ -133,4 +133,10 @@ func TestCoarseClockAdvancesAndStops(t *testing.T) {
 	if d := time.Duration(time.Now().UnixNano() - c.Now()); d < -time.Second || d > time.Minute {
 		t.Fatalf("coarse clock is %v away from the wall clock", d)
 	}
+	// Stopped, it no longer ticks: its time stands still.
+	stopped := c.Now()
+	time.Sleep(20 * time.Millisecond) // 200 of its ticks, had it not stopped
+	if c.Now() != stopped {
+		t.Fatal("the coarse clock kept ticking after Stop")
+	}
 }

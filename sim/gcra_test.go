@@ -28,6 +28,9 @@ func TestGCRAVsTokenBucketAgreesOnSpecExample(t *testing.T) {
 }
 
 func TestReportsAreStableAcrossRunsInEveryFormat(t *testing.T) {
+	if len(Scenarios()) < 5 || len(Formats) < 3 {
+		t.Fatalf("%d scenarios and %d formats: the loop below would check almost nothing", len(Scenarios()), len(Formats))
+	}
 	for _, s := range Scenarios() {
 		for _, f := range Formats {
 			var a, b bytes.Buffer

@@ -95,6 +95,7 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	redistest.Need(t) // skip here, not only in every subtest
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(exactRules()), 0o600); err != nil {
 		t.Fatal(err)

@@ -93,10 +93,21 @@ func TestEstimateMeasuresRedis(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Algorithms) != 7 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
+	// What MEMORY USAGE can report for one key of these shapes: a string or
+	// small hash is tens of bytes of value plus the key's name and Redis's
+	// object overhead; a full log of 10 holds 10 more entries.
+	per := map[string]float64{}
 	for _, a := range res.Algorithms {
-		if a.RedisPerKey <= 0 {
-			t.Errorf("%s: Redis bytes per key %v", a.Algorithm, a.RedisPerKey)
+		per[a.Algorithm] = a.RedisPerKey
+		if a.RedisPerKey < 48 || a.RedisPerKey > 256 && a.Algorithm != "sliding-log" {
+			t.Errorf("%s: Redis bytes per key %v, want 48 to 256", a.Algorithm, a.RedisPerKey)
 		}
+	}
+	if per["gcra"] > 128 {
+		t.Errorf("gcra, one number per key, takes %v B in Redis", per["gcra"])
+	}
+	if per["sliding-log"] < per["gcra"]+10*8 {
+		t.Errorf("a full sliding log of 10 (%v B) is not 10 entries larger than a GCRA key (%v B)", per["sliding-log"], per["gcra"])
 	}
 	if n, err := srv.Do("DBSIZE"); err != nil || n != ":0" {
 		t.Fatalf("estimate left keys behind: %q %v", n, err)

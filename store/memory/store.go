@@ -33,6 +33,7 @@ type Store struct {
 
 	sweepEvery time.Duration
 	stop       chan struct{}
+	stopped    chan struct{} // closed when the janitor has returned
 	stopOnce   sync.Once
 }
 
@@ -68,13 +69,14 @@ func New(opts ...Option) *Store {
 	empty := map[string][]tableEntry{}
 	s.tables.Store(&empty)
 	if s.sweepEvery > 0 {
-		s.stop = make(chan struct{})
+		s.stop, s.stopped = make(chan struct{}), make(chan struct{})
 		go s.janitor()
 	}
 	return s
 }
 
 func (s *Store) janitor() {
+	defer close(s.stopped)
 	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
 	for {
@@ -87,10 +89,12 @@ func (s *Store) janitor() {
 	}
 }
 
-// Close stops the janitor, if any. The store keeps answering.
+// Close stops the janitor, if any, and returns once it has stopped: no sweep
+// runs after Close returns. The store keeps answering.
 func (s *Store) Close() error {
 	if s.stop != nil {
 		s.stopOnce.Do(func() { close(s.stop) })
+		<-s.stopped
 	}
 	return nil
 }

@@ -403,6 +403,18 @@ func TestJanitorRunsAndStops(t *testing.T) {
 	}
 	s.Close()
 	s.Close()
+	// Closed, the janitor no longer sweeps: new dead keys stay.
+	for i := range 100 {
+		l.Allow(fmt.Sprint("after-", i))
+	}
+	if keys, _ := keysOf(s); keys != 100 {
+		t.Fatalf("%d keys before", keys)
+	}
+	clock.Advance(time.Hour)
+	time.Sleep(20 * time.Millisecond) // 20 of its ticks, had it not stopped
+	if keys, _ := keysOf(s); keys != 100 {
+		t.Fatalf("%d keys after Close, want the 100 left unswept", keys)
+	}
 }
 
 // A packed bucket under a clock that steps back looks emptier, never fuller.

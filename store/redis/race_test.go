@@ -23,12 +23,13 @@ import (
 // (32 in each) hit one key with a limit of 100. Exactly 100 are admitted,
 // for every algorithm that is exact by definition. Time is the server's.
 func TestTwoProcessesShareOneExactCount(t *testing.T) {
+	redistest.Need(t) // skip here, not only in every subtest
 	t.Run("single", func(t *testing.T) { raceAll(t, redistest.Start(t).URL()) })
 	t.Run("cluster", func(t *testing.T) { raceAll(t, redistest.StartCluster(t).URL()) })
 }
 
 func raceAll(t *testing.T, url string) {
-	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyMeter, sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow} {
+	for _, a := range sluice.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			var wg sync.WaitGroup
 			var total atomic.Int64
@@ -52,8 +53,14 @@ func raceAll(t *testing.T, url string) {
 				})
 			}
 			wg.Wait()
-			if total.Load() != 100 {
-				t.Fatalf("two gateways admitted %d, want exactly 100", total.Load())
+			// Exactly what the algorithm admits of 1,000 at one instant: 100,
+			// and 101 for the leaky queue, whose first unit leaves at once.
+			want := int64(100)
+			if a == sluice.LeakyQueue {
+				want = 101
+			}
+			if total.Load() != want {
+				t.Fatalf("two gateways admitted %d, want exactly %d", total.Load(), want)
 			}
 		})
 	}
