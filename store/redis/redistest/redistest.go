@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -26,6 +27,8 @@ type Server struct {
 	bin  string
 	args []string
 	t    testing.TB
+	// exited is closed once the process has ended and been reaped.
+	exited chan struct{}
 }
 
 // CI reports whether the CI variable is set true ("1", "true" or "yes", in
@@ -52,38 +55,82 @@ func Need(t testing.TB) string {
 }
 
 // Start runs a redis-server with extra config lines on a free loopback port
-// and waits until it answers. It is stopped when the test ends.
+// and waits until it answers. It is stopped when the test ends. A port taken
+// by someone else between picking and binding it is retried with another.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := Need(t)
-	port := freePort(t)
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--protected-mode", "no"}
-	for _, e := range extra {
-		k, v, _ := strings.Cut(e, " ")
-		args = append(args, "--"+k, v)
+	dir := t.TempDir()
+	var lastErr error
+	for range 5 {
+		port := freePort(t)
+		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--protected-mode", "no"}
+		for _, e := range extra {
+			k, v, _ := strings.Cut(e, " ")
+			args = append(args, "--"+k, v)
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: args, t: t}
+		if lastErr = s.start(); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: args, t: t}
-	s.run()
-	t.Cleanup(s.Stop)
-	return s
+	t.Fatal(lastErr)
+	return nil
 }
 
 func (s *Server) run() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start runs the process and waits until it answers, or says why not.
+func (s *Server) start() error {
+	log := &lockedBuffer{}
 	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// The server dies with the test process, even on a panic or -timeout.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+		return err
 	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
 	deadline := time.Now().Add(10 * time.Second)
 	for !s.ping() {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, log.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer within 10s", s.Addr)
+			s.Stop()
+			return fmt.Errorf("redis-server on %s did not answer within 10s", s.Addr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return nil
+}
+
+// lockedBuffer collects a process's output, safe to read while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Restart starts the stopped server again on the same port, empty: a
@@ -106,11 +153,12 @@ func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Stop ends the server.
 func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Process.Signal(syscall.SIGCONT) // a paused process dies only once continued
-		s.cmd.Wait()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
 	}
+	s.cmd.Process.Kill()
+	s.cmd.Process.Signal(syscall.SIGCONT) // a paused process dies only once continued
+	<-s.exited
 }
 
 // Do sends one command and returns the first line of the reply.
