@@ -117,7 +117,7 @@ func TestBucketAlgorithmsAgree(t *testing.T) {
 	}
 }
 
-// SPEC §3: r=2/s, b=5 gives T=0.5s, tau=2s; five requests at t=0 pass, the
+// The textbook check: r=2/s, b=5 gives T=0.5s, tau=2s; five requests at t=0 pass, the
 // sixth is rejected with retry-after 0.5s, and the token bucket agrees.
 func TestGCRASpecExampleRejectsSixthOfFiveBurst(t *testing.T) {
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyMeter} {

@@ -5,8 +5,8 @@ package algo
 //
 // With T the emission interval and D = b*T the tolerance, a take of cost c at
 // now computes tat = max(TAT, now) and new_tat = tat + c*T; it is allowed iff
-// new_tat - now <= D, and then TAT becomes new_tat. That is SPEC §3's
-// "tat + c*T - now > tau + T rejects", with tau = (b-1)*T. On rejection
+// new_tat - now <= D, and then TAT becomes new_tat. That is the usual
+// weighted form "tat + c*T - now > tau + T rejects", with tau = (b-1)*T. On rejection
 // RetryAfter = new_tat - D - now; ResetAfter = TAT - now after the take;
 // Remaining = floor((D - (TAT - now)) / T). GCRA decides exactly as a token
 // bucket of the same T and b.

@@ -12,7 +12,7 @@ package algo
 //
 //	prev*(W-e) + (cur + c - 1)*W < L*W,
 //
-// compared exactly in 128-bit integers. For c = 1 this is SPEC §3's
+// compared exactly in 128-bit integers. For c = 1 this is the textbook
 // "estimate < limit". On rejection RetryAfter is the earliest instant the
 // inequality holds, as prev's weight falls and the windows roll. Remaining is
 // the largest cost allowed now; ResetAfter the time until both counts have

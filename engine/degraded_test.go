@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -94,6 +95,18 @@ func TestAdaptiveDeadline(t *testing.T) {
 	if d := g.deadline(); d != MinStoreTimeout {
 		t.Fatalf("after many fast calls: %v", d)
 	}
+	// A store that stops answering in time pushes the deadline up to the
+	// cap, four times per missed round, never past it.
+	slow := newGuard(&Options{}, func(string, string, string) {})
+	stall := stallStore{}
+	var seen []time.Duration
+	for range 5 {
+		seen = append(seen, slow.deadline())
+		slow.call(context.Background(), stall, "", nil, nil)
+	}
+	if fmt.Sprint(seen) != "[50ms 200ms 250ms 250ms 250ms]" {
+		t.Fatalf("deadlines against a store that never answers: %v", seen)
+	}
 	fixed := newGuard(&Options{StoreTimeout: 7 * time.Millisecond}, func(string, string, string) {})
 	fixed.lat.observe(time.Second)
 	if d := fixed.deadline(); d != 7*time.Millisecond {
@@ -127,6 +140,14 @@ func TestBreakerOpensOnAFailureRatePerPartition(t *testing.T) {
 	if st := g.states()["a"]; st != "closed" {
 		t.Fatalf("a's breaker followed b's: %s", st)
 	}
+}
+
+// stallStore answers only when its context ends.
+type stallStore struct{}
+
+func (stallStore) Take(ctx context.Context, _ []sluice.Take, _ []sluice.Decision) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 type fixedStore struct{ err error }

@@ -615,7 +615,7 @@ type Preloader interface {
 // on a key of its own.
 func (e *Engine) Ping(ctx context.Context) error {
 	if p, ok := e.store.(Preloader); ok {
-		ctx, cancel := context.WithTimeout(ctx, MaxStoreTimeout)
+		ctx, cancel := context.WithTimeout(ctx, time.Second) // loading scripts on every node
 		err := p.Preload(ctx)
 		cancel()
 		if err != nil {

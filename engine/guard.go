@@ -17,10 +17,14 @@ import (
 // found within a documented bound:
 //
 //   - The deadline adapts to the store's observed latency: four times the
-//     recent peak latency of successful calls, clamped to [MinStoreTimeout,
-//     MaxStoreTimeout] (50 ms to 1 s by default). Only successes feed the
-//     estimate, so a hung store, which never succeeds, leaves the deadline
-//     where it was: a request waits at most one deadline for it. A fixed
+//     recent peak latency, clamped to [MinStoreTimeout, MaxStoreTimeout]
+//     (50 ms to 250 ms by default). A success is a latency sample; a call that
+//     misses its deadline counts as a sample of the whole deadline, so a
+//     store whose latency jumps (a slower network, a loaded Redis) is given
+//     four times longer on the next calls and is soon answered in time
+//     again, instead of being taken for dead at its old speed forever. A
+//     hung store climbs to the cap: a request waits at most MaxStoreTimeout
+//     for it. Fast successes bring the deadline back down. A fixed
 //     Options.StoreTimeout replaces the adaptive deadline.
 //   - A breaker opens on a failure rate, not a streak: at least
 //     BreakerFailures (20) failed calls that are at least half of the calls in
@@ -46,7 +50,7 @@ type Partitioner interface {
 // Defaults of the store guard.
 const (
 	MinStoreTimeout        = 50 * time.Millisecond
-	MaxStoreTimeout        = time.Second
+	MaxStoreTimeout        = 250 * time.Millisecond
 	DefaultBreakerFailures = 20
 	DefaultBreakerWindow   = 10 * time.Second
 	DefaultBreakerOpenFor  = time.Second
@@ -149,7 +153,8 @@ func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
 
 // call runs one guarded store call.
 func (g *guard) call(ctx context.Context, s sluice.Store, partition string, takes []sluice.Take, out []sluice.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, g.deadline())
+	deadline := g.deadline()
+	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	start := time.Now()
 	_, err := g.breaker(partition).Execute(func() (struct{}, error) {
@@ -158,8 +163,11 @@ func (g *guard) call(ctx context.Context, s sluice.Store, partition string, take
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return ErrBreakerOpen
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		g.lat.observe(time.Since(start))
+	case g.fixed == 0 && errors.Is(err, context.DeadlineExceeded):
+		g.lat.observe(deadline) // it took at least this long
 	}
 	return err
 }

@@ -43,7 +43,7 @@ func TestReferenceShopLoadsAsWritten(t *testing.T) {
 			t.Errorf("%s: key %s limit %+v failClosed %v; want %s %+v %v", r.ID, got, r.Limit, r.FailClosed, w.key, w.limit, w.fail)
 		}
 	}
-	// The default sources mean what SPEC §2 says.
+	// The default sources mean what the docs say.
 	if s := c.Sources["user"]; s.Kind != FromHeader || s.Param != "X-User-Id" {
 		t.Errorf("user source: %+v", s)
 	}

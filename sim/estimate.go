@@ -51,7 +51,7 @@ type EstimateResult struct {
 	Rows       []EstimateRow `json:"algorithms"`
 }
 
-// referenceState is SPEC §4's per-key state, before key overhead.
+// referenceState is the back-of-envelope per-key state, before key overhead.
 func referenceState(a sluice.Algorithm, l sluice.Limit) int64 {
 	switch a {
 	case sluice.SlidingLog:
@@ -70,7 +70,7 @@ func referenceState(a sluice.Algorithm, l sluice.Limit) int64 {
 // table entry, the TTL).
 const keyOverhead = 64
 
-// Estimate computes SPEC §4's memory table for the spec, and measures
+// Estimate computes the back-of-envelope memory table for the spec, and measures
 // sluice's embedded store on a sample to extrapolate from.
 func Estimate(spec EstimateSpec) (*Report, error) {
 	if spec.Keys <= 0 || spec.Active <= 0 || spec.Active > 1 {
@@ -136,7 +136,7 @@ func Estimate(spec EstimateSpec) (*Report, error) {
 		rep.Notes = append(rep.Notes, "Redis: MEMORY USAGE (the key, its value and their administrative overheads) of keys written by sluice's Redis store, each at its limit, averaged over 200 keys.")
 	}
 	rep.Notes = append(rep.Notes,
-		"Reference: SPEC §4's assumptions: 8 B per timestamp, 4 B per counter, 64 B of key overhead per key; only keys active within their window need state.",
+		"Reference: the usual back-of-envelope assumptions: 8 B per timestamp, 4 B per counter, 64 B of key overhead per key; only keys active within their window need state.",
 		"Measured: sluice's embedded store, heap bytes per live key after inserting the sample (each key at its limit), extrapolated linearly to the active keys; tables double at 3/4 full, so real figures vary by up to 2x with the key count.")
 	return rep, nil
 }

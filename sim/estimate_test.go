@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice"
 )
 
-// SPEC §4's reference: 10 million users at 64 B of key overhead each is
+// The back-of-envelope reference: 10 million users at 64 B of key overhead each is
 // 720 MB for GCRA and 8.64 GB for a sliding log of 100 per window.
 func TestEstimateReproducesTheReferenceTable(t *testing.T) {
 	rep, err := Estimate(EstimateSpec{Keys: 10_000_000, Active: 1, Limit: sluice.Limit{Rate: 100, Period: time.Minute}, Sample: 2000})

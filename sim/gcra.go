@@ -28,7 +28,7 @@ type GCRAVsTokenBucketResult struct {
 	Agree    bool                   `json:"agree"`
 }
 
-// GCRAVsTokenBucket runs SPEC §3's example, r = 2/s and b = 5: six requests
+// GCRAVsTokenBucket runs the textbook example, r = 2/s and b = 5: six requests
 // at t = 0, one at 0.5 s and one at 1.0 s, through GCRA and a token bucket.
 func GCRAVsTokenBucket() (*Report, error) {
 	l := sluice.Limit{Rate: 2, Period: time.Second, Burst: 5}

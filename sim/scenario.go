@@ -16,7 +16,7 @@ type Scenario struct {
 // Scenarios returns the built-in scenarios, sorted by name.
 func Scenarios() []Scenario {
 	s := []Scenario{
-		{"gcra-vs-token-bucket", "GCRA and a token bucket side by side on SPEC §3's example: they agree", GCRAVsTokenBucket},
+		{"gcra-vs-token-bucket", "GCRA and a token bucket side by side on r = 2/s, b = 5: they agree", GCRAVsTokenBucket},
 		{"token-vs-leaky", "the same traffic through a token bucket and a leaky queue, second by second", TokenVsLeaky},
 		{"windows", "fixed window, sliding log and sliding window counter at window boundaries", Windows},
 		{"race", "two gateways, one remote counter: non-atomic methods vs atomic ones", Race},

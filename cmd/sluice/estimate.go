@@ -26,7 +26,7 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	redisURL := fs.String("redis", "", "also measure MEMORY USAGE per key on this Redis (keys are written under a scratch prefix, then deleted)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice estimate --keys N --limit RATE/PERIOD [--active P%] [--burst B] [--redis URL]")
-		fmt.Fprintln(stderr, "\nSPEC §4's memory table for every algorithm, beside sluice's own bytes per key,")
+		fmt.Fprintln(stderr, "\nThe back-of-envelope memory table for every algorithm (8 B per timestamp,\n4 B per counter, 64 B of key overhead per key), beside sluice's own bytes per key,")
 		fmt.Fprintln(stderr, "measured on a sample and extrapolated.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice estimate --keys 10M --limit 100/1m --active 5%")
 		fmt.Fprintln(stderr, "\nFlags:")

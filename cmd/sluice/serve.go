@@ -43,16 +43,17 @@ func envDefault(name, def string) string {
 
 // common holds the flags serve and gateway share.
 type common struct {
-	configs      stringList
-	listen       *string
-	store        *string
-	prefix       *string
-	maxKeys      *int
-	coarse       *time.Duration
-	adminToken   *string
-	storeTimeout *time.Duration
-	gateways     *int
-	watch        *time.Duration
+	configs         stringList
+	listen          *string
+	store           *string
+	prefix          *string
+	maxKeys         *int
+	coarse          *time.Duration
+	adminToken      *string
+	storeTimeout    *time.Duration
+	storeTimeoutMax *time.Duration
+	gateways        *int
+	watch           *time.Duration
 }
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
@@ -64,7 +65,8 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.coarse = fs.Duration("coarse-clock", 0, "embedded store: read time from a clock ticking this often (such as 1ms) instead of the exact clock: faster, up to one tick less precise")
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
-	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms-1s)")
+	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
+	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
 	return c
@@ -125,7 +127,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.metrics = server.NewMetrics(buildVersion())
 	s.eng, err = engine.New(cfg, engine.Options{
-		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, Gateways: gateways,
+		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
 		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
 	})
 	if err != nil {

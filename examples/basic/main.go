@@ -1,4 +1,4 @@
-// Command basic is SPEC §9's baseline limiter, built from sluice's parts: a
+// Command basic is the classic single-process baseline limiter, built from sluice's parts: a
 // JSON endpoint limited per client IP with a token bucket of capacity 5
 // refilled at 1 token per second, X-RateLimit-Remaining on every response,
 // and 429 with Retry-After and {"error":"Too many requests","retryAfter":N}

@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-rl/sluice"
 )
 
-// SPEC §9: seven quick requests get 200 x5 with X-RateLimit-Remaining 4, 3,
+// The classic baseline: seven quick requests get 200 x5 with X-RateLimit-Remaining 4, 3,
 // 2, 1, 0, then 429, 429 with Retry-After: 1; after 2 s a request gets 200.
 func TestBaselineAnswersTheSevenRequestsOfSpec9(t *testing.T) {
 	clock := sluice.NewManualClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
