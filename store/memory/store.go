@@ -14,9 +14,10 @@ import (
 	"github.com/sluice-rl/sluice/algo"
 )
 
-// DefaultMaxKeys is the default bound on the keys one rule may hold: about
-// 64 MiB of table for a GCRA rule at the bound. Past it, dead keys are reused
-// and then the least useful live keys evicted; see [WithMaxKeys].
+// DefaultMaxKeys is the default bound on the keys one rule may hold: 128 MiB
+// of table for a GCRA rule at the bound (2^16 slots of 16 B in each of 128
+// shards). Past it, dead keys are reused and then the least useful live keys
+// evicted; see [WithMaxKeys].
 const DefaultMaxKeys = 1 << 22
 
 // Store is the embedded, in-process store. It implements [sluice.Store] for
@@ -46,10 +47,14 @@ type Option func(*Store)
 func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 
 // WithMaxKeys bounds the keys each rule may hold (rounded up to a multiple of
-// 128, the number of shards). At the bound a new key first takes the slot of
-// a dead key on its probe path, then evicts the key closest to its idle state
-// among the next 8 from its home slot. An evicted key returns as a fresh,
-// full key, which favours its client; evictions are counted in [Store.Stats].
+// 128, the number of shards; each shard holds at most its share). When a
+// shard reaches its share, it rebuilds: dead keys are dropped, and if the live
+// keys alone still fill it, a batch of 1/16 of its share is evicted, the keys
+// closest to their idle state first. A key that is limited (would refuse one
+// unit now) is never evicted; a shard holding only limited keys sends new keys
+// to the rule's strict overflow state. An evicted key returns as a fresh,
+// full key, which favours its client; evictions and overflows are counted in
+// [Store.Stats].
 func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = max(1, n) } }
 
 // WithSweepEvery starts a janitor that calls [Store.Sweep] every d, to give
