@@ -59,9 +59,10 @@ func (c *ManualClock) Set(t time.Time) { c.now.Store(t.UnixNano()) }
 // so the burst ceiling becomes b + r*(t + resolution). Call Stop to end the
 // goroutine.
 type CoarseClock struct {
-	now  atomic.Int64
-	stop chan struct{}
-	once sync.Once
+	now     atomic.Int64
+	stop    chan struct{}
+	stopped chan struct{} // closed when the goroutine has returned
+	once    sync.Once
 }
 
 // NewCoarseClock starts a CoarseClock that ticks every resolution
@@ -69,9 +70,10 @@ type CoarseClock struct {
 func NewCoarseClock(resolution time.Duration) *CoarseClock {
 	resolution = max(resolution, 100*time.Microsecond)
 	base := NewSystemClock()
-	c := &CoarseClock{stop: make(chan struct{})}
+	c := &CoarseClock{stop: make(chan struct{}), stopped: make(chan struct{})}
 	c.now.Store(base.Now())
 	go func() {
+		defer close(c.stopped)
 		t := time.NewTicker(resolution)
 		defer t.Stop()
 		for {
@@ -89,5 +91,9 @@ func NewCoarseClock(resolution time.Duration) *CoarseClock {
 // Now implements Clock.
 func (c *CoarseClock) Now() int64 { return c.now.Load() }
 
-// Stop ends the clock's goroutine; the clock then stands still.
-func (c *CoarseClock) Stop() { c.once.Do(func() { close(c.stop) }) }
+// Stop ends the clock's goroutine and returns once it has ended: the clock
+// then stands still.
+func (c *CoarseClock) Stop() {
+	c.once.Do(func() { close(c.stop) })
+	<-c.stopped
+}
