@@ -63,6 +63,16 @@ type Rule struct {
 	// Line is where the rule starts in its file.
 	Line int
 
+	// Sync is how the rule's count is shared among gateways (the sync
+	// setting; exact by default).
+	Sync sluice.Sharing
+	// Regions gives named regions a share of the limit (0 to 1 each); a
+	// gateway started with --region NAME enforces its region's share.
+	Regions map[string]float64
+	// ShowKeys lets the admin API's hot-key list show this rule's keys in
+	// the clear; otherwise they are shown hashed.
+	ShowKeys bool
+
 	// Envoy, when set, makes this an Envoy descriptor rule (see EnvoyMatch).
 	Envoy *EnvoyMatch
 	// Name is the rule's name for Envoy's replaces (envoyproxy/ratelimit's

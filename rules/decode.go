@@ -414,6 +414,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				d.fail(v, f+".status", "list the response statuses that count")
 			}
 		},
+		"sync":     func(v *yaml.Node, f string) { d.sharing(&r.Sync, v, f) },
+		"regions":  func(v *yaml.Node, f string) { r.Regions = d.regions(v, f) },
+		"showKeys": func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
 		"penalty": func(v *yaml.Node, f string) {
 			p := &Penalty{}
 			d.fields(v, f, map[string]func(*yaml.Node, string){
@@ -559,4 +562,75 @@ func (d *decoder) match(m *Match, n *yaml.Node, field string) {
 			}
 		},
 	})
+}
+
+// sharing reads a rule's sync setting: a mode name, or a mapping with mode,
+// batch, interval, shards and hotAbove.
+func (d *decoder) sharing(sh *sluice.Sharing, n *yaml.Node, field string) {
+	mode := func(v *yaml.Node, f string) {
+		if s, ok := d.str(v, f); ok {
+			m, err := sluice.ParseSyncMode(s)
+			if err != nil {
+				d.fail(v, f, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
+			}
+			sh.Mode = m
+		}
+	}
+	if n.Kind == yaml.ScalarNode {
+		mode(n, field)
+		return
+	}
+	positive := func(v *yaml.Node, f string, max int64) int64 {
+		x, ok := d.integer(v, f)
+		if ok && (x < 1 || x > max) {
+			d.fail(v, f, "must be between 1 and %d, got %d", max, x)
+		}
+		return x
+	}
+	d.fields(n, field, map[string]func(*yaml.Node, string){
+		"mode":     mode,
+		"batch":    func(v *yaml.Node, f string) { sh.Batch = positive(v, f, 1<<20) },
+		"shards":   func(v *yaml.Node, f string) { sh.Shards = int(positive(v, f, 64)) },
+		"hotAbove": func(v *yaml.Node, f string) { sh.HotAbove = positive(v, f, 1<<30) },
+		"interval": func(v *yaml.Node, f string) {
+			if p, ok := d.period(v, f); ok {
+				if p < time.Millisecond || p > time.Minute {
+					d.fail(v, f, "must be between 1ms and 1m, got %v", p)
+				}
+				sh.Interval = p
+			}
+		},
+	})
+}
+
+// regions reads a rule's regional shares: region name to a percentage of the
+// limit, such as {eu: 50%, us: 30%}. The shares may not add up to more than
+// 100%.
+func (d *decoder) regions(n *yaml.Node, field string) map[string]float64 {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, field, "want a mapping of region names to shares (eu: 50%%), got %s", describe(n))
+		return nil
+	}
+	out := map[string]float64{}
+	total := 0.0
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := field + "." + k.Value
+		pct := strings.TrimSpace(strings.TrimSuffix(v.Value, "%"))
+		x, err := strconv.ParseFloat(pct, 64)
+		if v.Kind != yaml.ScalarNode || err != nil || x <= 0 || x > 100 {
+			d.fail(v, f, "want a share between 0%% and 100%%, such as 50%%, got %q", v.Value)
+			continue
+		}
+		if !validID(k.Value) {
+			d.fail(k, f, "%q: a region name is 1-64 letters, digits, '-', '_' or '.'", k.Value)
+			continue
+		}
+		out[k.Value] = x / 100
+		total += x
+	}
+	if total > 100+1e-9 {
+		d.fail(n, field, "the shares add up to %.4g%%, more than 100%%", total)
+	}
+	return out
 }

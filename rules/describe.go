@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -54,8 +55,76 @@ func (r *Rule) Summary() string {
 	if r.FailClosed {
 		b.WriteString("; fails closed")
 	}
+	if sh := r.Sync; sh.Mode != sluice.SyncExact || sh.Shards > 1 {
+		fmt.Fprintf(&b, "; shared by %s", SharingBound(sh, r.Limit))
+	}
+	if len(r.Regions) > 0 {
+		names := make([]string, 0, len(r.Regions))
+		for n := range r.Regions {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		parts := make([]string, len(names))
+		for i, n := range names {
+			parts[i] = fmt.Sprintf("%s %.4g%%", n, r.Regions[n]*100)
+		}
+		fmt.Fprintf(&b, "; regions %s", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(&b, " (%s)", r.Limit.Algorithm)
 	return b.String()
+}
+
+// SharingBound says in words how a rule is shared among gateways and what
+// that costs in exactness.
+func SharingBound(sh sluice.Sharing, l sluice.Limit) string {
+	sh = sh.WithDefaults()
+	var s string
+	switch sh.Mode {
+	case sluice.SyncExact:
+		s = "exact (one atomic store call per decision)"
+	case sluice.SyncLease:
+		s = fmt.Sprintf("lease (batches of up to %d units, returned after %s; never over the limit, under it by at most the units out on leases)", sh.Batch, sh.Interval)
+	case sluice.SyncPeriodic:
+		s = fmt.Sprintf("sync (local counts flushed every %s; may pass the limit by about rate x %s x (gateways - 1))", sh.Interval, sh.Interval)
+	case sluice.SyncSplit:
+		s = "split (limit / live gateways on each, no store call; exact only if traffic is balanced and the gateway count right)"
+	case sluice.SyncLocal:
+		s = "local (each gateway's own count: up to gateways x the limit in all)"
+	case sluice.SyncAuto:
+		s = fmt.Sprintf("auto (lease for keys above %d decisions/s, exact for the rest)", sh.HotAbove)
+	}
+	if sh.Shards > 1 {
+		s += fmt.Sprintf(", each key split in %d shards of %s", sh.Shards, Ceiling(ShardLimit(l, sh.Shards)))
+	}
+	return s
+}
+
+// ShardLimit is one shard's part of l when a key is split in k shards: rate
+// and burst divided by k, rounded down but at least 1, so the shards never
+// add up to more than l (for k <= the rate).
+func ShardLimit(l sluice.Limit, k int) sluice.Limit {
+	if k <= 1 {
+		return l
+	}
+	s := l
+	s.Rate = max(l.Rate/int64(k), 1)
+	if l.Burst > 0 {
+		s.Burst = max(l.Burst/int64(k), 1)
+	}
+	return s
+}
+
+// Warnings are the doubts `sluice check` raises about a valid rule set:
+// rules that fail closed (money, security) with a sync mode that can admit
+// more than their limit.
+func (c *Config) Warnings() []string {
+	var w []string
+	for _, r := range c.Rules {
+		if r.FailClosed && r.Sync.Mode.OverAdmits() {
+			w = append(w, fmt.Sprintf("%s:%d: rule %s fails closed (a money or security limit) but uses sync: %s, which can admit more than its limit across gateways; use exact or lease", c.File, r.Line, r.ID, r.Sync.Mode))
+		}
+	}
+	return w
 }
 
 // String describes the match in words.

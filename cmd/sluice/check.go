@@ -40,6 +40,9 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		for _, r := range c.Rules {
 			fmt.Fprintf(stdout, "  %s\n", r.Summary())
 		}
+		for _, w := range c.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 	}
 	if failed > 0 {
 		return errExit{1}
