@@ -512,6 +512,19 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		}
 		r.Fallback, r.FallbackSet = fb, true
 	}
+	switch a := r.Limit.Algorithm; {
+	case (r.Sync.Mode == sluice.SyncLease || r.Sync.Mode == sluice.SyncAuto) &&
+		a != sluice.GCRA && a != sluice.TokenBucket && a != sluice.LeakyMeter && a != sluice.FixedWindow:
+		// Units leased now and spent later would count at the wrong time in
+		// a sliding window (and skip a leaky queue's delays).
+		d.fail(n, field+".sync", "sync: %s needs gcra, token-bucket, leaky-meter or fixed-window, not %s", r.Sync.Mode, a)
+	case r.Sync.Mode == sluice.SyncPeriodic && a == sluice.LeakyQueue:
+		d.fail(n, field+".sync", "sync: sync cannot delay requests as a leaky queue does; use exact")
+	case r.Sync.Shards > 1 && r.Sync.Mode != sluice.SyncExact && r.Sync.Mode != sluice.SyncLease:
+		d.fail(n, field+".sync.shards", "shards apply to exact and lease, not %s", r.Sync.Mode)
+	case r.Sync.Shards > 1 && int64(r.Sync.Shards) > r.Limit.Rate:
+		d.fail(n, field+".sync.shards", "%d shards of a rate of %d would give each shard less than one unit", r.Sync.Shards, r.Limit.Rate)
+	}
 	return r
 }
 

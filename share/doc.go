@@ -1,6 +1,18 @@
 // Package share is how a rule's limit is shared among the gateways that use
-// one store. This first part is membership: each gateway keeps a short-lived
-// heartbeat in the store and counts the live ones, so that while the store
-// fails, a degraded gateway counts only its share of a limit (limit / N), and
-// N degraded gateways together admit about the limit, not N times it.
+// one store, without multiplying the limit. Each mode is decided by [Store],
+// a sluice.Store that wraps the shared (remote) store, so the engine and the
+// stores stay unaware of it:
+//
+//   - exact: one atomic store call per decision, through a deny cache that
+//     answers a key the store has refused until its retry time locally;
+//   - lease: units taken from the store in batches, spent locally, given
+//     back when the lease ends (lease.go);
+//   - sync: local counts flushed to the store at most once per interval
+//     per key (periodic.go);
+//   - split and local: counted in the gateway's embedded store, under
+//     limit / N or the whole limit;
+//   - auto: lease for the rule's hot keys (hot.go), exact for the rest.
+//
+// Membership (membership.go) counts the live gateways sharing the store,
+// for split and for the share each gateway counts while the store fails.
 package share

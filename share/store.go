@@ -1,0 +1,365 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Local is the gateway's embedded store: split and local rules count
+	// there. Required.
+	Local sluice.Store
+	// Sharing returns each rule's sync setting (exact when nil).
+	Sharing func(rule string) sluice.Sharing
+	// Gateways returns how many gateways share the remote store (1 when
+	// nil), for split.
+	Gateways func() int
+	// Scale, if set, returns the share of each rule's limit this gateway's
+	// region has (1 for all of it), as a rule's regions and --region say.
+	Scale func(rule string) float64
+	// Clock reads time for leases and the deny cache (the system clock by
+	// default).
+	Clock sluice.Clock
+	// NoDenyCache turns the deny cache off.
+	NoDenyCache bool
+	// MaxEntries bounds each of the leases, sync counts and deny-cache
+	// entries (default 100,000 each).
+	MaxEntries int
+}
+
+// Store decides each take by its rule's sync mode (see the package doc). It
+// implements sluice.Store: a call's takes are still all or nothing, whatever
+// their modes. Create it with New; Close returns the units out on leases.
+type Store struct {
+	remote  sluice.Store
+	o       Options
+	clock   sluice.Clock
+	leases  *leases
+	counts  *periodic
+	deny    *denyCache
+	Hot     *HotKeys
+	calls   atomic.Uint64 // calls to the remote store
+	stop    chan struct{}
+	stopped sync.WaitGroup
+	once    sync.Once
+}
+
+// New returns a Store over remote.
+func New(remote sluice.Store, o Options) *Store {
+	if o.Clock == nil {
+		o.Clock = sluice.NewSystemClock()
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 100_000
+	}
+	s := &Store{remote: remote, o: o, clock: o.Clock, stop: make(chan struct{})}
+	s.leases = newLeases(s, o.MaxEntries)
+	s.counts = newPeriodic(s, o.MaxEntries)
+	s.deny = newDenyCache(o.MaxEntries)
+	s.deny.off = o.NoDenyCache
+	s.Hot = NewHotKeys(128, 10*time.Second)
+	s.stopped.Add(1)
+	go s.maintain()
+	return s
+}
+
+// maintain returns expired leases and flushes sync counts.
+func (s *Store) maintain() {
+	defer s.stopped.Done()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.leases.expire(ctx, s.clock.Now(), false)
+			s.counts.flush(ctx, s.clock.Now(), false)
+			cancel()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Close gives back every unit out on a lease and flushes every sync count,
+// then stops the background work: call it on shutdown.
+func (s *Store) Close() {
+	s.once.Do(func() {
+		close(s.stop)
+		s.stopped.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.leases.expire(ctx, s.clock.Now(), true)
+		s.counts.flush(ctx, s.clock.Now(), true)
+	})
+}
+
+// Stats are a Store's counters, for metrics.
+type Stats struct {
+	RemoteCalls uint64 // calls made to the remote store
+	DenyHits    uint64 // takes refused from the deny cache, without a call
+	LeasedOut   int64  // units held on leases now (the bound on under-admission)
+	Leases      int    // live leases
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	out, n := s.leases.held()
+	return Stats{RemoteCalls: s.calls.Load(), DenyHits: s.deny.hits.Load(), LeasedOut: out, Leases: n}
+}
+
+// call makes one call to the remote store.
+func (s *Store) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	s.calls.Add(1)
+	return s.remote.Take(ctx, takes, out)
+}
+
+// plan is how one take of a call is decided.
+type plan struct {
+	mode  sluice.SyncMode
+	limit sluice.Limit // scaled to the region's share
+	sh    sluice.Sharing
+	done  bool  // decided and consumed locally: undo if the call refuses
+	undo  int64 // units to give back locally
+}
+
+// Take implements sluice.Store.
+func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if len(out) < len(takes) {
+		return errors.New("share: fewer decisions than takes")
+	}
+	now := s.clock.Now()
+	var pbuf [8]plan
+	plans := pbuf[:0]
+	for i := range takes {
+		plans = append(plans, s.plan(&takes[i], now))
+	}
+	// Local decisions first: they cost no call, and a refusal among them
+	// spares the remote call.
+	ok := true
+	for i := range takes {
+		p := &plans[i]
+		if p.mode == sluice.SyncExact {
+			continue
+		}
+		if err := s.decideLocal(ctx, &takes[i], p, now, &out[i]); err != nil {
+			s.undo(ctx, takes, plans)
+			return err
+		}
+		ok = ok && out[i].Allowed
+	}
+	// The exact takes: refused at once from the deny cache, or in one call.
+	var rbuf [8]sluice.Take
+	remote := rbuf[:0]
+	var ibuf [8]int
+	idx := ibuf[:0]
+	for i := range takes {
+		if plans[i].mode != sluice.SyncExact {
+			continue
+		}
+		tk := takes[i]
+		tk.Limit = plans[i].limit
+		if d, hit := s.deny.check(&tk, now); hit {
+			out[i] = d
+			ok = false
+			continue
+		}
+		remote = append(remote, tk)
+		idx = append(idx, i)
+	}
+	if len(remote) > 0 {
+		if !ok { // a local or cached refusal: the rest only report
+			for j := range remote {
+				remote[j].DryRun = true
+			}
+		}
+		var dbuf [8]sluice.Decision
+		decs := dbuf[:0]
+		for range remote {
+			decs = append(decs, sluice.Decision{})
+		}
+		if err := s.remoteTakes(ctx, remote, decs, plans, idx); err != nil {
+			s.undo(ctx, takes, plans)
+			return err
+		}
+		for j, i := range idx {
+			out[i] = decs[j]
+			ok = ok && decs[j].Allowed
+			s.deny.learn(&remote[j], &decs[j], now)
+		}
+	}
+	if !ok {
+		s.undo(ctx, takes, plans)
+	}
+	for i := range takes {
+		out[i].Rule, out[i].Limit = takes[i].Rule, takes[i].Limit
+	}
+	return nil
+}
+
+// plan resolves a take's mode and limit.
+func (s *Store) plan(tk *sluice.Take, now int64) plan {
+	p := plan{limit: tk.Limit}
+	if s.o.Sharing != nil {
+		p.sh = s.o.Sharing(tk.Rule).WithDefaults()
+		p.mode = p.sh.Mode
+	}
+	if s.o.Scale != nil {
+		if f := s.o.Scale(tk.Rule); f > 0 && f < 1 {
+			p.limit = scale(p.limit, f)
+		}
+	}
+	if p.mode == sluice.SyncAuto || p.mode == sluice.SyncLease {
+		hot := s.Hot.Observe(tk.Rule, tk.Key, now)
+		if p.mode == sluice.SyncAuto {
+			p.mode = sluice.SyncExact
+			if hot >= float64(p.sh.HotAbove) {
+				p.mode = sluice.SyncLease
+			}
+		}
+	} else {
+		s.Hot.Observe(tk.Rule, tk.Key, now)
+	}
+	// Peeks, dry runs and refunds of leased or synced keys go to the store
+	// as they are: they consume nothing locally.
+	if (p.mode == sluice.SyncLease || p.mode == sluice.SyncPeriodic) && (tk.Cost <= 0 || tk.DryRun) {
+		p.mode = sluice.SyncExact
+	}
+	return p
+}
+
+// scale returns l times f (0 < f < 1): rate and burst, rounded down but at
+// least 1.
+func scale(l sluice.Limit, f float64) sluice.Limit {
+	s := l
+	s.Rate = max(int64(float64(l.Rate)*f), 1)
+	if l.Burst > 0 {
+		s.Burst = max(int64(float64(l.Burst)*f), 1)
+	}
+	return s
+}
+
+// decideLocal decides a take of a split, local, lease or sync rule.
+func (s *Store) decideLocal(ctx context.Context, tk *sluice.Take, p *plan, now int64, d *sluice.Decision) error {
+	switch p.mode {
+	case sluice.SyncSplit, sluice.SyncLocal:
+		l, suffix := p.limit, "#local"
+		if p.mode == sluice.SyncSplit {
+			n := 1
+			if s.o.Gateways != nil {
+				n = max(s.o.Gateways(), 1)
+			}
+			l, suffix = splitLimit(l, n), "#split"
+		}
+		lt := [1]sluice.Take{{Rule: tk.Rule + suffix, Key: tk.Key, Limit: l, Cost: tk.Cost, DryRun: tk.DryRun}}
+		var o [1]sluice.Decision
+		if err := s.o.Local.Take(ctx, lt[:], o[:]); err != nil {
+			return err
+		}
+		*d = o[0]
+		if d.Allowed && tk.Cost > 0 && !tk.DryRun {
+			p.done, p.undo = true, tk.Cost
+		}
+		return nil
+	case sluice.SyncLease:
+		took, err := s.leases.take(ctx, tk, p, now, d)
+		if took {
+			p.done, p.undo = true, tk.Cost
+		}
+		return err
+	case sluice.SyncPeriodic:
+		took, err := s.counts.take(ctx, tk, p, now, d)
+		if took {
+			p.done, p.undo = true, tk.Cost
+		}
+		return err
+	}
+	return nil
+}
+
+// undo gives back what the local decisions of a refused call took.
+func (s *Store) undo(ctx context.Context, takes []sluice.Take, plans []plan) {
+	for i := range plans {
+		p := &plans[i]
+		if !p.done {
+			continue
+		}
+		p.done = false
+		tk := &takes[i]
+		switch p.mode {
+		case sluice.SyncSplit, sluice.SyncLocal:
+			l, suffix := p.limit, "#local"
+			if p.mode == sluice.SyncSplit {
+				n := 1
+				if s.o.Gateways != nil {
+					n = max(s.o.Gateways(), 1)
+				}
+				l, suffix = splitLimit(l, n), "#split"
+			}
+			lt := [1]sluice.Take{{Rule: tk.Rule + suffix, Key: tk.Key, Limit: l, Cost: -p.undo}}
+			var o [1]sluice.Decision
+			s.o.Local.Take(ctx, lt[:], o[:])
+		case sluice.SyncLease:
+			s.leases.giveBack(tk, p, p.undo)
+		case sluice.SyncPeriodic:
+			s.counts.giveBack(tk, p, p.undo)
+		}
+	}
+}
+
+// splitLimit is one gateway's part of l among n: rate and burst divided by
+// n, rounded down but at least 1.
+func splitLimit(l sluice.Limit, n int) sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	s := l
+	s.Rate = max(l.Rate/int64(n), 1)
+	if l.Burst > 0 {
+		s.Burst = max(l.Burst/int64(n), 1)
+	}
+	return s
+}
+
+// The remote store's optional abilities, passed through so the engine finds
+// them on this Store as on the store it wraps.
+
+// Forget drops the state of key under rule everywhere this Store keeps it:
+// the remote store (if it can forget), the embedded store's split and local
+// counts, and the deny cache.
+func (s *Store) Forget(rule, key string) bool {
+	s.deny.forget(rule, key)
+	s.leases.forget(rule, key)
+	found := false
+	if f, ok := s.remote.(interface{ Forget(rule, key string) bool }); ok {
+		found = f.Forget(rule, key)
+	}
+	if f, ok := s.o.Local.(interface{ Forget(rule, key string) bool }); ok {
+		found = f.Forget(rule+"#split", key) || found
+		found = f.Forget(rule+"#local", key) || found
+	}
+	return found
+}
+
+// Partition names the remote store node that serves a take's key, if the
+// remote store has nodes.
+func (s *Store) Partition(t *sluice.Take) string {
+	if p, ok := s.remote.(interface{ Partition(*sluice.Take) string }); ok {
+		return p.Partition(t)
+	}
+	return ""
+}
+
+// Preload prepares the remote store, if it needs it.
+func (s *Store) Preload(ctx context.Context) error {
+	if p, ok := s.remote.(interface{ Preload(context.Context) error }); ok {
+		return p.Preload(ctx)
+	}
+	return nil
+}
