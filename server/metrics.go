@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -63,8 +65,8 @@ func (m *Metrics) ObserveStoreCall(d time.Duration, err error) {
 	}
 }
 
-func (m *Metrics) watch(e *engine.Engine, mem *memory.Store) {
-	m.collector.e, m.collector.mem = e, mem
+func (m *Metrics) watch(e *engine.Engine, mem *memory.Store, sh *share.Store) {
+	m.collector.e, m.collector.mem, m.collector.share = e, mem, sh
 }
 
 // collector reads the engine's and the store's counters at scrape time, so
@@ -72,6 +74,7 @@ func (m *Metrics) watch(e *engine.Engine, mem *memory.Store) {
 type collector struct {
 	e      *engine.Engine
 	mem    *memory.Store
+	share  *share.Store
 	panics *panics
 }
 
@@ -99,12 +102,20 @@ var (
 		"Distinct Envoy limit overrides counted now.", nil, nil)
 	descOverridesRefused = prometheus.NewDesc("sluice_envoy_overrides_refused_total",
 		"Envoy descriptors whose limit override was not counted because the bound on distinct overrides was reached (answered by the configured rule).", nil, nil)
+	descStoreCalls = prometheus.NewDesc("sluice_store_calls_total",
+		"Calls made to the shared store (the embedded store, or Redis), whatever the sync modes: decisions / calls is what leases and the deny cache save.", nil, nil)
+	descDenyHits = prometheus.NewDesc("sluice_deny_cache_hits_total",
+		"Takes refused from the deny cache without a store call.", nil, nil)
+	descLeased = prometheus.NewDesc("sluice_leased_units",
+		"Units held on leases by this gateway now: the bound on what leases under-admit.", nil, nil)
+	descHot = prometheus.NewDesc("sluice_hot_keys",
+		"Keys above 50 decisions per second on this gateway, by rule.", []string{"rule"}, nil)
 	descPanics = prometheus.NewDesc("sluice_panics_total",
 		"Panics recovered while serving a request (answered 500 or gRPC Internal), by boundary: http, grpc. Any is a bug: please report it.", []string{"boundary"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descPanics} {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics} {
 		ch <- d
 	}
 }
@@ -132,6 +143,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
+	if c.share != nil {
+		st := c.share.Stats()
+		counter(descStoreCalls, st.RemoteCalls)
+		counter(descDenyHits, st.DenyHits)
+		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(st.LeasedOut))
+		hot := map[string]int{}
+		for _, h := range c.share.Hot.Top(1000, sluice.DefaultHotAbove, time.Now().UnixNano()) {
+			hot[h.Rule]++
+		}
+		for rule, n := range hot {
+			ch <- prometheus.MustNewConstMetric(descHot, prometheus.GaugeValue, float64(n), rule)
+		}
+	}
 	live, refusedOverrides := c.e.OverrideStats()
 	ch <- prometheus.MustNewConstMetric(descOverrides, prometheus.GaugeValue, float64(live))
 	counter(descOverridesRefused, refusedOverrides)

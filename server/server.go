@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -27,6 +28,10 @@ type Options struct {
 	// AdminToken guards the admin endpoints. Without one they are open on a
 	// loopback listener and refused on any other.
 	AdminToken string
+	// Share, if set, is the sync layer around the store: its store calls,
+	// leases, deny cache and hot keys are served by /metrics and
+	// /v1/admin/hot.
+	Share *share.Store
 	// AuthProxy is the proxy that calls the forward-auth endpoint (default
 	// nginx): it decides which forwarding headers are believed.
 	AuthProxy AuthProxy
@@ -62,7 +67,7 @@ func New(o Options) (*Server, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Server{o: o, e: o.Engine, limiter: httplimit.New(o.Engine, o.HTTP), mux: http.NewServeMux(), log: o.Logger, metrics: o.Metrics}
-	s.metrics.watch(o.Engine, o.Memory)
+	s.metrics.watch(o.Engine, o.Memory, o.Share)
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
@@ -75,6 +80,7 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/rules", s.admin(s.listRules))
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))
+	s.mux.HandleFunc("GET /v1/admin/hot", s.admin(s.hot))
 	s.handler = s.Recover(s.mux)
 	return s, nil
 }

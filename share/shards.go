@@ -17,7 +17,6 @@ import (
 // never more than the limit in all, at the price of refusing when the units
 // left are spread thinner than the cost over the shards.
 
-
 // shardKey names sub-key i of key.
 func shardKey(key string, i int) string { return key + "\x1f" + strconv.Itoa(i) }
 

@@ -50,6 +50,24 @@ type Store struct {
 	once    sync.Once
 }
 
+// NonBlockingStore is a Store over a store that never blocks (the embedded
+// store): it is itself sluice.NonBlocking, so the engine calls it without a
+// deadline or breaker.
+type NonBlockingStore struct{ *Store }
+
+// NonBlocking implements sluice.NonBlocking.
+func (NonBlockingStore) NonBlocking() {}
+
+// Wrap returns New(remote, o) as a sluice.Store that is sluice.NonBlocking
+// when remote is, and the *Store itself for its stats.
+func Wrap(remote sluice.Store, o Options) (sluice.Store, *Store) {
+	s := New(remote, o)
+	if _, ok := remote.(sluice.NonBlocking); ok {
+		return NonBlockingStore{s}, s
+	}
+	return s, s
+}
+
 // New returns a Store over remote.
 func New(remote sluice.Store, o Options) *Store {
 	if o.Clock == nil {
@@ -362,4 +380,12 @@ func (s *Store) Preload(ctx context.Context) error {
 		return p.Preload(ctx)
 	}
 	return nil
+}
+
+// DropLimit frees the state of rule under limit l in the remote store, if
+// it keeps state per limit (the embedded store).
+func (s *Store) DropLimit(rule string, l sluice.Limit) {
+	if d, ok := s.remote.(interface{ DropLimit(string, sluice.Limit) }); ok {
+		d.DropLimit(rule, l)
+	}
 }

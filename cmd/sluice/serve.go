@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -53,6 +54,7 @@ type common struct {
 	storeTimeout    *time.Duration
 	storeTimeoutMax *time.Duration
 	gateways        *int
+	region          *string
 	watch           *time.Duration
 }
 
@@ -67,6 +69,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
 	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
+	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit [$SLUICE_REGION]")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
 	return c
@@ -76,6 +79,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 type setup struct {
 	log     *slog.Logger
 	mem     *memory.Store // nil when counts live in Redis
+	share   *share.Store  // the sync modes around the store
 	closers []func()
 	eng     *engine.Engine
 	metrics *server.Metrics
@@ -125,15 +129,78 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		store = rs
 		s.mem = nil // the embedded store is then only the fail-open fallback
 	}
+	if err := checkRegion(cfg, *c.region); err != nil {
+		return nil, err
+	}
+	// Every rule's sync mode is decided by the share layer around the store.
+	table := &sharingTable{region: *c.region}
+	wrapped, sh := share.Wrap(store, share.Options{
+		Local: memory.New(), Gateways: gateways,
+		Sharing: func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
+		Scale:   func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
+	})
+	s.share = sh
+	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
 	s.metrics = server.NewMetrics(buildVersion())
 	s.eng, err = engine.New(cfg, engine.Options{
-		Store: store, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
+		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
 		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkRegion refuses a --region that a rule with regions gives no share.
+func checkRegion(cfg *rules.Config, region string) error {
+	for _, r := range cfg.Rules {
+		if len(r.Regions) == 0 {
+			continue
+		}
+		if region == "" {
+			return fmt.Errorf("rule %s gives regions a share (%s:%d): start the gateway with --region NAME", r.ID, cfg.File, r.Line)
+		}
+		if _, ok := r.Regions[region]; !ok {
+			return fmt.Errorf("rule %s (%s:%d) gives region %q no share", r.ID, cfg.File, r.Line, region)
+		}
+	}
+	return nil
+}
+
+// sharingTable is the rule set's sync settings and regional shares by rule
+// id, rebuilt when the rule set is reloaded.
+type sharingTable struct {
+	region string
+	cur    atomic.Pointer[sharingEntry]
+}
+
+type sharingEntry struct {
+	cfg     *rules.Config
+	sync    map[string]sluice.Sharing
+	regions map[string]float64
+}
+
+func (t *sharingTable) get(cfg *rules.Config) *sharingEntry {
+	if e := t.cur.Load(); e != nil && e.cfg == cfg {
+		return e
+	}
+	e := &sharingEntry{cfg: cfg, sync: map[string]sluice.Sharing{}, regions: map[string]float64{}}
+	for _, r := range cfg.Rules {
+		e.sync[r.ID] = r.Sync
+		if f, ok := r.Regions[t.region]; ok {
+			e.regions[r.ID] = f
+		}
+	}
+	t.cur.Store(e)
+	return e
+}
+
+func (e *sharingEntry) scale(rule string) float64 {
+	if f, ok := e.regions[rule]; ok {
+		return f
+	}
+	return 1
 }
 
 // gatewayID names this process in the store's membership set.
@@ -230,7 +297,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer s.close()
 	srv, err := server.New(server.Options{
-		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log,
+		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy,
 	})
 	if err != nil {
