@@ -1,0 +1,138 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+// distRules: one rule of 1,000 per hour per user for each sync mode, on a
+// path of its own.
+const distRules = `
+rules:
+  - {id: exact,  match: {path: /exact},  key: [user], rate: 1000, per: 1h}
+  - {id: lease,  match: {path: /lease},  key: [user], rate: 1000, per: 1h, sync: {mode: lease, batch: 50}}
+  - {id: sync,   match: {path: /sync},   key: [user], rate: 1000, per: 1h, sync: {mode: sync, interval: 100ms}}
+  - {id: split,  match: {path: /split},  key: [user], rate: 1000, per: 1h, sync: split}
+  - {id: local,  match: {path: /local},  key: [user], rate: 1000, per: 1h, sync: local}
+  - {id: auto,   match: {path: /auto},   key: [user], rate: 1000, per: 1h, sync: {mode: auto, hotAbove: 20}}
+  - {id: shards, match: {path: /shards}, key: [user], rate: 1000, per: 1h, sync: {mode: exact, shards: 4}}
+  - {id: exact-hot, match: {path: /exact-hot}, key: [user], rate: 1000000, per: 1h}
+  - {id: lease-hot, match: {path: /lease-hot}, key: [user], rate: 1000000, per: 1h, sync: {mode: lease, batch: 50}}
+`
+
+var storeCallsRe = regexp.MustCompile(`(?m)^sluice_store_calls_total (\d+)`)
+
+// storeCalls sums sluice_store_calls_total over the processes.
+func storeCalls(t *testing.T, bases []string) int64 {
+	var n int64
+	for _, b := range bases {
+		resp, err := http.Get(b + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := storeCallsRe.FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("%s: no sluice_store_calls_total", b)
+		}
+		v, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		n += v
+	}
+	return n
+}
+
+// Three `sluice serve` processes on one Redis (and on a 3-master cluster for
+// exact, lease and shards), 30,000 checks of one hot key from 64 callers
+// spread over them, for every sync mode: what each admits against the
+// limit of 1,000, and how many store calls it makes per decision. exact,
+// lease, auto and shards never admit more than the limit.
+func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	redistest.Need(t)
+	rules := writeRules(t, distRules)
+	for _, topo := range []string{"single", "cluster"} {
+		t.Run(topo, func(t *testing.T) {
+			var url string
+			modes := []string{"exact", "lease", "sync", "split", "local", "auto", "shards"}
+			if topo == "single" {
+				url = redistest.Start(t).URL()
+			} else {
+				url = redistest.StartCluster(t).URL()
+				modes = []string{"exact", "lease", "shards"}
+			}
+			var bases []string
+			for range 3 {
+				b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url)
+				bases = append(bases, b)
+			}
+			waitHealthy(t, bases)
+			waitGateways(t, bases, 3)
+			t.Logf("%-6s %9s %9s %12s %12s", "mode", "admitted", "limit", "calls/check", "checks/s")
+			for _, mode := range modes {
+				before := storeCalls(t, bases)
+				start := time.Now()
+				o := load(t, bases, "/"+mode, topo+"-"+mode, 30_000)
+				took := time.Since(start)
+				calls := storeCalls(t, bases) - before
+				t.Logf("%-6s %9d %9d %12.3f %12.0f", mode, o.admitted, 1000, float64(calls)/30_000, 30_000/took.Seconds())
+				switch mode {
+				case "exact", "shards":
+					if o.admitted != 1000 {
+						t.Errorf("%s admitted %d, want exactly 1000", mode, o.admitted)
+					}
+				case "lease", "auto":
+					if o.admitted > 1000 || o.admitted < 1000-3*50 {
+						t.Errorf("%s admitted %d, want at most 1000 and at least 1000 - 3 leases of 50", mode, o.admitted)
+					}
+					if mode == "lease" && calls*10 > 30_000 {
+						t.Errorf("lease made %d store calls for 30,000 checks: want at least 10x fewer than one per check", calls)
+					}
+				case "split":
+					if o.admitted > 1000 || o.admitted < 3*(1000/3) {
+						t.Errorf("split admitted %d, want 3 x 333", o.admitted)
+					}
+					if calls != 0 {
+						t.Errorf("split made %d store calls", calls)
+					}
+				case "local":
+					if o.admitted != 3000 {
+						t.Errorf("local admitted %d, want 1000 on each of 3 gateways", o.admitted)
+					}
+				case "sync":
+					if o.admitted > 3000 {
+						t.Errorf("sync admitted %d, more than each gateway's whole limit", o.admitted)
+					}
+				}
+				if o.degraded != 0 {
+					t.Errorf("%s: %d degraded answers on a healthy Redis", mode, o.degraded)
+				}
+			}
+			// A hot key below its limit: every check admitted; exact pays a
+			// store call for each, the lease one per batch.
+			var calls [2]int64
+			for i, mode := range []string{"exact-hot", "lease-hot"} {
+				before := storeCalls(t, bases)
+				start := time.Now()
+				o := load(t, bases, "/"+mode, topo+"-"+mode, 30_000)
+				took := time.Since(start)
+				calls[i] = storeCalls(t, bases) - before
+				t.Logf("%-9s %9d %9d %12.3f %12.0f", mode, o.admitted, 1000000, float64(calls[i])/30_000, 30_000/took.Seconds())
+				if o.admitted != 30_000 {
+					t.Errorf("%s admitted %d of 30,000 under its limit", mode, o.admitted)
+				}
+			}
+			if calls[1]*10 > calls[0] {
+				t.Errorf("below the limit, lease made %d store calls and exact %d: want at least 10x fewer", calls[1], calls[0])
+			}
+		})
+	}
+}
