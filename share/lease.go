@@ -134,6 +134,14 @@ func (ls *leases) take(ctx context.Context, tk *sluice.Take, p *plan, now int64,
 			}
 			le.expires = now + ttl
 			ls.decision(le, 0, now, d)
+			if le.units == 0 && le.remaining < le.batch && p.limit.Algorithm != sluice.FixedWindow {
+				// The key is at its limit: the store refills slower than this
+				// gateway spends. Rather than one store call per unit as it
+				// refills, wait for a batch to build up, as after a refusal.
+				wait := min(le.batch, max(p.limit.Capacity()/int64(2*n), 1)) * int64(p.limit.Interval())
+				le.deniedUntil = now + wait
+				le.denied = sluice.Decision{Reason: sluice.ReasonLimited, ResetAfter: out[0].ResetAfter}
+			}
 			return true, nil
 		}
 		le.remaining = out[0].Remaining

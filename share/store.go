@@ -31,6 +31,9 @@ type Options struct {
 	// MaxEntries bounds each of the leases, sync counts and deny-cache
 	// entries (default 100,000 each).
 	MaxEntries int
+	// ManualTick leaves the background work (lease expiry, sync flushes) to
+	// calls of Tick, for deterministic simulations on a manual clock.
+	ManualTick bool
 }
 
 // Store decides each take by its rule's sync mode (see the package doc). It
@@ -82,8 +85,10 @@ func New(remote sluice.Store, o Options) *Store {
 	s.deny = newDenyCache(o.MaxEntries)
 	s.deny.off = o.NoDenyCache
 	s.Hot = NewHotKeys(128, 10*time.Second)
-	s.stopped.Add(1)
-	go s.maintain()
+	if !o.ManualTick {
+		s.stopped.Add(1)
+		go s.maintain()
+	}
 	return s
 }
 
@@ -96,13 +101,21 @@ func (s *Store) maintain() {
 		select {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.leases.expire(ctx, s.clock.Now(), false)
-			s.counts.flush(ctx, s.clock.Now(), false)
+			s.Tick(ctx)
 			cancel()
 		case <-s.stop:
 			return
 		}
 	}
+}
+
+// Tick does the background work now: it gives back the units of expired
+// leases and flushes the sync counts whose interval has passed. A Store
+// does it every 50 ms on its own; simulations on a manual clock call it as
+// their clock moves.
+func (s *Store) Tick(ctx context.Context) {
+	s.leases.expire(ctx, s.clock.Now(), false)
+	s.counts.flush(ctx, s.clock.Now(), false)
 }
 
 // Close gives back every unit out on a lease and flushes every sync count,

@@ -21,6 +21,7 @@ func Scenarios() []Scenario {
 		{"windows", "fixed window, sliding log and sliding window counter at window boundaries", Windows},
 		{"race", "two gateways, one remote counter: non-atomic methods vs atomic ones", Race},
 		{"shared-vs-local", "one shared store vs a store per server", SharedVsLocal},
+		{"distributed", "gateways x sync mode x balancer skew x store latency: admitted vs exact, store calls, fairness", Distributed},
 	}
 	slices.SortFunc(s, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })
 	return s

@@ -78,3 +78,38 @@ func TestRaceOnlyAtomicMethodsHoldTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// The distributed scenario runs the real share layer: exact and lease never
+// admit more than one exact limiter, lease under-admits by at most 2%, local
+// admits about N times the limit, and every mode but exact saves calls.
+func TestDistributedScenarioShowsEachModesCost(t *testing.T) {
+	rep, err := Distributed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := rep.JSON.([]DistributedRow)
+	if len(rows) != 48 {
+		t.Fatalf("%d rows, want 2 x 2 x 2 x 6", len(rows))
+	}
+	for _, r := range rows {
+		switch r.Mode {
+		case "exact", "lease", "auto":
+			if r.Admitted > r.Exact {
+				t.Errorf("%+v: over the exact answer", r)
+			}
+		case "local":
+			if r.Admitted <= r.Exact*5/4 { // more than the limit: each gateway counts alone
+				t.Errorf("%+v: local should admit well over the limit", r)
+			}
+		}
+		if r.Mode == "lease" && r.UnderPercent > 2 {
+			t.Errorf("%+v: lease under-admits more than 2%%", r)
+		}
+		if r.Mode == "lease" && r.CallsPerDecision >= 0.5 {
+			t.Errorf("%+v: lease saves too few calls", r)
+		}
+		if (r.Mode == "split" || r.Mode == "local") && r.CallsPerDecision != 0 {
+			t.Errorf("%+v: no store call expected", r)
+		}
+	}
+}
