@@ -2,8 +2,8 @@ package sim
 
 import (
 	"context"
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
