@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,25 @@ func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
 				t.Errorf("below the limit, lease made %d store calls and exact %d: want at least 10x fewer", calls[1], calls[0])
 			}
 		})
+	}
+}
+
+// A rule's regions: a gateway started with --region enforces its region's
+// share of the limit; a region the rule gives nothing, or no region at all,
+// is refused at start.
+func TestRegionsGiveEachRegionItsShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	rules := writeRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, regions: {eu: 50%, us: 30%, ap: 20%}}\n")
+	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--region", "us")
+	if o := load(t, []string{base}, "/x", "u", 200); o.admitted != 30 {
+		t.Fatalf("region us admitted %d, want its 30%% of 100", o.admitted)
+	}
+	for _, args := range [][]string{{}, {"--region", "mars"}} {
+		code, _, errs := runCLI(append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules}, args...)...)
+		if code == 0 || !strings.Contains(errs, "region") {
+			t.Errorf("serve %v: exit %d, %q", args, code, errs)
+		}
 	}
 }
