@@ -142,3 +142,35 @@ func TestIntegerHelpers(t *testing.T) {
 		t.Fatalf("divCapped with hi == d: %d", got)
 	}
 }
+
+// The same with a clock that steps back now and then, for the algorithms
+// whose reference models step back the same way: an earlier now counts as
+// no elapsed time. (GCRA and the leaky queue keep only a future instant, so
+// an earlier now makes a key look emptier; the windows and the log keep
+// what they forgot at the later time. Those answers are stricter or equal,
+// and TestTimeGoingBackwardsCountsAsNoElapsedTime covers them.)
+func TestDenseTrafficWithAClockThatStepsBack(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyMeter} {
+		for burst := int64(1); burst <= 9; burst += 4 {
+			l := sluice.Limit{Rate: burst, Period: 12, Algorithm: a}
+			if a.IsBucket() {
+				l.Rate = 1 + burst/2
+				l.Burst = burst
+			}
+			p, err := NewParams(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, got := newReference(p), newFast(p)
+			rng := rand.New(rand.NewPCG(uint64(a)+99, uint64(burst)))
+			now := int64(1_000_000)
+			for i := range 3000 {
+				now += rng.Int64N(7) - 2 // back by up to 2 ns, now and then
+				cost := rng.Int64N(burst + 2)
+				if want, have := ref.take(now, cost), got.take(now, cost); want != have {
+					t.Fatalf("%v step %d take(%d, %d): got %+v, want %+v", l, i, now, cost, have, want)
+				}
+			}
+		}
+	}
+}

@@ -152,6 +152,9 @@ func (m *refLog) inWindow(now int64) []int64 {
 }
 
 func (m *refLog) take(now, cost int64) Result {
+	if len(m.entries) > 0 { // an earlier now counts as the newest entry's time
+		now = max(now, slices.Max(m.entries))
+	}
 	in := m.inWindow(now)
 	n := int64(len(in))
 	reset := int64(0)
