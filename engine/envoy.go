@@ -80,32 +80,46 @@ type Descriptor struct {
 	// Override replaces the configured limit, as Envoy's per-descriptor
 	// limit override does.
 	Override *sluice.Limit
-	// Hits is what the descriptor takes (at least 1); Negative gives Hits
-	// back instead (Envoy's is_negative_hits).
+	// Hits is what the descriptor takes; Negative gives Hits back instead
+	// (Envoy's is_negative_hits). With HitsSet (a descriptor's own
+	// hits_addend) a Hits of 0 checks without consuming anything, Envoy's
+	// token-quota pattern; otherwise 0 means 1.
 	Hits     int64
+	HitsSet  bool
 	Negative bool
 }
 
-// CheckDescriptors answers Envoy's ShouldRateLimit for domain: res.Statuses
-// has one status per descriptor, in order (Rule is "" for a descriptor no
-// rule limits). Every descriptor with a limit is taken in one store call, all
-// or nothing; shadow rules in a call of their own; unlimited rules and rules
-// replaced by another descriptor's rule count nothing.
+// CheckDescriptors answers Envoy's ShouldRateLimit for domain as the
+// reference service (envoyproxy/ratelimit) does: res.Statuses has one status
+// per descriptor, in order. A descriptor that matches no limit, a
+// whitelisted one (no rate_limit and no nested descriptors), one of an
+// unknown domain (even with a limit override), and one whose limit another
+// matched limit replaces have Rule "" and count nothing; an unlimited one has
+// Unlimited set; a requests_per_unit: 0 limit is always over. Every counted
+// descriptor is taken in one store call, all or nothing; quota_mode
+// descriptors each in a call of their own after it, and the request is over
+// the limit when a plain descriptor is, or when every quota descriptor is;
+// shadow descriptors are counted in a call of their own and never over.
 func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []Descriptor, res *Result) error {
 	rs := e.set.Load()
 	res.reset(rs)
-	tree := rs.envoy[domain]
+	tree, known := rs.envoy[domain]
 	matchedRule := make([]*rule, len(descs))
 	replaced := map[string]bool{}
 	for i, d := range descs {
-		if r := tree.lookup(d.Entries); r != nil {
+		if r := tree.lookup(d.Entries); r != nil && !r.Whitelisted {
 			matchedRule[i] = r
 			for _, name := range r.Replaces {
 				replaced[name] = true
 			}
 		}
 	}
-	// Build each counted descriptor's key: its entries, length-prefixed.
+	res.Statuses = res.Statuses[:0]
+	for range descs {
+		res.Statuses = append(res.Statuses, Status{Decision: sluice.Decision{Allowed: true}})
+	}
+	// Build each counted descriptor's key: its entries, length-prefixed; a
+	// share_threshold wildcard counts under its pattern, not the value.
 	type counted struct {
 		i          int
 		r          *rule
@@ -118,7 +132,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		r := matchedRule[i]
 		limit := sluice.Limit{}
 		var override *sluice.Limit
-		if d.Override != nil {
+		if d.Override != nil && known {
 			// The override counts with the rule's algorithm (a fixed window
 			// without a rule), within the bound on distinct overrides.
 			l := *d.Override
@@ -141,41 +155,74 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				r.fallbackID = r.ID + "#fallback"
 			}
 			limit = *override
-		case r == nil || r.Unlimited || (r.Name != "" && replaced[r.Name] && !replacesItself(r)):
+		case r != nil && r.Unlimited:
+			res.Statuses[i].Unlimited = true
+			continue
+		case r == nil || (r.Name != "" && replaced[r.Name] && !replacesItself(r)):
 			continue
 		default:
 			limit = r.Limit
 		}
-		hits := max(d.Hits, 1)
+		hits := d.Hits
+		if !d.HitsSet {
+			hits = max(hits, 1)
+		}
 		if d.Negative {
 			hits = -hits
 		}
+		st := &res.Statuses[i]
+		if r.Deny && override == nil {
+			// requests_per_unit: 0 is always over, and consumes nothing.
+			st.r, st.Shadow = r, r.Shadow
+			st.Decision = sluice.Decision{Reason: sluice.ReasonLimited, Rule: r.ID, Limit: limit,
+				RetryAfter: limit.Period, ResetAfter: limit.Period}
+			st.count()
+			continue
+		}
 		start := len(res.keyBuf)
-		for _, en := range d.Entries {
-			res.keyBuf = strconv.AppendInt(res.keyBuf, int64(len(en.Key)+1+len(en.Value)), 10)
+		for j, en := range d.Entries {
+			v := en.Value
+			if r.Envoy != nil && j < len(r.Envoy.Entries) && r.Envoy.Entries[j].Share {
+				v = r.Envoy.Entries[j].Value // every matching value shares one count
+			}
+			res.keyBuf = strconv.AppendInt(res.keyBuf, int64(len(en.Key)+1+len(v)), 10)
 			res.keyBuf = append(res.keyBuf, ':')
 			res.keyBuf = append(res.keyBuf, en.Key...)
 			res.keyBuf = append(res.keyBuf, '=')
-			res.keyBuf = append(res.keyBuf, en.Value...)
+			res.keyBuf = append(res.keyBuf, v...)
 		}
 		res.keyBuf = boundKey(res.keyBuf, start)
 		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, start: start, end: len(res.keyBuf)})
 	}
-	res.Statuses = res.Statuses[:0]
-	for range descs {
-		res.Statuses = append(res.Statuses, Status{Decision: sluice.Decision{Allowed: true}})
+	// Three groups: plain descriptors together (all or nothing), then each
+	// quota descriptor alone, then the shadow ones.
+	type group struct {
+		shadow, quota bool
+		only          int // for a quota descriptor: its index in list
 	}
-	for _, shadow := range []bool{false, true} {
+	groups := []group{{}}
+	for j, c := range list {
+		if c.r.QuotaMode && !c.r.Shadow {
+			groups = append(groups, group{quota: true, only: j})
+		}
+	}
+	groups = append(groups, group{shadow: true})
+	plainRefused := false
+	for _, g := range groups {
 		res.takes = res.takes[:0]
 		res.idx = res.idx[:0]
 		for j, c := range list {
-			if c.r.Shadow != shadow {
+			switch {
+			case g.shadow != c.r.Shadow:
+				continue
+			case g.quota && j != g.only, !g.quota && !g.shadow && c.r.QuotaMode:
 				continue
 			}
 			if err := c.limit.Validate(); err != nil {
 				return err
 			}
-			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost})
+			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
+				DryRun: g.quota && plainRefused}) // a refused request consumes no quota either
 			res.idx = append(res.idx, j)
 		}
 		if len(res.takes) == 0 {
@@ -186,17 +233,17 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		for k, j := range res.idx {
 			c := list[j]
 			st := &res.Statuses[c.i]
-			st.r, st.key, st.Shadow = c.r, res.takes[k].Key, shadow
+			st.r, st.key, st.Shadow = c.r, res.takes[k].Key, g.shadow
 			switch {
 			case err == nil:
 				st.Decision = decs[k]
-				if st.Allowed && c.cost > 0 {
+				if st.Allowed && c.cost > 0 && !res.takes[k].DryRun {
 					st.taken = c.cost
-					if !shadow {
+					if !g.shadow {
 						e.mirror(ctx, c.r, c.limit, &res.takes[k])
 					}
 				}
-			case shadow:
+			case g.shadow:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
 			case c.r.FailClosed:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.breakerRetry()}
@@ -207,14 +254,38 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				st.FailedOpen = true
 			}
 			st.Decision.Rule, st.Decision.Limit = c.r.ID, c.limit
+			if !g.shadow && !g.quota && !st.Allowed {
+				plainRefused = true
+			}
 		}
-		if err != nil && !shadow {
+		if err != nil && !g.shadow {
 			res.StoreError = err
 		}
 	}
 	res.combine()
+	// Quota descriptors decide only together: the request is over when a
+	// plain descriptor is, or when every quota descriptor is.
+	quotas, quotasOver, plainOver := 0, 0, false
 	for i := range res.Statuses {
-		res.Statuses[i].count()
+		st := &res.Statuses[i]
+		if st.r == nil || st.Shadow {
+			continue
+		}
+		switch {
+		case st.r.QuotaMode:
+			quotas++
+			if !st.Allowed {
+				quotasOver++
+			}
+		case !st.Allowed:
+			plainOver = true
+		}
+	}
+	res.Allowed = !plainOver && (quotas == 0 || quotasOver < quotas)
+	for i := range res.Statuses {
+		if res.Statuses[i].r != nil && !res.Statuses[i].r.Deny {
+			res.Statuses[i].count()
+		}
 	}
 	return nil
 }

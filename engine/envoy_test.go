@@ -40,7 +40,7 @@ func TestDescriptorsMatchTheMostSpecificValue(t *testing.T) {
 		rule string
 	}{
 		{desc("remote_address", "203.0.113.7"), "edge.remote_address"},
-		{desc("api_key", "k1", "path", "/login"), "login"},
+		{desc("api_key", "k1", "path", "/login"), "edge.login"},
 		{desc("api_key", "k1", "path", "/export/all"), "edge.api_key.path__export__"},
 		{desc("api_key", "k1", "path", "/items"), "edge.api_key.path"},
 		{desc("api_key", "k1"), ""},                       // no limit at depth 1 for api_key alone
@@ -70,7 +70,7 @@ func TestDescriptorsCountHitsRefundsAndOverrides(t *testing.T) {
 	}
 	login.Hits = 2
 	e.CheckDescriptors(ctx, "edge", []Descriptor{login, desc("remote_address", "203.0.113.7")}, &res)
-	if res.Allowed || res.Statuses[0].Allowed || res.Decision.Rule != "login" {
+	if res.Allowed || res.Statuses[0].Allowed || res.Decision.Rule != "edge.login" {
 		t.Fatalf("over the limit: %+v", res.Statuses)
 	}
 	if res.Statuses[1].Remaining != 60 { // all or nothing: the other descriptor took nothing

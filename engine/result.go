@@ -52,6 +52,9 @@ type Status struct {
 	// FailedOpen: the store failed and the rule let the request through
 	// under its per-node fallback limit; FailedClosed: it rejected.
 	FailedOpen, FailedClosed bool
+	// Unlimited marks an Envoy descriptor whose limit is unlimited: always
+	// allowed, nothing counted.
+	Unlimited bool
 
 	r      *rule
 	key    string
@@ -70,7 +73,12 @@ func (st *Status) Charging() bool { return st.charge > 0 }
 
 // RuleDef returns the rule's definition (nil for a status the engine made
 // without one).
-func (st *Status) RuleDef() *rules.Rule { return st.r.Rule }
+func (st *Status) RuleDef() *rules.Rule {
+	if st.r == nil {
+		return nil
+	}
+	return st.r.Rule
+}
 
 type matched struct {
 	r          *rule

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is a loaded, validated rule file.
@@ -24,6 +25,8 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length IPv6 client addresses are counted by.
 	IPv6Prefix int
+	// EnvoyDomains are the domains of the envoyproxy/ratelimit files loaded.
+	EnvoyDomains []string
 	// Paths say how request paths are normalised before matching.
 	Paths PathOptions
 	Rules []*Rule
@@ -81,6 +84,20 @@ type Rule struct {
 	Name      string
 	Replaces  []string
 	Unlimited bool
+	// Whitelisted Envoy descriptors are never limited; Deny ones
+	// (requests_per_unit: 0) are always over the limit; QuotaMode ones make
+	// a response OVER_LIMIT only when every quota descriptor is over.
+	Whitelisted, Deny, QuotaMode bool
+	// Metadata is the descriptor's metadata, returned in the response's
+	// dynamic metadata for descriptors that pass.
+	Metadata map[string]any
+	// StatsKey is the reference service's stats key of the descriptor, such
+	// as "edge.api_key.path_/login"; DetailedMetric and ValueToMetric put
+	// the request's values in it, as the reference does.
+	StatsKey                      string
+	DetailedMetric, ValueToMetric bool
+
+	replacesNodes []*yaml.Node // where each replaces name was, while decoding
 }
 
 // Penalty locks a key for Block after After rejections within the rule's
@@ -207,6 +224,7 @@ func Merge(cfgs ...*Config) (*Config, error) {
 		}
 		out.File = strings.Join(names, ", ")
 		maps.Copy(out.Sources, c.Sources)
+		out.EnvoyDomains = append(out.EnvoyDomains, c.EnvoyDomains...)
 		for _, p := range c.TrustedProxies {
 			if !slices.Contains(out.TrustedProxies, p) {
 				out.TrustedProxies = append(out.TrustedProxies, p)

@@ -19,22 +19,25 @@ type EnvoyMatch struct {
 }
 
 // EnvoyEntry matches one descriptor entry: Key exactly, and Value exactly,
-// by prefix when it ends in "*", or any value when empty (each distinct
-// value then gets its own count).
+// as a pattern when it holds "*" (each "*" matches any run of characters,
+// empty included: "bar*b", "/api/*/action"), or any value when empty. Each
+// distinct value gets its own count, unless Share (share_threshold) makes
+// every value matching a pattern share one.
 type EnvoyEntry struct {
 	Key   string
 	Value string
+	Share bool
 }
 
 // Matches reports whether a descriptor entry's value matches, and how
-// specifically: 3 exact, 2 wildcard (longer prefixes are not ranked apart),
-// 1 any value, 0 no match.
+// specifically: 3 exact, 2 wildcard (patterns are not ranked apart: the
+// first in the file wins), 1 any value, 0 no match.
 func (e EnvoyEntry) Matches(value string) int {
 	switch {
 	case e.Value == "":
 		return 1
-	case strings.HasSuffix(e.Value, "*"):
-		if strings.HasPrefix(value, strings.TrimSuffix(e.Value, "*")) {
+	case strings.Contains(e.Value, "*"):
+		if globMatch(e.Value, value) {
 			return 2
 		}
 		return 0
@@ -42,6 +45,26 @@ func (e EnvoyEntry) Matches(value string) int {
 		return 3
 	}
 	return 0
+}
+
+// globMatch reports whether s matches pattern, each "*" of which matches
+// any run of characters (empty included): the parts between the stars must
+// appear in order, the first at the start and the last at the end.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
 }
 
 // envoyUnits are the periods of envoyproxy/ratelimit's units; a month is 30
@@ -78,9 +101,11 @@ func isEnvoyFile(root *yaml.Node) bool {
 
 // envoyFile reads envoyproxy/ratelimit's YAML as it is: a domain and nested
 // descriptors, each with key, optional value (with * wildcards), optional
-// rate_limit {unit, requests_per_unit, unlimited, name, replaces} and
-// shadow_mode. Every descriptor with a rate_limit becomes a fixed-window
-// rule, as the reference service counts.
+// rate_limit {unit, requests_per_unit, unlimited, name, replaces},
+// shadow_mode, quota_mode, share_threshold, detailed_metric,
+// value_to_metric and metadata. Every descriptor with a rate_limit becomes a
+// fixed-window rule, as the reference service counts; one with neither a
+// rate_limit nor nested descriptors is whitelisted (never limited).
 func (d *decoder) envoyFile(c *Config, root *yaml.Node) {
 	var domain string
 	var descs *yaml.Node
@@ -92,8 +117,9 @@ func (d *decoder) envoyFile(c *Config, root *yaml.Node) {
 		d.fail(root, "domain", "missing: an envoyproxy/ratelimit file names its domain")
 		return
 	}
+	c.EnvoyDomains = append(c.EnvoyDomains, domain)
 	ids := map[string]bool{}
-	if descs != nil {
+	if descs != nil && descs.Tag != "!!null" {
 		d.envoyDescriptors(c, domain, nil, descs, "descriptors", ids)
 	}
 }
@@ -103,18 +129,23 @@ func (d *decoder) envoyDescriptors(c *Config, domain string, path []EnvoyEntry, 
 		d.fail(n, field, "want a list of descriptors, got %s", describe(n))
 		return
 	}
+	seen := map[[2]string]int{} // key, value -> line: one level's entries are unique
 	for i, item := range n.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		var entry EnvoyEntry
-		var rl, children *yaml.Node
-		shadow := false
+		var rl, children, keyNode, metadata *yaml.Node
+		var opts envoyOptions
 		d.fields(item, f, map[string]func(*yaml.Node, string){
-			"key":             func(v *yaml.Node, f string) { entry.Key, _ = d.str(v, f) },
+			"key":             func(v *yaml.Node, f string) { entry.Key, _ = d.str(v, f); keyNode = v },
 			"value":           func(v *yaml.Node, f string) { entry.Value, _ = d.str(v, f) },
 			"rate_limit":      func(v *yaml.Node, f string) { rl = v },
 			"descriptors":     func(v *yaml.Node, f string) { children = v },
-			"shadow_mode":     func(v *yaml.Node, f string) { shadow, _ = d.boolean(v, f) },
-			"detailed_metric": func(v *yaml.Node, f string) { d.boolean(v, f) }, // metrics are per rule already
+			"shadow_mode":     func(v *yaml.Node, f string) { opts.shadow, _ = d.boolean(v, f) },
+			"quota_mode":      func(v *yaml.Node, f string) { opts.quota, _ = d.boolean(v, f) },
+			"share_threshold": func(v *yaml.Node, f string) { entry.Share, _ = d.boolean(v, f) },
+			"detailed_metric": func(v *yaml.Node, f string) { opts.detailed, _ = d.boolean(v, f) },
+			"value_to_metric": func(v *yaml.Node, f string) { opts.valueToMetric, _ = d.boolean(v, f) },
+			"metadata":        func(v *yaml.Node, f string) { metadata = v },
 		})
 		if item.Kind != yaml.MappingNode {
 			continue
@@ -123,25 +154,57 @@ func (d *decoder) envoyDescriptors(c *Config, domain string, path []EnvoyEntry, 
 			d.fail(item, f+".key", "missing")
 			continue
 		}
+		if entry.Share && !strings.Contains(entry.Value, "*") {
+			d.fail(item, f+".share_threshold", "applies only to a value with a * wildcard, not %q", entry.Value)
+		}
+		k := [2]string{entry.Key, entry.Value}
+		if line, dup := seen[k]; dup {
+			d.fail(keyNode, f+".key", "duplicate descriptor key %q with value %q at this level (first at line %d)", entry.Key, entry.Value, line)
+			continue
+		}
+		seen[k] = keyNode.Line
 		here := append(append([]EnvoyEntry(nil), path...), entry)
-		if rl != nil {
-			if r := d.envoyRule(domain, here, rl, f+".rate_limit", shadow, ids); r != nil {
-				c.Rules = append(c.Rules, r)
+		if metadata != nil {
+			if err := metadata.Decode(&opts.metadata); err != nil || opts.metadata == nil {
+				d.fail(metadata, f+".metadata", "want a mapping")
 			}
 		}
-		if children != nil {
+		switch {
+		case rl != nil:
+			if r := d.envoyRule(domain, here, rl, f+".rate_limit", opts, ids); r != nil {
+				c.Rules = append(c.Rules, r)
+			}
+		case children == nil:
+			// Neither a limit nor nested descriptors: whitelisted, so a more
+			// general limit (a key without value) does not apply to it.
+			r := &Rule{Cost: 1, Line: item.Line, Envoy: &EnvoyMatch{Domain: domain, Entries: here}, Whitelisted: true,
+				Limit: sluice.Limit{Rate: 1, Period: time.Second, Algorithm: sluice.FixedWindow}}
+			r.ID = envoyID(domain, here, "", ids)
+			r.StatsKey = envoyStatsKey(domain, here)
+			c.Rules = append(c.Rules, r)
+		}
+		if children != nil && children.Tag != "!!null" {
 			d.envoyDescriptors(c, domain, here, children, f+".descriptors", ids)
 		}
 	}
 }
 
-func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, field string, shadow bool, ids map[string]bool) *Rule {
-	r := &Rule{Cost: 1, Shadow: shadow, Line: n.Line, Envoy: &EnvoyMatch{Domain: domain, Entries: entries}}
+// envoyOptions are a descriptor's flags besides its limit.
+type envoyOptions struct {
+	shadow, quota, detailed, valueToMetric bool
+	metadata                               map[string]any
+}
+
+func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, field string, o envoyOptions, ids map[string]bool) *Rule {
+	r := &Rule{Cost: 1, Shadow: o.shadow, Line: n.Line, Envoy: &EnvoyMatch{Domain: domain, Entries: entries},
+		QuotaMode: o.quota, Metadata: o.metadata, DetailedMetric: o.detailed, ValueToMetric: o.valueToMetric}
 	var unit string
+	var unitNode *yaml.Node
 	var perUnit int64
+	perUnitSet := false
 	d.fields(n, field, map[string]func(*yaml.Node, string){
-		"unit":              func(v *yaml.Node, f string) { unit, _ = d.str(v, f) },
-		"requests_per_unit": func(v *yaml.Node, f string) { perUnit, _ = d.integer(v, f) },
+		"unit":              func(v *yaml.Node, f string) { unit, _ = d.str(v, f); unitNode = v },
+		"requests_per_unit": func(v *yaml.Node, f string) { perUnit, perUnitSet = d.integer(v, f) },
 		"unlimited":         func(v *yaml.Node, f string) { r.Unlimited, _ = d.boolean(v, f) },
 		"name":              func(v *yaml.Node, f string) { r.Name, _ = d.str(v, f) },
 		"replaces": func(v *yaml.Node, f string) {
@@ -153,25 +216,49 @@ func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, f
 				d.fields(item, fmt.Sprintf("%s[%d]", f, i), map[string]func(*yaml.Node, string){
 					"name": func(v *yaml.Node, f string) {
 						if s, ok := d.str(v, f); ok {
+							if s == "" {
+								d.fail(v, f, "empty: name the limit this one replaces")
+							}
 							r.Replaces = append(r.Replaces, s)
+							r.replacesNodes = append(r.replacesNodes, v)
 						}
 					},
 				})
 			}
 		},
 	})
+	for i, name := range r.Replaces {
+		if name != "" && name == r.Name {
+			d.fail(r.replacesNodes[i], fmt.Sprintf("%s.replaces[%d].name", field, i), "a limit cannot replace itself (%q)", name)
+		}
+	}
+	r.replacesNodes = nil
 	r.ID = envoyID(domain, entries, r.Name, ids)
+	r.StatsKey = envoyStatsKey(domain, entries)
 	if r.Unlimited {
+		if unitNode != nil {
+			d.fail(unitNode, field+".unit", "an unlimited limit takes no unit")
+		}
 		r.Limit = sluice.Limit{Rate: 1, Period: time.Second, Algorithm: sluice.FixedWindow}
 		return r
 	}
 	period, ok := EnvoyPeriod(unit)
 	if !ok {
-		d.fail(n, field+".unit", "unit %q: want second, minute, hour, day, week, month or year", unit)
+		at := unitNode
+		if at == nil {
+			at = n
+		}
+		d.fail(at, field+".unit", "unit %q: want second, minute, hour, day, week, month or year", unit)
 		return nil
 	}
-	if perUnit <= 0 {
-		d.fail(n, field+".requests_per_unit", "must be > 0, got %d", perUnit)
+	switch {
+	case perUnitSet && perUnit == 0:
+		// Zero requests per unit: always over the limit (a block list).
+		r.Deny = true
+		r.Limit = sluice.Limit{Rate: 1, Period: period, Algorithm: sluice.FixedWindow}
+		return r
+	case perUnit < 0 || !perUnitSet:
+		d.fail(n, field+".requests_per_unit", "must be >= 0, got %d", perUnit)
 		return nil
 	}
 	r.Limit = sluice.Limit{Rate: perUnit, Period: period, Algorithm: sluice.FixedWindow}
@@ -183,15 +270,34 @@ func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, f
 	return r
 }
 
-// envoyID derives a valid, unique rule id: the limit's name when it has one,
-// else the domain and the entries, with characters outside [A-Za-z0-9._-]
-// replaced.
+// envoyStatsKey is the reference service's stats key of a descriptor path:
+// the domain, then each entry as key or key_value (the pattern, for a
+// wildcard), joined by dots.
+func envoyStatsKey(domain string, entries []EnvoyEntry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// envoyID derives a valid rule id, unique in its file and namespaced by its
+// domain (so files of both formats, and several domains, load together):
+// the domain and the limit's name when it has one, else the domain and the
+// entries, with characters outside [A-Za-z0-9._-] replaced.
 func envoyID(domain string, entries []EnvoyEntry, name string, ids map[string]bool) string {
 	var b strings.Builder
+	b.WriteString(domain)
 	if name != "" {
+		b.WriteByte('.')
 		b.WriteString(name)
 	} else {
-		b.WriteString(domain)
 		for _, e := range entries {
 			b.WriteByte('.')
 			b.WriteString(e.Key)

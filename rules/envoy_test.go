@@ -20,9 +20,9 @@ func TestEnvoyFileLoadsAsIs(t *testing.T) {
 			t.Fatalf("%s: not an Envoy rule of domain edge: %+v", r.ID, r.Envoy)
 		}
 	}
-	login := byID["login"]
+	login := byID["edge.login"]
 	if login == nil || login.Limit != (sluice.Limit{Rate: 5, Period: time.Minute, Algorithm: sluice.FixedWindow}) ||
-		len(login.Envoy.Entries) != 2 || login.Envoy.Entries[1] != (EnvoyEntry{"path", "/login"}) {
+		len(login.Envoy.Entries) != 2 || login.Envoy.Entries[1] != (EnvoyEntry{Key: "path", Value: "/login"}) {
 		t.Fatalf("login: %+v", login)
 	}
 	if r := byID["edge.api_key.path__export__"]; r == nil || !r.Shadow || r.Limit.Period != time.Hour {
@@ -41,13 +41,13 @@ func TestEnvoyFileLoadsAsIs(t *testing.T) {
 
 func TestEnvoyFileFaults(t *testing.T) {
 	for name, src := range map[string]string{
-		"no domain":    "descriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
-		"bad unit":     "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n",
-		"zero rate":    "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 0}}\n",
-		"no key":       "domain: d\ndescriptors:\n  - {value: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
-		"unknown":      "domain: d\ndescriptors:\n  - {key: a, colour: red}\n",
-		"not a list":   "domain: d\ndescriptors: {key: a}\n",
-		"bad replaces": "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1, replaces: x}}\n",
+		"no domain":     "descriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"bad unit":      "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n",
+		"negative rate": "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: -1}}\n",
+		"no key":        "domain: d\ndescriptors:\n  - {value: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"unknown":       "domain: d\ndescriptors:\n  - {key: a, colour: red}\n",
+		"not a list":    "domain: d\ndescriptors: {key: a}\n",
+		"bad replaces":  "domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1, replaces: x}}\n",
 	} {
 		if _, err := Parse(name+".yaml", []byte(src)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -93,5 +93,50 @@ func TestSluiceRulesCanAnswerDescriptors(t *testing.T) {
 	}
 	if (EnvoyEntry{Key: "k"}).Matches("anything") != 1 || (EnvoyEntry{Key: "k", Value: "v"}).Matches("v") != 3 {
 		t.Fatal("match specificity")
+	}
+}
+
+// What the reference service refuses is refused, at the offending field:
+// file:line:column of the second duplicate key, of the self-replacing name,
+// of the unit of an unlimited limit.
+func TestEnvoyFileRefusesWhatTheReferenceRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, src, at string }{
+		{"duplicate key", "domain: d\ndescriptors:\n  - key: key1\n    value: value1\n\n  - key: key1\n    value: value1\n", "dup.yaml:6:10: descriptors[1].key"},
+		{"replaces self", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: self\n      replaces:\n        - name: self\n      unit: second\n      requests_per_unit: 5\n", "dup.yaml:7:17: descriptors[0].rate_limit.replaces[0].name"},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: foo\n    rate_limit:\n      unlimited: true\n      unit: day\n      requests_per_unit: 25\n", "dup.yaml:6:13: descriptors[0].rate_limit.unit"},
+		{"share_threshold without a wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: second, requests_per_unit: 1}}\n", "descriptors[0].share_threshold"},
+	} {
+		_, err := Parse("dup.yaml", []byte(tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.at) {
+			t.Errorf("%s: %v, want an error at %s", tc.name, err, tc.at)
+		}
+	}
+	// And what it accepts is accepted: a domain with null descriptors, a
+	// zero rate (always over the limit), metadata, quota_mode.
+	for _, src := range []string{
+		"domain: d\ndescriptors:\n",
+		"domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 0}}\n",
+		"domain: d\ndescriptors:\n  - {key: k, quota_mode: true, metadata: {service: {name: s1}}, rate_limit: {unit: minute, requests_per_unit: 3}}\n",
+	} {
+		if _, err := Parse("ok.yaml", []byte(src)); err != nil {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}
+
+// Wildcards anywhere in a value, each * matching any run, empty included.
+func TestEnvoyWildcardsAnywhere(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, value string
+		match          bool
+	}{
+		{"foo*", "foo1", true}, {"foo*", "bar", false}, {"bar*b", "barab", true}, {"bar*b", "barb", true},
+		{"bar*b", "bara", false}, {"bar*b", "xbarb", false}, {"foo*bar*baz", "foo123bar456baz", true},
+		{"foo*bar*baz", "foobarbaz", true}, {"foo*bar*baz", "foo123baz", false}, {"/api/*/action", "/api/v1/action", true},
+		{"/api/*/action", "/api/v1/other", false}, {"*", "", true}, {"a*a", "a", false},
+	} {
+		if got := (EnvoyEntry{Key: "k", Value: tc.pattern}).Matches(tc.value) > 0; got != tc.match {
+			t.Errorf("%q matches %q = %v, want %v", tc.pattern, tc.value, got, tc.match)
+		}
 	}
 }

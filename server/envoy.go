@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"sort"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -58,7 +61,8 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			ed.Entries = append(ed.Entries, rules.EnvoyEntry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		if h := d.GetHitsAddend(); h != nil {
-			ed.Hits = int64(min(h.GetValue(), 1<<40))
+			// Set on the descriptor, 0 is a check that consumes nothing.
+			ed.Hits, ed.HitsSet = int64(min(h.GetValue(), 1<<40)), true
 		}
 		if o := d.GetLimit(); o != nil {
 			l, err := overrideLimit(o)
@@ -80,30 +84,87 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		if !st.Allowed {
-			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		if st.Unlimited {
+			ds.LimitRemaining = math.MaxUint32 // as the reference service answers
+		}
+		if !st.Allowed && !st.Shadow {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT // a shadow descriptor's own code stays OK
 		}
 		if st.Rule != "" {
 			unit, mult := unitOf(st.Limit.Period)
-			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name: st.Rule, RequestsPerUnit: uint32(min(st.Limit.Rate, 1<<32-1)), Unit: unit,
+			// As the reference service: the limit's name (rate_limit.name),
+			// and for sluice-format rules their id.
+			name, perUnit := st.Rule, uint32(min(st.Limit.Rate, 1<<32-1))
+			if def := st.RuleDef(); def != nil && def.Envoy != nil {
+				name = def.Name
+				if def.Deny {
+					perUnit = 0
+				}
 			}
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: unit}
 			if mult > 1 {
 				ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, 1<<32-1)))
 			}
 			ds.LimitRemaining = uint32(min(max(st.Remaining, 0), 1<<32-1))
+			if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				ds.LimitRemaining = 0
+			}
 			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 		}
 		resp.Statuses = append(resp.Statuses, ds)
 	}
+	if x.s.o.EnvoyDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, &res)
+	}
 	h := http.Header{}
 	x.s.limiter.Headers(h, &res)
-	for k, vs := range h {
-		for _, v := range vs {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	sort.Strings(names) // a stable order, response after response
+	for _, k := range names {
+		for _, v := range h[k] {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: displayName(k), Value: v})
 		}
 	}
 	return resp, nil
+}
+
+// dynamicMetadata is the reference service's response metadata: the domain,
+// the descriptors, the request's hits_addend, and the merged metadata of the
+// descriptors that passed.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, res *engine.Result) *structpb.Struct {
+	fields := map[string]any{"domain": req.GetDomain()}
+	var descs []any
+	for _, d := range req.GetDescriptors() {
+		var entries []any
+		for _, e := range d.GetEntries() {
+			entries = append(entries, map[string]any{"key": e.GetKey(), "value": e.GetValue()})
+		}
+		descs = append(descs, map[string]any{"entries": entries})
+	}
+	fields["descriptors"] = descs
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = float64(h)
+	}
+	passed := map[string]any{}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if def := st.RuleDef(); def != nil && st.Allowed && def.Metadata != nil {
+			for k, v := range def.Metadata {
+				passed[k] = v
+			}
+		}
+	}
+	if len(passed) > 0 {
+		fields["metadata"] = passed
+	}
+	s, err := structpb.NewStruct(fields)
+	if err != nil {
+		return nil
+	}
+	return s
 }
 
 // overrideLimit reads a descriptor's limit override.

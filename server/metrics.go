@@ -114,7 +114,24 @@ var (
 		"Panics recovered while serving a request (answered 500 or gRPC Internal), by boundary: http, grpc. Any is a bug: please report it.", []string{"boundary"}, nil)
 )
 
+// envoyStat is the descriptor of one of the reference service's stats.
+func envoyStat(name string) *prometheus.Desc {
+	return envoyStatDescs[name]
+}
+
+var envoyStatDescs = func() map[string]*prometheus.Desc {
+	m := map[string]*prometheus.Desc{}
+	for _, n := range []string{"total_hits", "over_limit", "within_limit", "near_limit", "shadow_mode"} {
+		m[n] = prometheus.NewDesc("ratelimit_service_rate_limit_"+n,
+			"envoyproxy/ratelimit's "+n+" stat, by descriptor stats key (Envoy-format rules).", []string{"key"}, nil)
+	}
+	return m
+}()
+
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range envoyStatDescs {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics} {
 		ch <- d
 	}
@@ -154,6 +171,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for rule, n := range hot {
 			ch <- prometheus.MustNewConstMetric(descHot, prometheus.GaugeValue, float64(n), rule)
+		}
+	}
+	// The reference service's per-descriptor stats, under its Prometheus
+	// names, labelled by its stats key (domain.key_value...): one series per
+	// configured descriptor, so the labels stay bounded.
+	cfg := c.e.Config()
+	for _, st := range c.e.Stats() {
+		r := cfg.Rule(st.Rule)
+		if r == nil || r.StatsKey == "" {
+			continue
+		}
+		total := st.Allowed + st.Limited + st.FailedOpen + st.FailedClosed
+		for name, v := range map[string]uint64{
+			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.FailedOpen,
+			"near_limit": st.NearLimit, "shadow_mode": st.ShadowLimited,
+		} {
+			counter(envoyStat(name), v, r.StatsKey)
 		}
 	}
 	live, refusedOverrides := c.e.OverrideStats()

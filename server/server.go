@@ -32,6 +32,9 @@ type Options struct {
 	// leases, deny cache and hot keys are served by /metrics and
 	// /v1/admin/hot.
 	Share *share.Store
+	// EnvoyDynamicMetadata adds the reference service's dynamic metadata to
+	// Envoy answers (its RESPONSE_DYNAMIC_METADATA setting).
+	EnvoyDynamicMetadata bool
 	// AuthProxy is the proxy that calls the forward-auth endpoint (default
 	// nginx): it decides which forwarding headers are believed.
 	AuthProxy AuthProxy

@@ -263,6 +263,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081 [$SLUICE_GRPC_LISTEN]")
+	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers [$SLUICE_ENVOY_DYNAMIC_METADATA]")
 	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed [$SLUICE_AUTH_PROXY]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
@@ -298,7 +299,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.close()
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
-		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy,
+		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
 	})
 	if err != nil {
 		return err
