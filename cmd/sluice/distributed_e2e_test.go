@@ -12,17 +12,18 @@ import (
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
-// distRules: one rule of 1,000 per hour per user for each sync mode, on a
-// path of its own.
+// distRules: one rule of 1,000 per day per user for each sync mode, on a
+// path of its own (a day, so that nothing refills during the run, however
+// slow the machine).
 const distRules = `
 rules:
-  - {id: exact,  match: {path: /exact},  key: [user], rate: 1000, per: 1h}
-  - {id: lease,  match: {path: /lease},  key: [user], rate: 1000, per: 1h, sync: {mode: lease, batch: 50}}
-  - {id: sync,   match: {path: /sync},   key: [user], rate: 1000, per: 1h, sync: {mode: sync, interval: 100ms}}
-  - {id: split,  match: {path: /split},  key: [user], rate: 1000, per: 1h, sync: split}
-  - {id: local,  match: {path: /local},  key: [user], rate: 1000, per: 1h, sync: local}
-  - {id: auto,   match: {path: /auto},   key: [user], rate: 1000, per: 1h, sync: {mode: auto, hotAbove: 20}}
-  - {id: shards, match: {path: /shards}, key: [user], rate: 1000, per: 1h, sync: {mode: exact, shards: 4}}
+  - {id: exact,  match: {path: /exact},  key: [user], rate: 1000, per: 24h}
+  - {id: lease,  match: {path: /lease},  key: [user], rate: 1000, per: 24h, sync: {mode: lease, batch: 50}}
+  - {id: sync,   match: {path: /sync},   key: [user], rate: 1000, per: 24h, sync: {mode: sync, interval: 100ms}}
+  - {id: split,  match: {path: /split},  key: [user], rate: 1000, per: 24h, sync: split}
+  - {id: local,  match: {path: /local},  key: [user], rate: 1000, per: 24h, sync: local}
+  - {id: auto,   match: {path: /auto},   key: [user], rate: 1000, per: 24h, sync: {mode: auto, hotAbove: 20}}
+  - {id: shards, match: {path: /shards}, key: [user], rate: 1000, per: 24h, sync: {mode: exact, shards: 4}}
   - {id: exact-hot, match: {path: /exact-hot}, key: [user], rate: 1000000, per: 1h}
   - {id: lease-hot, match: {path: /lease-hot}, key: [user], rate: 1000000, per: 1h, sync: {mode: lease, batch: 50}}
 `
