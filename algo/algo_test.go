@@ -407,3 +407,30 @@ func TestSlidingLogIdleLooksAtTheNewestEntry(t *testing.T) {
 		}
 	}
 }
+
+// A log whose clock steps back logs the new entry at its newest entry's
+// time, and measures from there: the entries stay in order and every reset
+// is measured from the newest.
+func TestSlidingLogWithAClockThatStepsBackLogsAtTheNewestTime(t *testing.T) {
+	p, _ := NewParams(sluice.Limit{Rate: 8, Period: 10, Algorithm: sluice.SlidingLog})
+	var s SlidingLog
+	var r Result
+	s.Take(&p, 100, 1, &r)
+	s.Take(&p, 104, 1, &r)
+	s.Take(&p, 50, 1, &r) // the clock stepped back: logged at 104
+	if !r.Allowed || r.ResetAfter != 10 {
+		t.Fatalf("take at an earlier time: %+v", r)
+	}
+	s.Decide(&p, 105, 0, &r)
+	if r.Remaining != 5 || r.ResetAfter != 9 {
+		t.Fatalf("at 105: remaining %d, reset %d; want 5 and 9 (entries at 100, 104, 104)", r.Remaining, r.ResetAfter)
+	}
+	s.Decide(&p, 60, 0, &r) // earlier than every entry: measured from the newest, 104
+	if r.Remaining != 5 || r.ResetAfter != 10 {
+		t.Fatalf("at 60: remaining %d, reset %d; want 5 and 10", r.Remaining, r.ResetAfter)
+	}
+	s.Decide(&p, 114, 0, &r)
+	if r.Remaining != 8 || r.ResetAfter != 0 {
+		t.Fatalf("at 114: remaining %d, reset %d; want all back", r.Remaining, r.ResetAfter)
+	}
+}
