@@ -2,9 +2,11 @@ package server
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -26,6 +28,7 @@ func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog
 		m = NewMetrics("")
 	}
 	proxy := &httputil.ReverseProxy{
+		Transport: UpstreamTransport(TransportOptions{}),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.Out.Host = pr.In.Host
@@ -48,4 +51,38 @@ func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog
 	}
 	o.RewritePath = true // the upstream serves the path that was limited
 	return recoverHTTP(httplimit.Middleware(e, o)(proxy), &m.panics, log)
+}
+
+// TransportOptions size the gateway's connections to its upstream.
+type TransportOptions struct {
+	// MaxIdlePerHost is how many idle keep-alive connections are kept per
+	// upstream host (default 256). Go's default keeps 2: under 64
+	// concurrent clients most requests would then open a new TCP
+	// connection, and leave one in TIME_WAIT.
+	MaxIdlePerHost int
+	// IdleTimeout closes an idle connection after this long (default 90 s).
+	IdleTimeout time.Duration
+	// DialTimeout bounds connecting to the upstream (default 5 s).
+	DialTimeout time.Duration
+}
+
+// UpstreamTransport returns the gateway's transport to its upstream:
+// keep-alive connections sized for the load, HTTP/1.1 or HTTP/2 as the
+// upstream offers.
+func UpstreamTransport(o TransportOptions) *http.Transport {
+	if o.MaxIdlePerHost <= 0 {
+		o.MaxIdlePerHost = 256
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 90 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = max(o.MaxIdlePerHost, t.MaxIdleConns)
+	t.MaxIdleConnsPerHost = o.MaxIdlePerHost
+	t.IdleConnTimeout = o.IdleTimeout
+	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	return t
 }
