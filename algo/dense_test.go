@@ -34,7 +34,7 @@ func TestDenseTrafficOnTinyLimitsMatchesTheReference(t *testing.T) {
 				ref, got := newReference(p), newFast(p)
 				rng := rand.New(rand.NewPCG(uint64(a), uint64(burst)*100+uint64(period)))
 				now := int64(1_000_000) + rng.Int64N(100)
-				for i := range 3000 {
+				for i := range 1200 {
 					now += rng.Int64N(4) // often the same instant, never far
 					cost := rng.Int64N(burst + 2)
 					if want, have := ref.take(now, cost), got.take(now, cost); want != have {
@@ -51,7 +51,7 @@ func TestIntegerHelpers(t *testing.T) {
 	edges := []int64{math.MinInt64, math.MinInt64 + 1, -1 << 40, -7, -4, -3, -2, -1, 0, 1, 2, 3, 4, 7, 1 << 40, math.MaxInt64 - 1, math.MaxInt64}
 	rng := rand.New(rand.NewPCG(7, 7))
 	vals := append([]int64{}, edges...)
-	for range 200 {
+	for range 40 {
 		vals = append(vals, rng.Int64()-rng.Int64()/2, rng.Int64N(100)-50)
 	}
 	clamp := func(x *big.Int) int64 {

@@ -89,6 +89,9 @@ func New(e *engine.Engine, o Options) *Limiter {
 	return &Limiter{e: e, o: o, pool: sync.Pool{New: func() any { return new(state) }}}
 }
 
+// MaxDelay is the longest a leaky-queue rule may hold a request.
+func (l *Limiter) MaxDelay() time.Duration { return l.o.MaxDelay }
+
 // Middleware returns New(e, o).Handler, the func(http.Handler) http.Handler
 // form routers expect.
 func Middleware(e *engine.Engine, o Options) func(http.Handler) http.Handler {

@@ -33,6 +33,30 @@ type Config struct {
 
 	needsBody     bool
 	needsBodyOnce sync.Once // a Config is immutable once loaded: compute once
+	headers       map[string]bool
+	headersOnce   sync.Once
+}
+
+// ReadsHeader reports whether a rule can read the header of that canonical
+// name (a header key source, cookies, or the body's Content-Type), so a
+// proxy need copy out only those.
+func (c *Config) ReadsHeader(canonical string) bool {
+	c.headersOnce.Do(func() {
+		c.headers = map[string]bool{}
+		for _, r := range c.Rules {
+			for _, s := range r.Key {
+				switch s.Kind {
+				case FromHeader:
+					c.headers[s.Param] = true
+				case FromCookie:
+					c.headers["Cookie"] = true
+				case FromBody:
+					c.headers["Content-Type"] = true
+				}
+			}
+		}
+	})
+	return c.headers[canonical]
 }
 
 // Rule is one rate limit: which requests it applies to, whose count they

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 
 	"github.com/sluice-rl/sluice/httplimit"
@@ -19,6 +20,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
 	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
+	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too) [$SLUICE_DATA_PLANE]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8080] [--admin-listen 127.0.0.1:9091]")
 		fmt.Fprintln(stderr, "\nA reverse proxy in front of --upstream that applies the rules itself:")
@@ -44,9 +46,23 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer s.close()
-	front, err := listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log, s.metrics))
-	if err != nil {
-		return err
+	var front *listening
+	switch *plane {
+	case "fasthttp":
+		ln, err := net.Listen("tcp", *c.listen)
+		if err != nil {
+			return err
+		}
+		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics})
+		front = &listening{ln: ln, srv: fastServer{g}}
+	case "net/http":
+		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log, s.metrics))
+		if err != nil {
+			return err
+		}
+	default:
+		fs.Usage()
+		return errUsage{fmt.Errorf("--data-plane %q: want fasthttp or net/http", *plane)}
 	}
 	servers := []*listening{front}
 	if *adminListen != "" {

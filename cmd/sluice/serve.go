@@ -242,8 +242,26 @@ func (c *common) serveUntilDone(ctx context.Context, s *setup, servers ...*liste
 }
 
 type listening struct {
-	srv *http.Server
-	ln  net.Listener
+	srv interface {
+		Serve(net.Listener) error
+		Shutdown(context.Context) error
+	}
+	ln net.Listener
+}
+
+// fastServer adapts the fasthttp gateway to serveUntilDone.
+type fastServer struct{ g *server.FastGateway }
+
+func (f fastServer) Serve(ln net.Listener) error { return f.g.Serve(ln) }
+func (f fastServer) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- f.g.Shutdown() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // listen opens addr with server timeouts against slow clients.
