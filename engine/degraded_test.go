@@ -78,8 +78,14 @@ func TestShareDividesRateAndBurst(t *testing.T) {
 // a store that never succeeds does not stretch it.
 func TestAdaptiveDeadline(t *testing.T) {
 	g := newGuard(&Options{}, func(string, string, string) {})
+	if d := g.deadline(); d != MaxStoreTimeout {
+		t.Fatalf("fresh: %v, want the cap until the store is known", d)
+	}
+	for range 2000 {
+		g.lat.observe(time.Millisecond)
+	}
 	if d := g.deadline(); d != MinStoreTimeout {
-		t.Fatalf("fresh: %v", d)
+		t.Fatalf("after fast calls: %v", d)
 	}
 	g.lat.observe(30 * time.Millisecond)
 	if d := g.deadline(); d != 120*time.Millisecond {
@@ -98,6 +104,9 @@ func TestAdaptiveDeadline(t *testing.T) {
 	// A store that stops answering in time pushes the deadline up to the
 	// cap, four times per missed round, never past it.
 	slow := newGuard(&Options{}, func(string, string, string) {})
+	for range 2000 {
+		slow.lat.observe(time.Millisecond)
+	}
 	stall := stallStore{}
 	var seen []time.Duration
 	for range 5 {

@@ -18,7 +18,8 @@ import (
 //
 //   - The deadline adapts to the store's observed latency: four times the
 //     recent peak latency, clamped to [MinStoreTimeout, MaxStoreTimeout]
-//     (50 ms to 250 ms by default). A success is a latency sample; a call that
+//     (50 ms to 250 ms by default), starting at the cap. A success is a
+//     latency sample; a call that
 //     misses its deadline counts as a sample of the whole deadline, so a
 //     store whose latency jumps (a slower network, a loaded Redis) is given
 //     four times longer on the next calls and is soon answered in time
@@ -117,6 +118,11 @@ func newGuard(o *Options, onChange func(partition, from, to string)) *guard {
 	}
 	empty := map[string]*gobreaker.CircuitBreaker[struct{}]{}
 	g.breakers.Store(&empty)
+	// Start at the cap and learn down: the first calls, which pay for
+	// connecting and loading scripts, on a machine that may be busy, are
+	// not taken for failures; fast answers bring the deadline down within a
+	// few hundred calls.
+	g.lat.peak.Store(int64(g.max / 4))
 	return g
 }
 

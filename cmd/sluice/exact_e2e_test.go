@@ -62,7 +62,10 @@ func burst(t *testing.T, bases []string, path, user string, n int) (admitted, de
 				if i >= int64(n) {
 					return
 				}
-				resp, err := client.Post(bases[(int(i)+g)%len(bases)]+"/v1/check", "application/json", strings.NewReader(body))
+				req, _ := http.NewRequest("POST", bases[(int(i)+g)%len(bases)]+"/v1/check", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", fmt.Sprint(i)) // retried if a kept-alive connection closes under it
+				resp, err := client.Do(req)
 				if err != nil {
 					t.Error(err)
 					return

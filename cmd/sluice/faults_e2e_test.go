@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,12 @@ func load(t *testing.T, bases []string, path, user string, n int) outcome {
 				}
 				b := (int(i) + g) % len(bases)
 				start := time.Now()
-				resp, err := client.Post(bases[b]+"/v1/check", "application/json", strings.NewReader(body))
+				req, _ := http.NewRequest("POST", bases[b]+"/v1/check", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				// A check may be sent again if a kept-alive connection closes
+				// under it: the client's transport then retries it.
+				req.Header.Set("Idempotency-Key", strconv.Itoa(int(i)))
+				resp, err := client.Do(req)
 				if err != nil {
 					t.Error(err)
 					return

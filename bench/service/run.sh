@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Side by side, in one run, on loopback: sluice's gateway against nginx's
+# limit_req and a bare nginx proxy (same upstream, same load), and sluice's
+# Envoy rate limit service against envoyproxy/ratelimit (same redis-server,
+# same load), in rotating order for several rounds. Prints each contender's
+# median, min and max, and the ratios the targets are stated in.
+#
+#   bench/service/run.sh [rounds] [seconds]        (defaults: 3 rounds of 5 s)
+#
+# Needs wrk, nginx and redis-server (Debian packages of those names). For
+# envoyproxy/ratelimit set RATELIMIT_BIN to a binary of it, for example built
+# from a checkout of github.com/envoyproxy/ratelimit with
+#   go build -o /tmp/ratelimit ./src/service_cmd
+# Not part of `go test ./...`: it takes minutes and wants a quiet machine.
+set -euo pipefail
+ROUNDS=${1:-3}
+SECS=${2:-5}
+cd "$(dirname "$0")/../.."
+for cmd in wrk nginx redis-server python3; do
+	command -v "$cmd" >/dev/null || { echo "run.sh: $cmd is not installed" >&2; exit 2; }
+done
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+
+echo "building sluice and the gRPC load generator"
+go build -o "$WORK/sluice" ./cmd/sluice
+(cd bench && go build -o "$WORK/grpcload" ./service/grpcload)
+
+UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port)
+cat >"$WORK/nginx.conf" <<EOF
+daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
+  limit_req_zone \$binary_remote_addr zone=loose:10m rate=100000000r/s;
+  limit_req_zone \$binary_remote_addr zone=strict:10m rate=1r/m;
+  limit_req_status 429;
+  upstream app { server 127.0.0.1:$UP; keepalive 256; }
+  server { listen 127.0.0.1:$UP; location / { return 200 "ok\n"; } }
+  server { listen 127.0.0.1:$NGL;
+    location / { limit_req zone=loose burst=100000 nodelay; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location /strict { limit_req zone=strict; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$NGB; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+}
+EOF
+nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
+cat >"$WORK/gw.yaml" <<EOF
+rules:
+  - {id: loose, key: [ip], rate: 1000000000, per: 1s}
+  - {id: strict, match: {path: /strict}, key: [ip], rate: 1, per: 1h}
+EOF
+"$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLF" --admin-listen "" --watch 0 --data-plane fasthttp >/dev/null 2>&1 & PIDS+=($!)
+"$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLN" --admin-listen "" --watch 0 --data-plane net/http >/dev/null 2>&1 & PIDS+=($!)
+for p in $UP $NGL $NGB $SLF $SLN; do wait_port "$p"; done
+
+# wrk prints "Requests/sec: N" and, with --latency, "99% X"; X is in us, ms or s.
+run_wrk() { # url -> "rps p99_ms"
+	wrk -t2 -c64 -d"${SECS}s" --latency "$1" 2>/dev/null | awk '
+		/Requests\/sec/ {rps=$2}
+		/^ +99%/ {v=$2; u=v; gsub(/[0-9.]/,"",u); gsub(/[a-z]/,"",v); if(u=="us")v/=1000; if(u=="s")v*=1000; p99=v}
+		END {printf "%.0f %.3f\n", rps, p99}'
+}
+declare -A RES
+record() { RES[$1]="${RES[$1]:-} $2"; }
+
+HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN")
+for r in $(seq "$ROUNDS"); do
+	for i in "${!HTTP[@]}"; do
+		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
+		read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/")
+		record "$name/allow/rps" "$rps"; record "$name/allow/p99" "$p99"
+		if [ "$name" != nginx-bare ]; then
+			read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/strict")
+			record "$name/reject/rps" "$rps"; record "$name/reject/p99" "$p99"
+		fi
+		echo "round $r: $name done" >&2
+	done
+done
+
+# The gRPC service: sluice (Redis and embedded) against envoyproxy/ratelimit
+# (defaults and its documented tuning) on one redis-server.
+RP=$(port); redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no >/dev/null & PIDS+=($!); wait_port "$RP"
+mkdir -p "$WORK/rt/ratelimit/config"
+cat >"$WORK/rt/ratelimit/config/bench.yaml" <<EOF
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000}
+EOF
+G1=$(port); G2=$(port)
+"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G1" --store "redis://127.0.0.1:$RP" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
+"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G2" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
+GRPC=("sluice-redis=$G1" "sluice-embedded=$G2")
+if [ -n "${RATELIMIT_BIN:-}" ]; then
+	for variant in defaults tuned; do
+		G=$(port)
+		env -i PATH="$PATH" USE_STATSD=false LOG_LEVEL=error RUNTIME_ROOT="$WORK/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" GRPC_HOST=127.0.0.1 GRPC_PORT="$G" HOST=127.0.0.1 PORT="$(port)" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(port)" \
+			$( [ $variant = tuned ] && echo REDIS_PIPELINE_WINDOW=150us REDIS_PIPELINE_LIMIT=8 LOCAL_CACHE_SIZE_IN_BYTES=1048576 ) \
+			"$RATELIMIT_BIN" >/dev/null 2>&1 & PIDS+=($!)
+		GRPC+=("ratelimit-$variant=$G")
+	done
+fi
+for c in "${GRPC[@]}"; do wait_port "${c#*=}"; done
+for r in $(seq "$ROUNDS"); do
+	for i in "${!GRPC[@]}"; do
+		c=${GRPC[$(( (i + r) % ${#GRPC[@]} ))]}; name=${c%%=*}; p=${c#*=}
+		read -r _ rps _ _ _ p99 _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000)
+		record "$name/grpc/rps" "$rps"; record "$name/grpc/p99" "$p99"
+		echo "round $r: $name done" >&2
+	done
+done
+
+stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s", a[int((NR+1)/2)], a[1], a[NR]}'; }
+med() { stats "$1" | cut -d' ' -f1; }
+printf '\n%-34s %12s %12s %12s\n' "contender/path/metric" median min max
+for k in $(printf '%s\n' "${!RES[@]}" | sort); do
+	read -r m lo hi < <(stats "${RES[$k]}")
+	printf '%-34s %12s %12s %12s\n' "$k" "$m" "$lo" "$hi"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
+echo
+echo "ratios (medians):"
+echo "  gateway (fasthttp) / nginx limit_req, requests/s allowed: $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]}")" "$(med "${RES[nginx-limit_req/allow/rps]}")")"
+echo "  gateway (fasthttp) / nginx limit_req, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]}")" "$(med "${RES[nginx-limit_req/allow/p99]}")")"
+echo "  gateway (fasthttp) / nginx limit_req, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]}")" "$(med "${RES[nginx-limit_req/reject/rps]}")")"
+echo "  gateway (net/http) / nginx limit_req, requests/s allowed: $(ratio "$(med "${RES[sluice-net/http/allow/rps]}")" "$(med "${RES[nginx-limit_req/allow/rps]}")")"
+if [ -n "${RATELIMIT_BIN:-}" ]; then
+	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, decisions/s:    $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
+	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, p99:            $(ratio "$(med "${RES[sluice-redis/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
+	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-defaults/grpc/rps]}")")"
+	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
+fi
+echo
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), $(date -u +%F)"
