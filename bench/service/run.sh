@@ -116,7 +116,7 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 
-stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s", a[int((NR+1)/2)], a[1], a[NR]}'; }
+stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { stats "$1" | cut -d' ' -f1; }
 printf '\n%-34s %12s %12s %12s\n' "contender/path/metric" median min max
 for k in $(printf '%s\n' "${!RES[@]}" | sort); do
