@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -51,15 +52,22 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if hits == 0 {
 		hits = 1
 	}
-	descs := make([]engine.Descriptor, len(req.Descriptors))
+	sc := envoyScratch.Get().(*envoyState)
+	defer envoyScratch.Put(sc)
+	descs := sc.descs[:0]
+	entries := sc.entries[:0]
+	for _, d := range req.Descriptors {
+		for _, e := range d.Entries {
+			entries = append(entries, rules.EnvoyEntry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+	}
+	sc.entries = entries
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d] has no entries", i)
 		}
 		ed := engine.Descriptor{Hits: hits, Negative: d.GetIsNegativeHits()}
-		for _, e := range d.Entries {
-			ed.Entries = append(ed.Entries, rules.EnvoyEntry{Key: e.GetKey(), Value: e.GetValue()})
-		}
+		ed.Entries, entries = entries[:len(d.Entries):len(d.Entries)], entries[len(d.Entries):]
 		if h := d.GetHitsAddend(); h != nil {
 			// Set on the descriptor, 0 is a check that consumes nothing.
 			ed.Hits, ed.HitsSet = int64(min(h.GetValue(), 1<<40)), true
@@ -71,10 +79,11 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			}
 			ed.Override = &l
 		}
-		descs[i] = ed
+		descs = append(descs, ed)
 	}
-	var res engine.Result
-	if err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, &res); err != nil {
+	sc.descs = descs
+	res := &sc.res
+	if err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, res); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
@@ -114,10 +123,10 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		resp.Statuses = append(resp.Statuses, ds)
 	}
 	if x.s.o.EnvoyDynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, &res)
+		resp.DynamicMetadata = dynamicMetadata(req, res)
 	}
 	h := http.Header{}
-	x.s.limiter.Headers(h, &res)
+	x.s.limiter.Headers(h, res)
 	names := make([]string, 0, len(h))
 	for k := range h {
 		names = append(names, k)
@@ -166,6 +175,16 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, res *engine.Result) *structpb.
 	}
 	return s
 }
+
+// envoyState is one call's scratch, pooled: a call's result and descriptors
+// are not kept past the answer.
+type envoyState struct {
+	res     engine.Result
+	descs   []engine.Descriptor
+	entries []rules.EnvoyEntry
+}
+
+var envoyScratch = sync.Pool{New: func() any { return new(envoyState) }}
 
 // overrideLimit reads a descriptor's limit override.
 func overrideLimit(o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) (sluice.Limit, error) {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,8 +67,9 @@ type FastOptions struct {
 type fastState struct {
 	res    engine.Result
 	req    rules.Request
-	header http.Header
-	path   []byte
+	header http.Header // the request headers rules read
+	out    http.Header // the limit's response fields
+	body   []byte
 }
 
 // NewFastGateway returns the fasthttp data plane for upstream.
@@ -93,7 +95,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGat
 			StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
 			DisableHeaderNamesNormalizing: true,
 		},
-		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}} }},
+		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, out: http.Header{}} }},
 	}
 	g.server = &fasthttp.Server{
 		Handler: g.serve, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
@@ -183,7 +185,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	path := st.req.Path
 	st.req = rules.Request{}
 	if !res.Allowed {
-		g.reject(ctx, res)
+		g.reject(ctx, res, st)
 		return
 	}
 	if res.Delay > 0 {
@@ -191,12 +193,12 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 			g.e.Refund(ctx, res)
 			res.Allowed, res.Decision.Allowed = false, false
 			res.Decision.RetryAfter = res.Delay - g.limiter.MaxDelay()
-			g.reject(ctx, res)
+			g.reject(ctx, res, st)
 			return
 		}
 		time.Sleep(res.Delay)
 	}
-	g.forward(ctx, peer, trusted, path, res)
+	g.forward(ctx, peer, trusted, path, res, st)
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
@@ -213,20 +215,79 @@ func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) []byte {
 	return body[:min(len(body), rules.MaxBodyBytes)]
 }
 
-// reject answers a refused request without touching the upstream.
-func (g *FastGateway) reject(ctx *fasthttp.RequestCtx, res *engine.Result) {
-	h := http.Header{}
-	g.limiter.Headers(h, res)
-	for k, vs := range h {
+// reject answers a refused request without touching the upstream: the
+// limit's fields and the problem body, written straight into the response.
+func (g *FastGateway) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *fastState) {
+	clear(st.out)
+	g.limiter.Headers(st.out, res)
+	for k, vs := range st.out {
 		for _, v := range vs {
 			ctx.Response.Header.Add(k, v)
 		}
 	}
 	p := httplimit.ProblemFor(res)
-	body, _ := json.Marshal(p)
+	st.body = appendProblem(st.body[:0], p)
 	ctx.SetStatusCode(p.Status)
 	ctx.SetContentType("application/problem+json")
-	ctx.SetBody(append(body, '\n'))
+	ctx.SetBody(st.body) // copied into the response
+}
+
+// appendProblem appends p as JSON, as encoding/json would write it.
+func appendProblem(b []byte, p *httplimit.Problem) []byte {
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, p.Type)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, p.Title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, p.Detail)
+	if len(p.ViolatedPolicies) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, v := range p.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string, escaped as json.Marshal
+// escapes it (HTML characters and U+2028/U+2029 included).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '<', '>', '&':
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		case 0xe2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
+			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9) {
+				b = append(b, '\\', 'u', '2', '0', '2', hex[s[i+2]&15])
+				i += 2
+				continue
+			}
+			b = append(b, c)
+		default:
+			if c < 0x20 {
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			} else {
+				b = append(b, c)
+			}
+		}
+	}
+	return append(b, '"')
 }
 
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
@@ -239,7 +300,7 @@ func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detai
 }
 
 // forward sends an admitted request to the upstream and its answer back.
-func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result) {
+func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState) {
 	req := &ctx.Request
 	upgrade := isUpgrade(&req.Header)
 	upgradeTo := string(req.Header.Peek("Upgrade"))
@@ -274,8 +335,8 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		g.tunnel(ctx)
 		return
 	}
-	h := http.Header{}
-	g.limiter.Headers(h, res)
+	clear(st.out)
+	g.limiter.Headers(st.out, res)
 	err := g.client.DoTimeout(req, &ctx.Response, g.timeout)
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout):
@@ -287,7 +348,7 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		return
 	}
 	dropHop(&ctx.Response.Header)
-	for k, vs := range h {
+	for k, vs := range st.out {
 		for _, v := range vs {
 			ctx.Response.Header.Set(k, v)
 		}

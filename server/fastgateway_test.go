@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
+	"github.com/sluice-rl/sluice/httplimit"
 	"io"
 	"log/slog"
 	"net"
@@ -227,3 +229,14 @@ func TestFastGatewayTimesOutAndReportsDeadUpstreams(t *testing.T) {
 }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// The 429 body is written by hand on the fast path: it must be the JSON
+// encoding/json writes.
+func TestAppendProblemIsJSON(t *testing.T) {
+	p := &httplimit.Problem{Type: "https://x/#q", Title: "Quota \"Exceeded\"", Status: 429,
+		Detail: "a\\b\n\tc é <&> \u2028\x01", ViolatedPolicies: []string{"a", "b"}}
+	want, _ := json.Marshal(p)
+	if got := appendProblem(nil, p); string(got) != string(want)+"\n" {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

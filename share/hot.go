@@ -40,7 +40,10 @@ func NewHotKeys(cap int, window time.Duration) *HotKeys {
 }
 
 // Observe counts one decision for (rule, key) at now and returns its rate.
-func (h *HotKeys) Observe(rule, key string, now int64) float64 {
+func (h *HotKeys) Observe(rule, key string, now int64) float64 { return h.ObserveN(rule, key, now, 1) }
+
+// ObserveN counts n decisions at once, for a caller that samples 1 in n.
+func (h *HotKeys) ObserveN(rule, key string, now int64, n64 int64) float64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.start == 0 {
@@ -67,7 +70,7 @@ func (h *HotKeys) Observe(rule, key string, now int64) float64 {
 		delete(h.cur, minK)
 		k.rule, k.key = strings.Clone(rule), strings.Clone(key)
 	}
-	n++
+	n += n64
 	h.cur[k] = n
 	rate := float64(n) / float64(max(now-h.start, int64(time.Second))) * float64(time.Second)
 	if p := h.prev[k]; p > 0 && h.span > 0 {

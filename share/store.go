@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"math/rand/v2"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -246,16 +247,15 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 			p.limit = scale(p.limit, f)
 		}
 	}
-	if p.mode == sluice.SyncAuto || p.mode == sluice.SyncLease {
-		hot := s.Hot.Observe(tk.Rule, tk.Key, now)
-		if p.mode == sluice.SyncAuto {
-			p.mode = sluice.SyncExact
-			if hot >= float64(p.sh.HotAbove) {
-				p.mode = sluice.SyncLease
-			}
+	if p.mode == sluice.SyncAuto {
+		p.mode = sluice.SyncExact
+		if s.Hot.Observe(tk.Rule, tk.Key, now) >= float64(p.sh.HotAbove) {
+			p.mode = sluice.SyncLease
 		}
-	} else {
-		s.Hot.Observe(tk.Rule, tk.Key, now)
+	} else if rand.Uint32()%hotSample == 0 {
+		// Other rules' keys are sampled, 1 in hotSample, for the hot-key
+		// list: the tracker's lock stays off the common path.
+		s.Hot.ObserveN(tk.Rule, tk.Key, now, hotSample)
 	}
 	// Peeks, dry runs and refunds of leased or synced keys go to the store
 	// as they are: they consume nothing locally.
@@ -264,6 +264,10 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 	}
 	return p
 }
+
+// hotSample is the sampling of decisions for the hot-key list outside
+// sync: auto rules.
+const hotSample = 8
 
 // scale returns l times f (0 < f < 1): rate and burst, rounded down but at
 // least 1.
