@@ -261,8 +261,19 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 
 // displayName spells a header as the RateLimit draft does.
 func displayName(canonical string) string {
-	return strings.NewReplacer("Ratelimit", "RateLimit").Replace(canonical)
+	switch canonical {
+	case "Ratelimit":
+		return "RateLimit"
+	case "Ratelimit-Policy":
+		return "RateLimit-Policy"
+	}
+	if !strings.Contains(canonical, "Ratelimit") {
+		return canonical
+	}
+	return rateLimitSpelling.Replace(canonical)
 }
+
+var rateLimitSpelling = strings.NewReplacer("Ratelimit", "RateLimit")
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
