@@ -2,8 +2,8 @@ package share
 
 import (
 	"context"
-	"math/rand/v2"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
