@@ -49,6 +49,25 @@ func (l Limit) Capacity() int64 {
 	return l.Burst
 }
 
+// Share returns l divided among n parties (gateways, shards): rate and
+// burst divided by n, rounded down but at least 1, so that n parties each
+// enforcing the share together admit at most l (when n <= the rate), never
+// n times it. Share(1) is l.
+func (l Limit) Share(n int) Limit {
+	if n <= 1 {
+		return l
+	}
+	s := l
+	s.Rate = max(l.Rate/int64(n), 1)
+	if l.Burst > 0 {
+		s.Burst = max(l.Burst/int64(n), 1)
+	}
+	if !s.Algorithm.IsBucket() {
+		s.Burst = 0
+	}
+	return s
+}
+
 // Interval returns the emission interval T = Period/Rate rounded up to a whole
 // nanosecond: the time the bucket family takes to refill one unit. It is 0 for
 // a limit that does not validate.

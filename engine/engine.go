@@ -403,23 +403,8 @@ func (e *Engine) degradedLimit(r *rule, l sluice.Limit) sluice.Limit {
 	return Share(l, n)
 }
 
-// Share returns l divided among n gateways: rate and burst divided by n,
-// rounded down but at least 1, so that n gateways counting their share
-// alone admit at most about l together, never n times l.
-func Share(l sluice.Limit, n int) sluice.Limit {
-	if n <= 1 {
-		return l
-	}
-	s := l
-	s.Rate = max(l.Rate/int64(n), 1)
-	if l.Burst > 0 {
-		s.Burst = max(l.Burst/int64(n), 1)
-	}
-	if !s.Algorithm.IsBucket() {
-		s.Burst = 0
-	}
-	return s
-}
+// Share returns l divided among n gateways: see sluice.Limit.Share.
+func Share(l sluice.Limit, n int) sluice.Limit { return l.Share(n) }
 
 // shadowed evaluates the shadow rules in a call of their own: they count as
 // if enforced, but never decide the request.

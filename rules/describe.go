@@ -99,20 +99,9 @@ func SharingBound(sh sluice.Sharing, l sluice.Limit) string {
 	return s
 }
 
-// ShardLimit is one shard's part of l when a key is split in k shards: rate
-// and burst divided by k, rounded down but at least 1, so the shards never
-// add up to more than l (for k <= the rate).
-func ShardLimit(l sluice.Limit, k int) sluice.Limit {
-	if k <= 1 {
-		return l
-	}
-	s := l
-	s.Rate = max(l.Rate/int64(k), 1)
-	if l.Burst > 0 {
-		s.Burst = max(l.Burst/int64(k), 1)
-	}
-	return s
-}
+// ShardLimit is one shard's part of l when a key is split in k shards (see
+// sluice.Limit.Share): the shards never add up to more than l.
+func ShardLimit(l sluice.Limit, k int) sluice.Limit { return l.Share(k) }
 
 // Warnings are the doubts `sluice check` raises about a valid rule set:
 // rules that fail closed (money, security) with a sync mode that can admit

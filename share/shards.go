@@ -165,4 +165,4 @@ func anyFits(outs []sluice.Decision, cost int64) bool {
 }
 
 // shardLimit is one shard's part of l among k.
-func shardLimit(l sluice.Limit, k int) sluice.Limit { return splitLimit(l, k) }
+func shardLimit(l sluice.Limit, k int) sluice.Limit { return l.Share(k) }

@@ -280,19 +280,26 @@ func scale(l sluice.Limit, f float64) sluice.Limit {
 	return s
 }
 
+// localLimit is where a split or local rule counts in the embedded store:
+// its own namespace, under the whole limit (local) or this gateway's share
+// (split).
+func (s *Store) localLimit(rule string, p *plan) (string, sluice.Limit) {
+	if p.mode != sluice.SyncSplit {
+		return rule + "#local", p.limit
+	}
+	n := 1
+	if s.o.Gateways != nil {
+		n = max(s.o.Gateways(), 1)
+	}
+	return rule + "#split", p.limit.Share(n)
+}
+
 // decideLocal decides a take of a split, local, lease or sync rule.
 func (s *Store) decideLocal(ctx context.Context, tk *sluice.Take, p *plan, now int64, d *sluice.Decision) error {
 	switch p.mode {
 	case sluice.SyncSplit, sluice.SyncLocal:
-		l, suffix := p.limit, "#local"
-		if p.mode == sluice.SyncSplit {
-			n := 1
-			if s.o.Gateways != nil {
-				n = max(s.o.Gateways(), 1)
-			}
-			l, suffix = splitLimit(l, n), "#split"
-		}
-		lt := [1]sluice.Take{{Rule: tk.Rule + suffix, Key: tk.Key, Limit: l, Cost: tk.Cost, DryRun: tk.DryRun}}
+		rule, l := s.localLimit(tk.Rule, p)
+		lt := [1]sluice.Take{{Rule: rule, Key: tk.Key, Limit: l, Cost: tk.Cost, DryRun: tk.DryRun}}
 		var o [1]sluice.Decision
 		if err := s.o.Local.Take(ctx, lt[:], o[:]); err != nil {
 			return err
@@ -329,15 +336,8 @@ func (s *Store) undo(ctx context.Context, takes []sluice.Take, plans []plan) {
 		tk := &takes[i]
 		switch p.mode {
 		case sluice.SyncSplit, sluice.SyncLocal:
-			l, suffix := p.limit, "#local"
-			if p.mode == sluice.SyncSplit {
-				n := 1
-				if s.o.Gateways != nil {
-					n = max(s.o.Gateways(), 1)
-				}
-				l, suffix = splitLimit(l, n), "#split"
-			}
-			lt := [1]sluice.Take{{Rule: tk.Rule + suffix, Key: tk.Key, Limit: l, Cost: -p.undo}}
+			rule, l := s.localLimit(tk.Rule, p)
+			lt := [1]sluice.Take{{Rule: rule, Key: tk.Key, Limit: l, Cost: -p.undo}}
 			var o [1]sluice.Decision
 			s.o.Local.Take(ctx, lt[:], o[:])
 		case sluice.SyncLease:
@@ -346,20 +346,6 @@ func (s *Store) undo(ctx context.Context, takes []sluice.Take, plans []plan) {
 			s.counts.giveBack(tk, p, p.undo)
 		}
 	}
-}
-
-// splitLimit is one gateway's part of l among n: rate and burst divided by
-// n, rounded down but at least 1.
-func splitLimit(l sluice.Limit, n int) sluice.Limit {
-	if n <= 1 {
-		return l
-	}
-	s := l
-	s.Rate = max(l.Rate/int64(n), 1)
-	if l.Burst > 0 {
-		s.Burst = max(l.Burst/int64(n), 1)
-	}
-	return s
 }
 
 // The remote store's optional abilities, passed through so the engine finds

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,47 +45,6 @@ func expectedAdmitted(t *testing.T, a sluice.Algorithm, n int) int {
 	return admitted
 }
 
-// burst sends n checks for one user from 64 callers spread over the bases,
-// and counts the admitted ones and the degraded answers.
-func burst(t *testing.T, bases []string, path, user string, n int) (admitted, degraded int64) {
-	body := fmt.Sprintf(`{"request":{"path":%q},"attributes":{"user":%q}}`, path, user)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	for g := range 64 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				req, _ := http.NewRequest("POST", bases[(int(i)+g)%len(bases)]+"/v1/check", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Idempotency-Key", fmt.Sprint(i)) // retried if a kept-alive connection closes under it
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var v struct {
-					Allowed  bool
-					Degraded bool
-				}
-				json.NewDecoder(resp.Body).Decode(&v)
-				resp.Body.Close()
-				if v.Allowed {
-					atomic.AddInt64(&admitted, 1)
-				}
-				if v.Degraded {
-					atomic.AddInt64(&degraded, 1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return admitted, degraded
-}
-
 // With default settings, 2 and 3 `sluice serve` processes on one
 // redis-server and on a 3-master Redis Cluster admit exactly what the
 // algorithm admits (100 of 1,000 from 64 callers on one key, 101 for the
@@ -120,9 +76,9 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 				for _, phase := range []string{"cold", "warm"} {
 					for _, a := range sluice.Algorithms() {
 						user := fmt.Sprintf("%s-%d-%s", topo, procs, phase)
-						got, degraded := burst(t, bases[:procs], "/"+a.String(), user, 1000)
-						if want := expectedAdmitted(t, a, 1000); got != int64(want) || degraded != 0 {
-							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, got, want, degraded)
+						o := load(t, bases[:procs], "/"+a.String(), user, 1000)
+						if want := expectedAdmitted(t, a, 1000); o.admitted != int64(want) || o.degraded != 0 {
+							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, o.admitted, want, o.degraded)
 						}
 					}
 				}
