@@ -79,7 +79,7 @@ func TestClientCancellationsNeverOpenTheBreaker(t *testing.T) {
 // one placed while the store failed holds when it is back.
 func TestPenaltyLocksHoldWhileTheStoreFails(t *testing.T) {
 	src := "rules:\n  - {id: login, key: [user], rate: 1, per: 1h, penalty: {after: 1, block: 1h}, fallback: {rate: 1000, per: 1h}}\n"
-	f := newFixture(t, src, Options{BreakerFailures: 1})
+	f := newFixture(t, src, Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond})
 	f.check(t, userReq("locked"))
 	if res := f.check(t, userReq("locked")); res.Allowed {
 		t.Fatal("second login admitted")
@@ -101,9 +101,17 @@ func TestPenaltyLocksHoldWhileTheStoreFails(t *testing.T) {
 	if res.Allowed {
 		t.Fatal("fallback limit of 1000 not applied")
 	}
-	// ...and stays locked once the store is back, though the store never
-	// saw its rejections.
+	// ...and stays locked once the store is back (its breaker closed again,
+	// so the store is asked), though the store never saw its rejections.
 	f.store.mode.Store(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.e.BreakerState() != "closed" {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker never closed")
+		}
+		time.Sleep(2 * time.Millisecond)
+		f.check(t, userReq("probe"))
+	}
 	for range 3 {
 		if res := f.check(t, userReq("later")); res.Allowed || res.Reason != sluice.ReasonLocked {
 			t.Fatalf("store back: allowed=%v reason=%v, want locked", res.Allowed, res.Reason)
