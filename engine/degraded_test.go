@@ -162,3 +162,25 @@ func (stallStore) Take(ctx context.Context, _ []sluice.Take, _ []sluice.Decision
 type fixedStore struct{ err error }
 
 func (f *fixedStore) Take(context.Context, []sluice.Take, []sluice.Decision) error { return f.err }
+
+// The peak estimate: a higher sample replaces it; a lower one pulls it down
+// by 1/64 of the gap, exactly.
+func TestLatencyPeakFollowsSamples(t *testing.T) {
+	var l latency
+	l.observe(64 * time.Millisecond)
+	if p := time.Duration(l.peak.Load()); p != 64*time.Millisecond {
+		t.Fatalf("after 64ms: %v", p)
+	}
+	l.observe(0)
+	if p := time.Duration(l.peak.Load()); p != 63*time.Millisecond {
+		t.Fatalf("after a 0 sample: %v, want 63ms (1/64 of the gap down)", p)
+	}
+	l.observe(32*time.Millisecond + 1)
+	if p := time.Duration(l.peak.Load()); p != 63*time.Millisecond-(31*time.Millisecond-1)/64 {
+		t.Fatalf("after 32ms: %v", p)
+	}
+	l.observe(time.Second)
+	if p := time.Duration(l.peak.Load()); p != time.Second {
+		t.Fatalf("after 1s: %v", p)
+	}
+}
