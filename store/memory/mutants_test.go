@@ -1,0 +1,115 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Every table grows through several rebuilds as keys arrive; each key must
+// keep its state through them (a key re-placed where lookups do not find it
+// would come back fresh).
+func TestGrowthKeepsEveryKeysState(t *testing.T) {
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := New(WithClock(sluice.NewManualClock(epoch)))
+			lim := sluice.Limit{Rate: 1, Period: time.Hour, Algorithm: alg}
+			take := func(key string) bool {
+				var out [1]sluice.Decision
+				s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: key, Limit: lim, Cost: 1}}, out[:])
+				return out[0].Allowed
+			}
+			const n = 6000
+			for i := range n {
+				for take(fmt.Sprint("k", i)) { // drain it (a leaky queue takes 2)
+				}
+			}
+			for i := range n {
+				if take(fmt.Sprint("k", i)) {
+					t.Fatalf("key %d admitted again after the table grew: its state was lost", i)
+				}
+			}
+		})
+	}
+}
+
+// A multi-key take that another key refuses gives back what it held, on
+// every key, wherever the key sits in its shard's probe sequence.
+func TestRefusedMultiKeyTakesGiveBackOnEveryKey(t *testing.T) {
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := New(WithClock(sluice.NewManualClock(epoch)))
+			loose := sluice.Limit{Rate: 10, Period: time.Hour, Algorithm: alg}
+			tight := sluice.Limit{Rate: 1, Period: time.Hour}
+			ctx := context.Background()
+			out := make([]sluice.Decision, 2)
+			s.Take(ctx, []sluice.Take{{Rule: "tight", Key: "x", Limit: tight, Cost: 1}}, out[:1])
+			const n = 3000
+			var want int64
+			for i := range n {
+				k := fmt.Sprint("k", i)
+				s.Take(ctx, []sluice.Take{{Rule: "loose", Key: k, Limit: loose, Cost: 1}}, out[:1]) // present
+				s.Take(ctx, []sluice.Take{{Rule: "loose", Key: k, Limit: loose}}, out[:1])
+				want = out[0].Remaining
+				s.Take(ctx, []sluice.Take{{Rule: "loose", Key: k, Limit: loose, Cost: 2}, {Rule: "tight", Key: "x", Limit: tight, Cost: 1}}, out)
+				if out[1].Allowed {
+					t.Fatal("tight admitted twice")
+				}
+			}
+			for i := range n {
+				s.Take(ctx, []sluice.Take{{Rule: "loose", Key: fmt.Sprint("k", i), Limit: loose}}, out[:1])
+				if out[0].Remaining != want {
+					t.Fatalf("key %d: %d remaining after refused multi-key takes, want %d", i, out[0].Remaining, want)
+				}
+			}
+		})
+	}
+}
+
+// A token bucket drained exactly at now is not idle at now: a sweep at that
+// instant must keep it.
+func TestSweepAtTheDrainInstantKeepsTheBucket(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyMeter} {
+		clock := sluice.NewManualClock(epoch)
+		s := New(WithClock(clock))
+		l, _ := s.Limiter("r", sluice.Limit{Rate: 2, Period: time.Hour, Algorithm: alg})
+		l.Allow("k")
+		l.Allow("k")
+		s.Sweep()
+		if l.Allow("k") {
+			t.Fatalf("%v: a drained bucket admitted after a sweep at the same instant", alg)
+		}
+	}
+}
+
+// A shard full of limited keys sends new keys to the overflow state only
+// while those keys are limited: once they are idle again, a new key gets a
+// count of its own.
+func TestOverflowEndsWhenLimitedKeysRecover(t *testing.T) {
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(epoch)
+			s := New(WithClock(clock), WithMaxKeys(128*8)) // eight keys per shard
+			lim := sluice.Limit{Rate: 3, Period: time.Minute, Algorithm: alg}
+			take := func(key string) bool {
+				var out [1]sluice.Decision
+				s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: key, Limit: lim, Cost: 1}}, out[:])
+				return out[0].Allowed
+			}
+			for i := range 2000 { // every shard full of limited keys, the overflow used up
+				for take(fmt.Sprint("k", i)) {
+				}
+			}
+			clock.Advance(time.Hour) // every key idle again
+			for i := range 64 { // at one instant: the overflow state could serve only one of them
+				key := fmt.Sprint("new", i)
+				if !take(key) || !take(key) || !take(key) {
+					t.Fatalf("new key %d, an hour later, did not get a count of its own", i)
+				}
+			}
+		})
+	}
+}
