@@ -104,7 +104,7 @@ func TestOverflowEndsWhenLimitedKeysRecover(t *testing.T) {
 				}
 			}
 			clock.Advance(time.Hour) // every key idle again
-			for i := range 64 { // at one instant: the overflow state could serve only one of them
+			for i := range 64 {      // at one instant: the overflow state could serve only one of them
 				key := fmt.Sprint("new", i)
 				if !take(key) || !take(key) || !take(key) {
 					t.Fatalf("new key %d, an hour later, did not get a count of its own", i)
