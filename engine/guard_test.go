@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sony/gobreaker/v2"
+)
+
+// The guard's defaults, and settings given that replace them.
+func TestGuardDefaultsAndSettings(t *testing.T) {
+	g := newGuard(&Options{}, func(string, string, string) {})
+	if g.settings.Interval != DefaultBreakerWindow || g.settings.Timeout != DefaultBreakerOpenFor || g.settings.BucketPeriod != DefaultBreakerWindow/10 {
+		t.Fatalf("defaults: %+v", g.settings)
+	}
+	g = newGuard(&Options{BreakerWindow: 20 * time.Second, BreakerOpenFor: 3 * time.Second}, func(string, string, string) {})
+	if g.settings.Interval != 20*time.Second || g.settings.Timeout != 3*time.Second || g.settings.BucketPeriod != 2*time.Second {
+		t.Fatalf("given: %+v", g.settings)
+	}
+	trip := g.settings.ReadyToTrip
+	for _, tc := range []struct {
+		requests, failures uint32
+		want               bool
+	}{{40, 20, true}, {41, 20, false}, {20, 20, true}, {30, 19, false}, {100, 50, true}, {100, 49, false}} {
+		if got := trip(gobreaker.Counts{Requests: tc.requests, TotalFailures: tc.failures}); got != tc.want {
+			t.Errorf("%d failures of %d calls: trips %v, want %v", tc.failures, tc.requests, got, tc.want)
+		}
+	}
+}
+
+// A key of exactly MaxKeyBytes is kept as sent; one byte more is hashed.
+func TestKeyBoundIsInclusive(t *testing.T) {
+	k64 := strings.Repeat("a", MaxKeyBytes)
+	if StoreKey(k64) != k64 {
+		t.Fatal("a 64-byte key was hashed")
+	}
+	if k := StoreKey(k64 + "a"); !strings.HasPrefix(k, hashedKeyPrefix) {
+		t.Fatal("a 65-byte key was kept")
+	}
+}
+
+// mulCost saturates only when the product does not fit.
+func TestMulCost(t *testing.T) {
+	for _, tc := range []struct{ a, b, want int64 }{
+		{3, 4, 12}, {0, 5, 0}, {5, 0, 0}, {math.MaxInt64 / 3, 3, math.MaxInt64 / 3 * 3},
+		{math.MaxInt64/3 + 1, 3, math.MaxInt64}, {1 << 62, 3, math.MaxInt64}, {math.MaxInt64, 1, math.MaxInt64},
+	} {
+		if got := mulCost(tc.a, tc.b); got != tc.want {
+			t.Errorf("mulCost(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// An override is idle one second after its period has passed unused, not
+// before.
+func TestOverrideIdleAfterItsPeriodAndASecond(t *testing.T) {
+	o := newOverrides(1, nil)
+	l := userLimit(time.Minute)
+	if !o.admit("r", l) {
+		t.Fatal("first override refused")
+	}
+	o.start = o.start.Add(-(time.Minute + 500*time.Millisecond)) // 60.5 s later
+	if o.admit("r", userLimit(time.Hour)) {
+		t.Fatal("an override idle for its period + 0.5 s was dropped")
+	}
+	o.start = o.start.Add(-time.Second) // 61.5 s later
+	if !o.admit("r", userLimit(time.Hour)) {
+		t.Fatal("an override idle for its period + 1.5 s was kept")
+	}
+}
+
+// A reload keeps the counters of rules whose id and limit did not change,
+// and only theirs.
+func TestReloadKeepsOnlyUnchangedRulesCounters(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: a, key: [user], rate: 5, per: 1h}\n  - {id: b, key: [user], rate: 5, per: 1h}\n", Options{})
+	for range 3 {
+		f.check(t, userReq("u"))
+	}
+	f.e.Reload(mustRules(t, "rules:\n  - {id: a, key: [user], rate: 5, per: 1h}\n  - {id: c, key: [user], rate: 5, per: 1h}\n  - {id: b, key: [user], rate: 6, per: 1h}\n"))
+	got := map[string]uint64{}
+	for _, s := range f.e.Stats() {
+		got[s.Rule] = s.Allowed
+	}
+	if got["a"] != 3 || got["b"] != 0 || got["c"] != 0 {
+		t.Fatalf("counters after reload: %v, want a 3, b (changed limit) 0, c (new) 0", got)
+	}
+}
+
+func userLimit(period time.Duration) sluice.Limit {
+	return sluice.Limit{Rate: 10, Period: period, Algorithm: sluice.FixedWindow}
+}
