@@ -144,3 +144,22 @@ func TestPolicyHeaderFollowsTheRule(t *testing.T) {
 		}
 	}
 }
+
+// An allowed response says how much is left, not when to come back: no t.
+func TestAllowedResponsesCarryNoT(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [ip], rate: 5, per: 1h}\n", Options{})
+	if rl := f.do("GET", "/").Header().Get("Ratelimit"); rl != `"r";r=4` {
+		t.Fatalf("RateLimit %q, want \"r\";r=4", rl)
+	}
+}
+
+// Without Options.TrustedProxies, the rule file's trustedProxies decide
+// whose forwarding headers are believed.
+func TestRuleFileTrustedProxiesAreUsed(t *testing.T) {
+	f := newFixture(t, "trustedProxies: [203.0.113.0/24]\nrules:\n  - {id: r, key: [ip], rate: 1, per: 1h}\n", Options{})
+	for _, client := range []string{"198.51.100.1", "198.51.100.2"} {
+		if w := f.do("GET", "/", "X-Forwarded-For", client); w.Code != 200 {
+			t.Fatalf("client %s behind the trusted proxy: %d (counted as the proxy?)", client, w.Code)
+		}
+	}
+}
