@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,7 +215,104 @@ func TestClusterGivesBackEarlierSlotsWhenALaterOneRefuses(t *testing.T) {
 			t.Fatal("the exhausted key admitted")
 		}
 	}
+	if out[0].Remaining != 10 || out[1].Remaining != 10 {
+		t.Fatalf("a refused call reports %d and %d remaining, want the 10 and 10 left after the give-back", out[0].Remaining, out[1].Remaining)
+	}
 	if a, c := peek("a"), peek("c"); a != 10 || c != 10 {
 		t.Fatalf("refused cross-slot takes kept units: a has %d, c has %d remaining, want 10 and 10", a, c)
+	}
+}
+
+// On a cluster the store names, for each take, the master that serves its
+// key: the engine keeps a breaker per master on it.
+func TestPartitionNamesTheMasterOfTheKey(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	st, err := redis.New(redis.Options{URL: cluster.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l := sluice.Limit{Rate: 1, Period: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Partition(&sluice.Take{Rule: "r", Key: "k0", Limit: l}) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no slot map after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	seen := map[string]bool{}
+	for i := range 60 {
+		tk := sluice.Take{Rule: "r", Key: fmt.Sprint("k", i), Limit: l}
+		owner := ""
+		for _, n := range cluster.Nodes {
+			if r, _ := n.Do("GET", st.Key(tk.Rule, tk.Key, tk.Limit)); !strings.HasPrefix(r, "-MOVED") {
+				owner = n.Addr
+			}
+		}
+		if got := st.Partition(&tk); got != owner {
+			t.Fatalf("key %s: partition %q, owner %q", tk.Key, got, owner)
+		}
+		seen[owner] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("60 keys on %d masters", len(seen))
+	}
+	// One Redis has no partitions.
+	one, err := redis.New(redis.Options{URL: redistest.Start(t).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if p := one.Partition(&sluice.Take{Rule: "r", Key: "k", Limit: l}); p != "" {
+		t.Fatalf("single node partition %q", p)
+	}
+}
+
+// A lazy store starts while Redis is down, answers ErrNotConnected, and
+// connects when Redis comes.
+func TestLazyStoreConnectsWhenRedisComes(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	st, err := redis.New(redis.Options{URL: srv.URL(), Lazy: true, RetryEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("a lazy store refused to start: %v", err)
+	}
+	defer st.Close()
+	l := sluice.Limit{Rate: 1, Period: time.Second}
+	out := make([]sluice.Decision, 1)
+	if err := st.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1}}, out); !errors.Is(err, redis.ErrNotConnected) {
+		t.Fatalf("before Redis: %v, want ErrNotConnected", err)
+	}
+	if _, err := redis.New(redis.Options{URL: srv.URL()}); err == nil {
+		t.Fatal("a store that is not lazy started without Redis")
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1}}, out) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected after Redis came")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Limits whose arithmetic would pass 2^53 microseconds in Lua are refused,
+// from exactly 2^53.
+func TestLimitsTooLongForLuaAreRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redis.New(redis.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	period := time.Duration(1<<33) * time.Microsecond
+	out := make([]sluice.Decision, 1)
+	at := sluice.Limit{Rate: 1 << 20, Period: period, Algorithm: sluice.SlidingWindow} // limit x window = 2^53 µs
+	if err := st.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: at, Cost: 1}}, out); err == nil {
+		t.Fatal("limit x window = 2^53 µs accepted")
+	}
+	under := sluice.Limit{Rate: 1<<20 - 1, Period: period, Algorithm: sluice.SlidingWindow}
+	if err := st.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: under, Cost: 1}}, out); err != nil {
+		t.Fatalf("just under 2^53: %v", err)
 	}
 }

@@ -62,6 +62,9 @@ func TestForgetAndAChangedLimitStartFresh(t *testing.T) {
 	// Forget drops the key under every limit; a key with glob characters
 	// does not take others with it.
 	take(gcra, "aXb", 2)
+	if s.Forget("r", "nobody") || s.Forget("other-rule", "a*b") {
+		t.Fatal("Forget found state that was never there")
+	}
 	if !s.Forget("r", "a*b") {
 		t.Fatal("Forget found nothing")
 	}
