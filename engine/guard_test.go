@@ -58,6 +58,7 @@ func TestMulCost(t *testing.T) {
 // before.
 func TestOverrideIdleAfterItsPeriodAndASecond(t *testing.T) {
 	o := newOverrides(1, nil)
+	o.start = o.start.Add(-time.Hour) // an engine running for an hour
 	l := userLimit(time.Minute)
 	if !o.admit("r", l) {
 		t.Fatal("first override refused")
