@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -92,4 +93,51 @@ func TestReloadKeepsOnlyUnchangedRulesCounters(t *testing.T) {
 
 func userLimit(period time.Duration) sluice.Limit {
 	return sluice.Limit{Rate: 10, Period: period, Algorithm: sluice.FixedWindow}
+}
+
+// The combined answer: the longest delay of the leaky-queue rules; when
+// allowed, the rule with the least left; when refused, the refusal that
+// can never pass, else the one that asks to wait longest.
+func TestCombineChoosesTheDecidingRule(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: q, key: [user], rate: 10, per: 1s, burst: 5, algorithm: leaky-queue}
+  - {id: small, key: [user], rate: 3, per: 1h}
+  - {id: big, key: [user], rate: 100, per: 1h}
+`, Options{})
+	f.check(t, userReq("u"))
+	res := f.check(t, userReq("u"))
+	if res.Delay <= 0 {
+		t.Fatalf("the leaky queue's delay was lost: %v", res.Delay)
+	}
+	if res.Decision.Rule != "small" {
+		t.Fatalf("allowed: deciding rule %q, want small (least left)", res.Decision.Rule)
+	}
+	g := newFixture(t, `
+rules:
+  - {id: minute, key: [user], rate: 1, per: 1m}
+  - {id: hour, key: [user], rate: 1, per: 1h}
+`, Options{})
+	g.check(t, userReq("u"))
+	if res := g.check(t, userReq("u")); res.Allowed || res.Decision.Rule != "hour" {
+		t.Fatalf("refused: deciding rule %q, want hour (the longer wait)", res.Decision.Rule)
+	}
+	var r Result
+	g.e.Check(context.Background(), userReq("v"), CheckOptions{Cost: 2}, &r)
+	if r.Allowed || r.Reason != sluice.ReasonTooLarge {
+		t.Fatalf("a cost over every burst: %+v", r.Decision)
+	}
+}
+
+// Near-limit counts allowed requests that left at most 10% of the burst.
+func TestNearLimitCount(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 10, per: 1h}\n", Options{})
+	for range 10 {
+		f.check(t, userReq("u"))
+	}
+	for _, s := range f.e.Stats() {
+		if s.Rule == "r" && s.NearLimit != 2 { // remaining 1 and 0
+			t.Fatalf("near-limit %d, want 2", s.NearLimit)
+		}
+	}
 }
