@@ -74,3 +74,35 @@ func FuzzNormalizePath(f *testing.F) {
 		}
 	})
 }
+
+// Exactly the unreserved characters are decoded, at every edge of their
+// ranges; every other escape is kept with upper-case hex, and malformed ones
+// as they are.
+func TestNormalizeDecodesExactlyTheUnreserved(t *testing.T) {
+	var o PathOptions
+	for c := 0; c < 256; c++ {
+		in := "/x" + "%" + strings.ToLower(hex2(c)) + "y"
+		got := o.Normalize(in)
+		ch := byte(c)
+		unres := 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '-' || ch == '.' || ch == '_' || ch == '~'
+		want := "/x%" + hex2(c) + "y"
+		if unres {
+			want = "/x" + string(rune(ch)) + "y"
+		}
+		if got != want {
+			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, bad := range []string{"/a%g1", "/a%1g", "/a%G1", "/a%:1", "/a%/1", "/a%", "/a%4"} {
+		if got := o.Normalize(bad); got != bad {
+			t.Errorf("Normalize(%q) = %q: a malformed escape must stay as it is", bad, got)
+		}
+	}
+	for in, want := range map[string]string{"/a/.": "/a", "/a/..": "/", "/.a/..b": "/.a/..b", "/a/...": "/a/...", "/": "/", "/a/": "/a"} {
+		if got := o.Normalize(in); got != want {
+			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func hex2(c int) string { return strings.ToUpper(string("0123456789abcdef"[c>>4]) + string("0123456789abcdef"[c&15])) }
