@@ -105,4 +105,6 @@ func TestNormalizeDecodesExactlyTheUnreserved(t *testing.T) {
 	}
 }
 
-func hex2(c int) string { return strings.ToUpper(string("0123456789abcdef"[c>>4]) + string("0123456789abcdef"[c&15])) }
+func hex2(c int) string {
+	return strings.ToUpper(string("0123456789abcdef"[c>>4]) + string("0123456789abcdef"[c&15]))
+}
