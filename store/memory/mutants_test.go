@@ -113,3 +113,38 @@ func TestOverflowEndsWhenLimitedKeysRecover(t *testing.T) {
 		})
 	}
 }
+
+// A key that is present is taken lock-free: only its first take (the
+// insert) goes to the locked path.
+func TestPresentKeysAreTakenLockFree(t *testing.T) {
+	s := New(WithClock(sluice.NewManualClock(epoch)))
+	l, _ := s.Limiter("r", sluice.Limit{Rate: 1000, Period: time.Hour})
+	const n = 2000
+	for i := range n {
+		l.Allow(fmt.Sprint("k", i))
+	}
+	before := l.word.locked.Load()
+	if before < n {
+		t.Fatalf("%d locked takes for %d inserts", before, n)
+	}
+	for range 5 {
+		for i := range n {
+			l.Allow(fmt.Sprint("k", i))
+		}
+	}
+	if got := l.word.locked.Load() - before; got != 0 {
+		t.Fatalf("%d takes of present keys went to the locked path", got)
+	}
+}
+
+// sizeFor: the smallest power of two, at least minSlots, that leaves the
+// shard at most half full, up to maxSlots.
+func TestSizeFor(t *testing.T) {
+	for _, tc := range []struct{ keys, max, want int }{
+		{0, 1024, 8}, {3, 1024, 8}, {4, 1024, 16}, {7, 1024, 16}, {8, 1024, 32}, {100, 1024, 256}, {511, 1024, 1024}, {5000, 1024, 1024},
+	} {
+		if got := sizeFor(tc.keys, tc.max); got != tc.want {
+			t.Errorf("sizeFor(%d, %d) = %d, want %d", tc.keys, tc.max, got, tc.want)
+		}
+	}
+}

@@ -42,6 +42,7 @@ type wordTable struct {
 	maxSlots  int
 	evictions atomic.Uint64
 	overflows atomic.Uint64 // takes answered from the overflow word
+	locked    atomic.Uint64 // takes that went to the locked path
 	shards    [numShards]wordShard
 
 	// overflow is the shared, strict state of the keys that found their
@@ -170,6 +171,7 @@ func (t *wordTable) takeInto(key string, now, units int64, o op, r *algo.Result)
 	if t.takeFast(sh, fp, now, units, o, r) {
 		return
 	}
+	t.locked.Add(1) // the slow path only: for tests and profiles
 	sh.mu.Lock()
 	t.lockedInto(i, fp, now, units, o, r)
 	sh.mu.Unlock()
