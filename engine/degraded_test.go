@@ -68,8 +68,8 @@ func TestShareDividesRateAndBurst(t *testing.T) {
 		{sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: sluice.FixedWindow}, 2, sluice.Limit{Rate: 5, Period: time.Minute, Algorithm: sluice.FixedWindow}},
 		{sluice.Limit{Rate: 10, Period: time.Minute}, 1, sluice.Limit{Rate: 10, Period: time.Minute}},
 	} {
-		if got := Share(tc.l, tc.n); got != tc.want {
-			t.Errorf("Share(%v, %d) = %+v, want %+v", tc.l, tc.n, got, tc.want)
+		if got := tc.l.Share(tc.n); got != tc.want {
+			t.Errorf("%v.Share(%d) = %+v, want %+v", tc.l, tc.n, got, tc.want)
 		}
 	}
 }

@@ -400,11 +400,8 @@ func (e *Engine) degradedLimit(r *rule, l sluice.Limit) sluice.Limit {
 	if e.gateways != nil {
 		n = max(e.gateways(), 1)
 	}
-	return Share(l, n)
+	return l.Share(n)
 }
-
-// Share returns l divided among n gateways: see sluice.Limit.Share.
-func Share(l sluice.Limit, n int) sluice.Limit { return l.Share(n) }
 
 // shadowed evaluates the shadow rules in a call of their own: they count as
 // if enforced, but never decide the request.
