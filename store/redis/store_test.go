@@ -24,14 +24,20 @@ func TestConformanceSingleNode(t *testing.T) { conformance(t, redistest.Start(t)
 func TestConformanceCluster(t *testing.T) { conformance(t, redistest.StartCluster(t).URL()) }
 
 func conformance(t *testing.T, url string) {
-	storetest.RunWith(t, func(t *testing.T, c sluice.Clock) sluice.Store {
+	storetest.RunWith(t, storeOn(url), storetest.Options{Resolution: time.Microsecond})
+}
+
+// storeOn returns a factory of stores on url, each under a prefix of its own
+// so that tests sharing a server never see each other's keys.
+func storeOn(url string) func(*testing.T, sluice.Clock) sluice.Store {
+	return func(t *testing.T, c sluice.Clock) sluice.Store {
 		s, err := redis.New(redis.Options{URL: url, Clock: c, Prefix: fmt.Sprintf("t%d:", prefixes.Add(1))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
 		return s
-	}, storetest.Options{Resolution: time.Microsecond})
+	}
 }
 
 func TestForgetAndAChangedLimitStartFresh(t *testing.T) {
@@ -97,12 +103,5 @@ func TestParseURL(t *testing.T) {
 // redis-server.
 func FuzzCostAndTime(f *testing.F) {
 	url := redistest.Start(f).URL()
-	storetest.FuzzCostAndTime(f, func(t *testing.T, c sluice.Clock) sluice.Store {
-		s, err := redis.New(redis.Options{URL: url, Clock: c, Prefix: fmt.Sprintf("f%d:", prefixes.Add(1))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}, storetest.Options{Resolution: time.Microsecond})
+	storetest.FuzzCostAndTime(f, storeOn(url), storetest.Options{Resolution: time.Microsecond})
 }
