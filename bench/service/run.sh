@@ -116,6 +116,20 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 
+# Redis bytes per key for the same rules: MEMORY USAGE averaged over every
+# key each service left (sluice's start with "{", the reference's with
+# "bench_"); both count the same 1,000 descriptor values.
+avgmem() {
+	redis-cli -p "$RP" --scan --pattern "$1" | while read -r k; do redis-cli -p "$RP" memory usage "$k"; done |
+		awk '{s += $1; n++} END {if (n) printf "%.1f %d", s / n, n; else printf "n/a 0"}'
+}
+read -r SLUICE_BPK SLUICE_KEYS < <(avgmem '{*')
+echo "Redis bytes/key: sluice $SLUICE_BPK over $SLUICE_KEYS keys" >&2
+if [ -n "${RATELIMIT_BIN:-}" ]; then
+	read -r REF_BPK REF_KEYS < <(avgmem 'bench_*')
+	echo "Redis bytes/key: envoyproxy/ratelimit $REF_BPK over $REF_KEYS keys" >&2
+fi
+
 stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { stats "$1" | cut -d' ' -f1; }
 printf '\n%-34s %12s %12s %12s\n' "contender/path/metric" median min max
@@ -135,6 +149,9 @@ if [ -n "${RATELIMIT_BIN:-}" ]; then
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, p99:            $(ratio "$(med "${RES[sluice-redis/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-defaults/grpc/rps]}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
+	echo "  Redis bytes/key, sluice / envoyproxy/ratelimit:                 $(ratio "$SLUICE_BPK" "$REF_BPK") ($SLUICE_BPK over $SLUICE_KEYS keys, $REF_BPK over $REF_KEYS)"
+else
+	echo "  Redis bytes/key, sluice: $SLUICE_BPK over $SLUICE_KEYS keys"
 fi
 echo
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), $(date -u +%F)"

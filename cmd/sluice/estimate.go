@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/sim"
@@ -71,23 +71,29 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 
 // redisMeasurer writes sample keys with sluice's Redis store, each at its
 // limit, and averages their MEMORY USAGE; the keys are deleted afterwards.
+// The keys are named as a user's would be (no prefix, the algorithm as the
+// rule, a short key), a random tag keeping them apart from real ones.
 func redisMeasurer(url string) (func(sluice.Limit) (float64, error), func(), error) {
-	prefix := fmt.Sprintf("sluice-estimate:%d:", time.Now().UnixNano())
-	s, err := redis.New(redis.Options{URL: url, Prefix: prefix})
+	s, err := redis.New(redis.Options{URL: url})
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx := context.Background()
-	var rules []string
+	tag := rand.Uint32() & 0xffff
+	type written struct {
+		rule, key string
+		l         sluice.Limit
+	}
+	var keys []written
 	measure := func(l sluice.Limit) (float64, error) {
 		rule := l.Algorithm.String()
-		rules = append(rules, rule)
 		const sample = 200
 		fill := min(l.Capacity(), 1<<16)
 		out := make([]sluice.Decision, 1)
 		var total int64
 		for i := range sample {
-			key := "key:" + strconv.Itoa(i)
+			key := fmt.Sprintf("u%04x-%d", tag, i)
+			keys = append(keys, written{rule, key, l})
 			if err := s.Take(ctx, []sluice.Take{{Rule: rule, Key: key, Limit: l, Cost: fill}}, out); err != nil {
 				return 0, err
 			}
@@ -100,8 +106,8 @@ func redisMeasurer(url string) (func(sluice.Limit) (float64, error), func(), err
 		return float64(total) / sample, nil
 	}
 	done := func() {
-		for _, r := range rules {
-			s.DeleteRule(ctx, r)
+		for _, k := range keys {
+			s.Delete(ctx, k.rule, k.key, k.l)
 		}
 		s.Close()
 	}

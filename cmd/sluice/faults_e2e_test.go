@@ -273,7 +273,7 @@ func TestServeWithOneClusterMasterStoppedEndToEnd(t *testing.T) {
 	// Find users whose keys live on master 0 and on another master: master
 	// 0 answers a key it does not own with MOVED.
 	onNode := func(user string) int {
-		r, err := cluster.Nodes[0].Do("GET", "sluice:{"+user+"}:open:x")
+		r, err := cluster.Nodes[0].Do("GET", "{"+user+"}open:x")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	fs.Var(&c.configs, "config", "a rule file (repeatable; their rules apply together) [$SLUICE_CONFIG, comma-separated]")
 	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address [$SLUICE_LISTEN]")
 	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1 [$SLUICE_STORE]")
-	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", "sluice:"), "Redis: the prefix of every key [$SLUICE_REDIS_PREFIX]")
+	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", ""), "Redis: a prefix for every key (default none: keys start with their hash tag, \"{\") [$SLUICE_REDIS_PREFIX]")
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.coarse = fs.Duration("coarse-clock", 0, "embedded store: read time from a clock ticking this often (such as 1ms) instead of the exact clock: faster, up to one tick less precise")
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
