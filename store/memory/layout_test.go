@@ -434,3 +434,34 @@ func TestSweepDropsAKeyFromItsIdleInstant(t *testing.T) {
 		})
 	}
 }
+
+// Forget finds and removes a key wherever it sits, slot 0 included.
+func TestForgetRemovesAKeyInSlotZero(t *testing.T) {
+	for _, alg := range everyAlgorithm {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := New(WithClock(sluice.NewManualClock(epoch)))
+			l, _ := s.Limiter("r", sluice.Limit{Rate: 1, Period: time.Hour, Algorithm: alg})
+			tb := tableOf(t, s, "r")
+			var key string
+			for _, k := range keysInShard(s.seed, "k", 400) {
+				if fp, _ := tb.locate(k); home(fp, minSlots) == 0 {
+					key = k
+					break
+				}
+			}
+			l.Allow(key)
+			if _, i := slotOf(t, tb, key); i != 0 {
+				t.Fatalf("key in slot %d, want 0", i)
+			}
+			if !s.Forget("r", key) {
+				t.Fatal("Forget did not find the key in slot 0")
+			}
+			if _, i := slotOf(t, tb, key); i >= 0 {
+				t.Fatalf("key still in slot %d after Forget", i)
+			}
+			if !l.Allow(key) {
+				t.Fatal("a forgotten key is still limited")
+			}
+		})
+	}
+}
