@@ -92,7 +92,7 @@ func BenchmarkEnvoyGRPC(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
 	s, _ := New(Options{Engine: e, Loopback: true, Logger: quiet})
-	g := grpc.NewServer()
+	g := s.NewGRPCServer()
 	s.RegisterEnvoy(g)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go g.Serve(ln)

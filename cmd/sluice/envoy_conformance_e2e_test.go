@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,4 +203,50 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Over Envoy's gRPC API on Redis, with the defaults: 64 callers send 3,000
+// calls for one descriptor over its limit of 5 per hour. Exactly 5 pass,
+// and the refused calls are answered from the deny cache, not by a script
+// call each.
+func TestEnvoyOverTheLimitOnRedisIsAnsweredFromTheDenyCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	envoyFile := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	os.WriteFile(envoyFile, []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600)
+	probe, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := probe.Addr().String()
+	probe.Close()
+	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr,
+		"--config", envoyFile, "--store", redistest.Start(t).URL())
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsCase{t, rlsv3.NewRateLimitServiceClient(conn)}
+	c.call("d", desc("user", "warm-up")) // the connection and the scripts
+	before := storeCalls(t, []string{base})
+	const callers, calls = 64, 3000
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for i := g; i < calls; i += callers {
+				if c.call("d", desc("user", "u1")).OverallCode == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := ok.Load(); got != 5 {
+		t.Fatalf("%d calls passed, want exactly 5", got)
+	}
+	used := storeCalls(t, []string{base}) - before
+	if used > calls/10 {
+		t.Fatalf("%d store calls for %d decisions: the refused ones did not come from the deny cache", used, calls)
+	}
+	t.Logf("%d decisions, %d store calls", calls, used)
 }

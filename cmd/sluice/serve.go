@@ -337,7 +337,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return err
 		}
-		g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryRecover()))
+		g := srv.NewGRPCServer()
 		srv.RegisterEnvoy(g)
 		go g.Serve(gl)
 		defer gracefulStop(g, 10*time.Second)
