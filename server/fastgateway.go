@@ -260,8 +260,17 @@ func appendProblem(b []byte, p *httplimit.Problem) []byte {
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	start := 0 // s[start:i] needs no escaping: it is copied in one append
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' && c != 0xe2 {
+			continue
+		}
+		if c == 0xe2 && !(i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9)) {
+			continue // another three-byte character: copied as it is
+		}
+		b = append(b, s[start:i]...)
+		switch c {
 		case '"', '\\':
 			b = append(b, '\\', c)
 		case '\n':
@@ -270,23 +279,19 @@ func appendJSONString(b []byte, s string) []byte {
 			b = append(b, '\\', 'r')
 		case '\t':
 			b = append(b, '\\', 't')
-		case '<', '>', '&':
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
 		case 0xe2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
-			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9) {
-				b = append(b, '\\', 'u', '2', '0', '2', hex[s[i+2]&15])
-				i += 2
-				continue
-			}
-			b = append(b, c)
-		default:
-			if c < 0x20 {
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			} else {
-				b = append(b, c)
-			}
+			b = append(b, '\\', 'u', '2', '0', '2', hex[s[i+2]&15])
+			i += 2
+		default: // control characters and the HTML ones
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
 		}
+		start = i + 1
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 

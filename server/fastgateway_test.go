@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
@@ -239,4 +240,21 @@ func TestAppendProblemIsJSON(t *testing.T) {
 	if got := appendProblem(nil, p); string(got) != string(want)+"\n" {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
+}
+
+// appendJSONString writes any valid UTF-8 string as encoding/json does:
+// escaped runs and the plain runs copied between them.
+func FuzzAppendJSONStringIsJSON(f *testing.F) {
+	for _, s := range []string{"", "plain", "\"", "a\\", "<x>&", "\u2028\u2029", "é\u2027\u202a", "\x00\x1f\x7f", "ends in \n", "\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // rule names and details are valid UTF-8; encoding/json would replace the rest
+		}
+		want, _ := json.Marshal(s)
+		if got := appendJSONString(nil, s); string(got) != string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got, want)
+		}
+	})
 }
