@@ -103,12 +103,12 @@ func userReq(user string) *rules.Request {
 		Header: http.Header{"X-User-Id": {user}}}
 }
 
-// The reference shop file means what it says: per user and IP, 10 per 15
-// minutes ("login" has no match, so it counts every request); per user, 20
+// A rule file means what it says: per user and IP, 10 per 15 minutes
+// ("login" has no match, so it counts every request); per user, 20
 // at once then 100 per minute; otp-sms and tenant skip requests without a
 // phone or tenant.
-func TestShopRulesMeanWhatTheySay(t *testing.T) {
-	c, err := rules.Load("../examples/shop.json")
+func TestRulesMeanWhatTheySay(t *testing.T) {
+	c, err := rules.Load("testdata/every-request.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,8 @@ import (
 	"github.com/sluice-rl/sluice"
 )
 
-func TestReferenceShopLoadsAsWritten(t *testing.T) {
-	c, err := Load("../examples/shop.json")
+func TestRuleFileLoadsAsWritten(t *testing.T) {
+	c, err := Load("testdata/every-request.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,8 +266,43 @@ func TestCeilingInWords(t *testing.T) {
 	}
 }
 
+// examples/shop.json is the shop of examples/shop.yaml, field for field:
+// the same key sources, proxies and rules (matches, algorithms, costs,
+// modes, penalties), only the format differs.
+func TestShopJSONIsTheShopYAML(t *testing.T) {
+	j, err := Load("../examples/shop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := Load("../examples/shop.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Rules) != len(y.Rules) || len(y.Rules) < 6 {
+		t.Fatalf("%d rules in JSON, %d in YAML", len(j.Rules), len(y.Rules))
+	}
+	strip := func(c *Config) *Config {
+		cp := &Config{Sources: c.Sources, TrustedProxies: c.TrustedProxies, IPv6Prefix: c.IPv6Prefix, Paths: c.Paths, EnvoyDomains: c.EnvoyDomains}
+		for _, r := range c.Rules {
+			r2 := *r
+			r2.Line = 0 // where a rule starts differs between the files
+			cp.Rules = append(cp.Rules, &r2)
+		}
+		return cp
+	}
+	js, ys := strip(j), strip(y)
+	for i := range ys.Rules {
+		if !reflect.DeepEqual(js.Rules[i], ys.Rules[i]) {
+			t.Errorf("rule %d differs:\nJSON %+v\nYAML %+v", i, js.Rules[i], ys.Rules[i])
+		}
+	}
+	if !reflect.DeepEqual(js, ys) {
+		t.Errorf("the files' settings differ:\nJSON %+v\nYAML %+v", js, ys)
+	}
+}
+
 func TestLoadAllMergesFilesAndRefusesDuplicateIDs(t *testing.T) {
-	c, err := LoadAll("../examples/shop.json", "testdata/extra.yaml")
+	c, err := LoadAll("testdata/every-request.json", "testdata/extra.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +312,7 @@ func TestLoadAllMergesFilesAndRefusesDuplicateIDs(t *testing.T) {
 	if _, err := LoadAll("../examples/shop.json", "../examples/shop.json"); err == nil || !strings.Contains(err.Error(), "duplicate id") {
 		t.Fatalf("duplicates across files: %v", err)
 	}
-	if _, err := LoadAll("../examples/shop.json", "testdata/bad.yaml"); err == nil {
+	if _, err := LoadAll("testdata/every-request.json", "testdata/bad.yaml"); err == nil {
 		t.Fatal("a bad file in the set was accepted")
 	}
 }
