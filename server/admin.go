@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"strings"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
@@ -23,9 +24,10 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		got := []byte(r.Header.Get("Authorization"))
-		want := []byte("Bearer " + s.o.AdminToken)
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		// The scheme is case-insensitive (RFC 9110, section 11.1), the token
+		// compared in constant time.
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), []byte(s.o.AdminToken)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			writeProblem(w, http.StatusUnauthorized, "Unauthorized", "a valid admin bearer token is required", "")
 			return

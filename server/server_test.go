@@ -226,8 +226,15 @@ func TestAdminNeedsATokenOffLoopback(t *testing.T) {
 	if w := tok.do("GET", "/v1/rules", "", "Authorization", "Bearer wrong"); w.Code != 401 {
 		t.Fatalf("wrong token: %d", w.Code)
 	}
-	if w := tok.do("GET", "/v1/rules", "", "Authorization", "Bearer s3cret"); w.Code != 200 {
-		t.Fatalf("right token: %d", w.Code)
+	for _, h := range []string{"Bearer s3cret", "bearer s3cret", "BEARER s3cret"} { // the scheme is case-insensitive
+		if w := tok.do("GET", "/v1/rules", "", "Authorization", h); w.Code != 200 {
+			t.Fatalf("right token as %q: %d", h, w.Code)
+		}
+	}
+	for _, h := range []string{"Basic s3cret", "Bearer s3cret ", "Bearer  s3cret", "Bearers3cret", "s3cret", "Bearer S3CRET"} {
+		if w := tok.do("GET", "/v1/rules", "", "Authorization", h); w.Code != 401 {
+			t.Fatalf("%q: %d, want 401", h, w.Code)
+		}
 	}
 }
 
