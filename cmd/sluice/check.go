@@ -15,7 +15,8 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice check FILE...")
-		fmt.Fprintln(stderr, "\nValidates rule files. Prints every fault with its file, line, column and")
+		fmt.Fprintln(stderr, "\nValidates rule files, each alone and together as serve loads them (rule ids")
+		fmt.Fprintln(stderr, "unique across the files). Prints every fault with its file, line, column and")
 		fmt.Fprintln(stderr, "field and exits 1; or prints each rule: what it matches, its key, and its")
 		fmt.Fprintln(stderr, "burst ceiling in words.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice check examples/shop.yaml")
@@ -29,6 +30,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return errUsage{errors.New("no file")}
 	}
 	failed := 0
+	var cfgs []*rules.Config
 	for _, path := range positional {
 		c, err := rules.Load(path)
 		if err != nil {
@@ -36,12 +38,21 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 			failed++
 			continue
 		}
+		cfgs = append(cfgs, c)
 		fmt.Fprintf(stdout, "%s: %d rules\n", path, len(c.Rules))
 		for _, r := range c.Rules {
 			fmt.Fprintf(stdout, "  %s\n", r.Summary())
 		}
 		for _, w := range c.Warnings() {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+	}
+	// The files are served together: what only their union gets wrong
+	// (a rule id in two files, IPv6 prefixes that differ) is refused too.
+	if failed == 0 && len(cfgs) > 1 {
+		if _, err := rules.Merge(cfgs...); err != nil {
+			fmt.Fprintln(stderr, err)
+			failed++
 		}
 	}
 	if failed > 0 {

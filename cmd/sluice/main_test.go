@@ -59,6 +59,15 @@ func TestCheckDescribesGoodFilesAndListsEveryFault(t *testing.T) {
 	if code != 1 || strings.Count(errs, "bad.yaml:") < 8 {
 		t.Fatalf("bad file: exit %d, stderr:\n%s", code, errs)
 	}
+	// Files that are good alone but not together, as serve would load them.
+	code, _, errs = runCLI("check", "../../examples/shop.yaml", "../../examples/shop.json")
+	if code != 1 || !strings.Contains(errs, "duplicate id") {
+		t.Fatalf("a rule id in two files: exit %d, stderr:\n%s", code, errs)
+	}
+	code, _, errs = runCLI("check", "../../examples/shop.yaml", "../../rules/testdata/extra.yaml")
+	if code != 0 {
+		t.Fatalf("two files that merge: exit %d, stderr:\n%s", code, errs)
+	}
 }
 
 func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
