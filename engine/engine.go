@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -69,6 +71,13 @@ type Engine struct {
 	set       atomic.Pointer[ruleSet]
 	reloads   [2]atomic.Uint64 // ok, failed
 	overrides *overrides
+
+	// fileMu serialises ReloadFile; files is the digest of the rule files
+	// it last tried, so one change seen by both the file watcher and a
+	// SIGHUP loads (and logs, and counts) once.
+	fileMu   sync.Mutex
+	files    [sha256.Size]byte
+	filesErr error
 }
 
 // ErrBreakerOpen is the store error while the circuit breaker is open.

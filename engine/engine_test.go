@@ -389,6 +389,42 @@ func TestReloadKeepsUnchangedCountsAndRefusesBadFiles(t *testing.T) {
 	}
 }
 
+// One change, seen by the file watcher and by a SIGHUP at once (two
+// ReloadFile calls, racing), loads once: one reload counted, one log line.
+// Unchanged files are not loaded again; a change after that is.
+func TestOneChangeLoadsOnce(t *testing.T) {
+	path, e := engineFromFile(t, "rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n")
+	os.WriteFile(path, []byte("rules:\n  - {id: b, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := e.ReloadFile(path); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok, refused := e.Reloads(); ok != 1 || refused != 0 || e.Config().Rules[0].ID != "b" {
+		t.Fatalf("one change: reloads ok=%d refused=%d, rule %s", ok, refused, e.Config().Rules[0].ID)
+	}
+	os.WriteFile(path, []byte("rules:\n  - {id: c, key: [user], rate: 0, per: 1h}\n"), 0o600)
+	for range 2 {
+		if err := e.ReloadFile(path); err == nil {
+			t.Fatal("an invalid file was accepted")
+		}
+	}
+	if ok, refused := e.Reloads(); ok != 1 || refused != 1 {
+		t.Fatalf("one bad change: reloads ok=%d refused=%d, want it refused once", ok, refused)
+	}
+	os.WriteFile(path, []byte("rules:\n  - {id: d, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	if err := e.ReloadFile(path); err != nil || e.Config().Rules[0].ID != "d" {
+		t.Fatalf("the fix: %v, rule %s", err, e.Config().Rules[0].ID)
+	}
+	if ok, _ := e.Reloads(); ok != 2 {
+		t.Fatalf("reloads ok=%d after the fix, want 2", ok)
+	}
+}
+
 func TestWatchFileReloadsOnChange(t *testing.T) {
 	path, e := engineFromFile(t, "rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())

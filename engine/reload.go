@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,14 +44,36 @@ func copyCounters(dst, src *counters) {
 
 // ReloadFile loads the rule files at paths (their rules apply together) and
 // serves them. An invalid file is refused: the error is logged and returned,
-// and the current rules keep serving.
+// and the current rules keep serving. Files whose contents are those of the
+// last call are not loaded again: the file watcher and a SIGHUP that both
+// see one change load it once.
 func (e *Engine) ReloadFile(paths ...string) error {
+	e.fileMu.Lock()
+	defer e.fileMu.Unlock()
+	h := sha256.New()
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			h.Reset() // unreadable: never equal to a digest of contents
+			break
+		}
+		fmt.Fprintf(h, "%d:%s\x00%d:", len(p), p, len(b))
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	if sum == e.files {
+		e.log.Debug("sluice: rule files unchanged since they were last loaded", "files", paths)
+		return e.filesErr // what loading them gave, once
+	}
 	cfg, err := rules.LoadAll(paths...)
 	if err != nil {
 		e.reloads[1].Add(1)
 		e.log.Error("sluice: rule files refused; the previous rules keep serving", "files", paths, "error", err)
+		e.files, e.filesErr = sum, err // refused once, logged once
 		return err
 	}
+	e.files, e.filesErr = sum, nil
 	e.Reload(cfg)
 	e.log.Info("sluice: rules reloaded", "files", paths, "rules", len(cfg.Rules))
 	return nil
