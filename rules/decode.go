@@ -163,6 +163,7 @@ func (d *decoder) config(data []byte) *Config {
 		return c
 	}
 	var rulesNode *yaml.Node
+	allowNone := false
 	d.fields(root, "", map[string]func(*yaml.Node, string){
 		"keys": func(v *yaml.Node, f string) { d.keys(c, v, f) },
 		"trustedProxies": func(v *yaml.Node, f string) {
@@ -203,6 +204,7 @@ func (d *decoder) config(data []byte) *Config {
 			d.paths = c.Paths
 		},
 		"rules": func(v *yaml.Node, f string) { rulesNode = v },
+		"allowNoRules": func(v *yaml.Node, f string) { allowNone, _ = d.boolean(v, f) },
 	})
 	if root.Kind != yaml.MappingNode {
 		return nil
@@ -214,6 +216,12 @@ func (d *decoder) config(data []byte) *Config {
 	// Rules come last so that every named key source is known.
 	if rulesNode.Kind != yaml.SequenceNode {
 		d.fail(rulesNode, "rules", "want a list, got %s", describe(rulesNode))
+		return c
+	}
+	if len(rulesNode.Content) == 0 && !allowNone {
+		// A file emptied by mistake (or by a bad template) would let every
+		// request through on the next reload.
+		d.fail(rulesNode, "rules", "empty: with no rules every request passes; write allowNoRules: true if that is meant")
 		return c
 	}
 	ids := map[string]int{}

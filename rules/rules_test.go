@@ -105,11 +105,26 @@ func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
 	}
 }
 
+// A file with no rules lets every request through: it loads only when it
+// says so.
+func TestNoRulesOnlyWhenTheFileSaysSo(t *testing.T) {
+	_, err := Parse("r.yaml", []byte("rules: []\n"))
+	if err == nil || !strings.Contains(err.Error(), "r.yaml:1:") || !strings.Contains(err.Error(), "allowNoRules") {
+		t.Fatalf("rules: [] gave %v, want an error at its line naming allowNoRules", err)
+	}
+	c, err := Parse("r.yaml", []byte("allowNoRules: true\nrules: []\n"))
+	if err != nil || len(c.Rules) != 0 {
+		t.Fatalf("allowNoRules: true: %v", err)
+	}
+}
+
 func TestMalformedFilesAreErrors(t *testing.T) {
 	for name, src := range map[string]string{
 		"empty":          "",
 		"not a mapping":  "- a\n- b\n",
 		"no rules":       "keys: {}\n",
+		"empty rules":    "rules: []\n",
+		"not allowed":    "allowNoRules: false\nrules: []\n",
 		"rules not list": "rules: {id: a}\n",
 		"bad yaml":       "rules: [\n",
 		"wrong type":     "rules:\n  - {id: a, key: [ip], rate: ten, per: 1m}\n",
