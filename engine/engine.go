@@ -220,7 +220,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	e.shadowed(ctx, res, mult, opt.DryRun)
 	res.combine()
 	for i := range res.Statuses {
-		res.Statuses[i].count()
+		res.Statuses[i].count(res.Allowed)
 	}
 	if !res.Allowed && !opt.DryRun {
 		e.penalize(ctx, res)

@@ -186,6 +186,39 @@ rules:
 	}
 }
 
+// A rule counts a request as allowed only if the request passed: when
+// another rule refuses it, the rule with room was overruled (and charged
+// nothing).
+func TestRuleStatsCountAllowedOnlyForAdmittedRequests(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: wide, key: [user], rate: 100, per: 1h}
+  - {id: narrow, key: [user], rate: 3, per: 1h}
+`, Options{})
+	for range 10 {
+		f.check(t, userReq("u"))
+	}
+	want := map[string]RuleStats{
+		"wide":   {Rule: "wide", Allowed: 3, Overruled: 7},
+		"narrow": {Rule: "narrow", Allowed: 3, Limited: 7},
+	}
+	for _, s := range f.e.Stats() {
+		w := want[s.Rule]
+		if s.Allowed != w.Allowed || s.Overruled != w.Overruled || s.Limited != w.Limited {
+			t.Errorf("%s: allowed %d, overruled %d, limited %d; want %d, %d, %d", s.Rule, s.Allowed, s.Overruled, s.Limited, w.Allowed, w.Overruled, w.Limited)
+		}
+	}
+	res := f.check(t, userReq("u"))
+	if res.Allowed {
+		t.Fatal("narrow let an 11th through")
+	}
+	for _, st := range res.Statuses {
+		if st.Rule == "wide" && st.Remaining != 97 {
+			t.Fatalf("wide: %d left, want 97: overruled requests were charged", st.Remaining)
+		}
+	}
+}
+
 func TestPenaltyLocksTheKeyAcrossEngines(t *testing.T) {
 	src := `
 rules:

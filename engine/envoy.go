@@ -176,7 +176,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			st.r, st.Shadow = r, r.Shadow
 			st.Decision = sluice.Decision{Reason: sluice.ReasonLimited, Rule: r.ID, Limit: limit,
 				RetryAfter: limit.Period, ResetAfter: limit.Period}
-			st.count()
+			st.count(false) // a deny rule refuses the request
 			continue
 		}
 		start := len(res.keyBuf)
@@ -284,7 +284,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 	res.Allowed = !plainOver && (quotas == 0 || quotasOver < quotas)
 	for i := range res.Statuses {
 		if res.Statuses[i].r != nil && !res.Statuses[i].r.Deny {
-			res.Statuses[i].count()
+			res.Statuses[i].count(res.Allowed)
 		}
 	}
 	return nil

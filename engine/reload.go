@@ -40,6 +40,7 @@ func copyCounters(dst, src *counters) {
 	dst.locked.Store(src.locked.Load())
 	dst.charged.Store(src.charged.Load())
 	dst.nearLimit.Store(src.nearLimit.Load())
+	dst.overruled.Store(src.overruled.Load())
 }
 
 // ReloadFile loads the rule files at paths (their rules apply together) and

@@ -149,10 +149,14 @@ func rejectsHarder(a, b *Status) bool {
 
 // counters are one rule's outcome counts, for metrics.
 type counters struct {
-	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit atomic.Uint64
+	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
 }
 
-func (st *Status) count() {
+// count adds the status to its rule's counts. admitted is the request's
+// outcome: an enforced rule that had room counts as allowed only if the
+// request passed; if another rule refused it, nothing was charged and the
+// rule was overruled.
+func (st *Status) count(admitted bool) {
 	if st.r == nil {
 		return
 	}
@@ -164,6 +168,8 @@ func (st *Status) count() {
 		c.failedClosed.Add(1)
 	case st.Shadow && !st.Allowed:
 		c.shadowLimited.Add(1)
+	case st.Allowed && !st.Shadow && !admitted:
+		c.overruled.Add(1)
 	case st.Allowed:
 		c.allowed.Add(1)
 		if !st.Shadow && st.Remaining*10 <= st.Limit.Capacity() {
@@ -180,6 +186,9 @@ type RuleStats struct {
 	Rule                                                                                string
 	Shadow                                                                              bool
 	Allowed, Limited, ShadowLimited, FailedOpen, FailedClosed, Skipped, Locked, Charged uint64
+	// Overruled counts requests another rule refused while this one had
+	// room: nothing was charged, and they are not counted as allowed.
+	Overruled uint64
 	// NearLimit counts allowed requests that left the key within 10% of its
 	// burst.
 	NearLimit uint64
@@ -195,7 +204,7 @@ func (e *Engine) Stats() []RuleStats {
 			Rule: r.ID, Shadow: r.Shadow,
 			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),
 			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(),
-			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(),
+			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(), Overruled: c.overruled.Load(),
 		}
 	}
 	return out

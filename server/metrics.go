@@ -80,7 +80,7 @@ type collector struct {
 
 var (
 	descDecisions = prometheus.NewDesc("sluice_decisions_total",
-		"Decisions by rule and outcome: allowed, limited, shadow_limited, failed_open, failed_closed, skipped (key missing), locked (penalty applied).",
+		"Decisions by rule and outcome: allowed (the request passed), limited, overruled (the rule had room, another rule refused the request, nothing was charged), shadow_limited, failed_open, failed_closed, skipped (key missing), locked (penalty applied).",
 		[]string{"rule", "outcome"}, nil)
 	descNearLimit = prometheus.NewDesc("sluice_near_limit_total",
 		"Allowed requests that left their key within 10% of its burst.", []string{"rule"}, nil)
@@ -149,6 +149,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.e.Stats() {
 		counter(descDecisions, s.Allowed, s.Rule, "allowed")
 		counter(descDecisions, s.Limited, s.Rule, "limited")
+		counter(descDecisions, s.Overruled, s.Rule, "overruled")
 		counter(descDecisions, s.ShadowLimited, s.Rule, "shadow_limited")
 		counter(descDecisions, s.FailedOpen, s.Rule, "failed_open")
 		counter(descDecisions, s.FailedClosed, s.Rule, "failed_closed")
@@ -182,9 +183,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if r == nil || r.StatsKey == "" {
 			continue
 		}
-		total := st.Allowed + st.Limited + st.FailedOpen + st.FailedClosed
+		// As the reference counts them: a descriptor within its limit is
+		// within_limit even when another one put the request over.
+		total := st.Allowed + st.Overruled + st.Limited + st.FailedOpen + st.FailedClosed
 		for name, v := range map[string]uint64{
-			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.FailedOpen,
+			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.Overruled + st.FailedOpen,
 			"near_limit": st.NearLimit, "shadow_mode": st.ShadowLimited,
 		} {
 			counter(envoyStat(name), v, r.StatsKey)
