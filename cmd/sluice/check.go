@@ -26,7 +26,6 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if len(positional) == 0 {
-		fs.Usage()
 		return errUsage{errors.New("no file")}
 	}
 	failed := 0

@@ -37,7 +37,6 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *keys == "" || *limit == "" || len(positional) > 0 {
-		fs.Usage()
 		return errUsage{errors.New("want --keys and --limit")}
 	}
 	n, err := sim.ParseCount(*keys)

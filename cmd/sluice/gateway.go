@@ -35,14 +35,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	u, err := url.Parse(*upstream)
 	if *upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(positional) > 0 {
-		fs.Usage()
 		return errUsage{errors.New("want --upstream http://HOST:PORT")}
 	}
 	s, err := c.build(stderr)
 	if err != nil {
-		if _, usage := err.(errUsage); usage {
-			fs.Usage()
-		}
 		return err
 	}
 	defer s.close()
@@ -61,7 +57,6 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	default:
-		fs.Usage()
 		return errUsage{fmt.Errorf("--data-plane %q: want fasthttp or net/http", *plane)}
 	}
 	servers := []*listening{front}

@@ -63,10 +63,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				if errors.As(err, &exit) {
 					return exit.code
 				}
-				if _, ok := err.(errUsage); !ok {
-					fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+				fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+				if _, ok := err.(errUsage); ok {
+					fmt.Fprintf(stderr, "Run 'sluice %s --help' for its flags and an example.\n", c.name)
+					return 2 // the command was given wrong: nothing was done
 				}
-				return 2
+				return 1 // the command failed while running
 			}
 			return 0
 		}
@@ -88,9 +90,17 @@ func usage(w io.Writer) {
 // parseArgs parses fs's flags wherever they stand among args and returns
 // the other arguments. help reports --help (usage printed: nothing to do).
 func parseArgs(fs *flag.FlagSet, args []string) (positional []string, help bool, err error) {
+	// The flag package prints the whole usage on any mistake; a mistake
+	// gets one line naming it instead (see run), --help the whole page.
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() { fs.SetOutput(out); fs.Usage = usage }()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				usage()
 				return nil, true, nil
 			}
 			return nil, false, errUsage{err}

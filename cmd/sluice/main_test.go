@@ -41,6 +41,37 @@ func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 	}
 }
 
+// A command given wrong names what is wrong in a line or two, not a page
+// of usage, and exits 2; a command that fails while running exits 1.
+func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gateway", "--config", "../../examples/shop.yaml"}, "--upstream"},
+		{[]string{"serve"}, "--config"},
+		{[]string{"serve", "--bogus"}, "-bogus"},
+		{[]string{"estimate", "--keys", "1M"}, "--limit"},
+		{[]string{"replay", "x.log"}, "--config"},
+		{[]string{"check"}, "no file"},
+		{[]string{"simulate"}, "gcra-vs-token-bucket"},
+	} {
+		code, _, errs := runCLI(tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") > 2 || strings.Contains(errs, "Usage:") {
+			t.Errorf("sluice %v: exit %d, stderr %q; want exit 2 and a line naming %s", tc.args, code, errs, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"check", "../../rules/testdata/bad.yaml"},
+		{"replay", "--config", "../../examples/shop.yaml", "missing.log"},
+		{"serve", "--config", "missing.yaml", "--listen", "127.0.0.1:0"},
+	} {
+		if code, _, errs := runCLI(args...); code != 1 {
+			t.Errorf("sluice %v: exit %d, stderr %q; want 1", args, code, errs)
+		}
+	}
+}
+
 func TestHelpShowsAnExample(t *testing.T) {
 	for _, c := range commands() {
 		code, _, errs := runCLI(c.name, "--help")

@@ -35,7 +35,6 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *config == "" || len(positional) != 1 {
-		fs.Usage()
 		return errUsage{errors.New("want --config RULES and one access log")}
 	}
 	cfg, err := rules.Load(*config)

@@ -299,19 +299,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if len(positional) > 0 {
-		fs.Usage()
 		return errUsage{fmt.Errorf("unexpected arguments %q", positional)}
 	}
 	proxy, err := server.ParseAuthProxy(*authProxy)
 	if err != nil {
-		fs.Usage()
 		return errUsage{err}
 	}
 	s, err := c.build(stderr)
 	if err != nil {
-		if _, usage := err.(errUsage); usage {
-			fs.Usage()
-		}
 		return err
 	}
 	defer s.close()

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,8 +46,14 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if len(positional) != 1 {
-		fs.Usage()
-		return errUsage{fmt.Errorf("want one scenario, got %d", len(positional))}
+		names := []string{}
+		for _, s := range sim.Scenarios() {
+			names = append(names, s.Name)
+		}
+		return errUsage{fmt.Errorf("want one scenario (%s, custom), got %d", strings.Join(names, ", "), len(positional))}
+	}
+	if !slices.Contains(sim.Formats, *format) {
+		return errUsage{fmt.Errorf("--format %q: want one of %s", *format, strings.Join(sim.Formats, ", "))}
 	}
 	var rep *sim.Report
 	if positional[0] == "custom" {
@@ -73,7 +80,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	} else {
 		s, err := sim.Lookup(positional[0])
 		if err != nil {
-			return err
+			return errUsage{err}
 		}
 		if rep, err = s.Run(); err != nil {
 			return err
