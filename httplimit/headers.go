@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"math/bits"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -32,14 +33,49 @@ func seconds(d time.Duration, min int64) int64 {
 
 func clamp(n int64) int64 { return max(0, min(n, maxSFInteger)) }
 
-// appendPolicy appends one RateLimit-Policy member: the rule as its author
-// wrote it, "id";q=<rate>;w=<period in seconds>.
-func appendPolicy(b []byte, rule string, l sluice.Limit) []byte {
+// quota returns what a policy advertises for limit l when a request costs
+// cost units: q, the requests the limit admits at once from full (its
+// capacity: the burst for the bucket family, the rate for the windows,
+// divided by the cost), and w, the time in which it gives all of them back
+// (the bucket's refill time, the window's length). q is then the same quota
+// that remaining counts down: 5 at once then 1 per second is q=5;w=5, not
+// q=1;w=1 with 4 remaining. The unit is requests, the draft's default, so a
+// rule whose requests cost 50 units advertises capacity/50.
+func quota(l sluice.Limit, cost int64) (q int64, w time.Duration) {
+	cost = max(cost, 1)
+	if !l.Algorithm.IsBucket() {
+		return l.Rate / cost, l.Period
+	}
+	// c * Period / Rate exactly (c*T would round each of the c intervals
+	// up, and 7 per minute would read w=61): the quotient fits, being at
+	// most Burst*T, which Limit.Validate bounds.
+	c := l.Capacity()
+	hi, lo := bits.Mul64(uint64(c), uint64(l.Period))
+	if hi >= uint64(l.Rate) { // not a validated limit
+		return c / cost, l.Period
+	}
+	d, _ := bits.Div64(hi, lo, uint64(l.Rate))
+	return c / cost, time.Duration(d)
+}
+
+// appendPolicy appends one RateLimit-Policy member, "id";q=<q>;w=<w in
+// seconds> (see quota).
+func appendPolicy(b []byte, rule string, l sluice.Limit, cost int64) []byte {
+	q, w := quota(l, cost)
 	b = appendName(b, rule)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, clamp(l.Rate), 10)
+	b = strconv.AppendInt(b, clamp(q), 10)
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, seconds(l.Period, 1), 10)
+	return strconv.AppendInt(b, seconds(w, 1), 10)
+}
+
+// costOf returns the units one request takes under st's rule (its cost,
+// 1 unless the rule sets one).
+func costOf(st *engine.Status) int64 {
+	if r := st.RuleDef(); r != nil && r.Cost > 1 {
+		return r.Cost
+	}
+	return 1
 }
 
 // appendName appends a rule id as an sf-String. Ids are validated to
@@ -76,7 +112,7 @@ func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []b
 		if seen > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = appendPolicy(buf, st.Rule, st.Limit)
+		buf = appendPolicy(buf, st.Rule, st.Limit, costOf(st))
 		seen++
 	}
 	if seen == 0 {
@@ -84,18 +120,27 @@ func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []b
 	}
 	h[headerPolicy] = []string{cache.value(buf)}
 	d := &res.Decision
+	cost := int64(1)
+	for i := range res.Statuses {
+		if st := &res.Statuses[i]; st.Rule == d.Rule && !st.Shadow {
+			cost = costOf(st)
+			break
+		}
+	}
+	remaining := clamp(d.Remaining) / cost // in requests, as q is
 	buf = buf[:0]
 	buf = appendName(buf, d.Rule)
 	buf = append(buf, ";r="...)
-	buf = strconv.AppendInt(buf, clamp(d.Remaining), 10)
+	buf = strconv.AppendInt(buf, remaining, 10)
 	if t > 0 {
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, t, 10)
 	}
 	h[headerRateLimit] = []string{string(buf)}
 	if legacy {
-		h[legacyLimit] = []string{strconv.FormatInt(clamp(d.Limit.Rate), 10)}
-		h[legacyRemaining] = []string{strconv.FormatInt(clamp(d.Remaining), 10)}
+		q, _ := quota(d.Limit, cost)
+		h[legacyLimit] = []string{strconv.FormatInt(clamp(q), 10)}
+		h[legacyRemaining] = []string{strconv.FormatInt(remaining, 10)}
 		h[legacyReset] = []string{strconv.FormatInt(seconds(d.ResetAfter, 0), 10)}
 	}
 	return buf

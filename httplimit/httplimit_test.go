@@ -115,7 +115,8 @@ func TestRejectionIsAnsweredByTheBook(t *testing.T) {
 	}
 	pol := sfList(t, h, "RateLimit-Policy")
 	it := pol[0].(httpsfv.Item)
-	if it.Value != "per-user" || param(t, it, "q") != 100 || param(t, it, "w") != 60 {
+	// 20 at once, then 100 a minute: 20 requests, given back in 12 s.
+	if it.Value != "per-user" || param(t, it, "q") != 20 || param(t, it, "w") != 12 {
 		t.Fatalf("RateLimit-Policy %q", h.Get("RateLimit-Policy"))
 	}
 	rl := sfList(t, h, "RateLimit")[0].(httpsfv.Item)
@@ -192,7 +193,7 @@ func TestAllowedResponsesCarryHeadersAsConfigured(t *testing.T) {
 			}
 			sfList(t, last.Header(), "RateLimit-Policy")
 		}
-		if got := last.Header().Get("X-RateLimit-Remaining"); (got == "0") != tc.legacy || (tc.legacy && last.Header().Get("X-RateLimit-Limit") != "100") {
+		if got := last.Header().Get("X-RateLimit-Remaining"); (got == "0") != tc.legacy || (tc.legacy && last.Header().Get("X-RateLimit-Limit") != "20") {
 			t.Errorf("legacy headers %v: X-RateLimit-Remaining %q", tc.legacy, got)
 		}
 	}

@@ -163,3 +163,39 @@ func TestRuleFileTrustedProxiesAreUsed(t *testing.T) {
 		}
 	}
 }
+
+// The limit a response advertises is the quota its remaining counts down:
+// the burst for the bucket family (5 at once, then 1 per second, is q=5 and
+// w=5, with 4 left after one request), the rate for the windows, and in
+// requests when a request costs more than one unit.
+func TestAdvertisedQuotaIsWhatRemainingCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name, rule        string
+		policy, rateLimit string
+		legacyLimit       string
+		legacyRemaining   string
+	}{
+		{"bucket", "{id: b, key: [ip], rate: 1, per: 1s, burst: 5}", `"b";q=5;w=5`, `"b";r=4`, "5", "4"},
+		{"gcra", "{id: g, key: [ip], rate: 7, per: 1m}", `"g";q=7;w=60`, `"g";r=6`, "7", "6"},
+		{"window", "{id: w, key: [ip], rate: 10, per: 1m, algorithm: fixed-window}", `"w";q=10;w=60`, `"w";r=9`, "10", "9"},
+		{"cost", "{id: c, key: [ip], rate: 1000, per: 1h, cost: 50}", `"c";q=20;w=3600`, `"c";r=19`, "20", "19"},
+		{"cost and burst", "{id: cb, key: [ip], rate: 100, per: 1m, burst: 300, cost: 30}", `"cb";q=10;w=180`, `"cb";r=9`, "10", "9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "rules:\n  - "+tc.rule+"\n", Options{LegacyHeaders: true, AllowedHeaders: HeadersAlways})
+			h := f.do("GET", "/").Header()
+			if got := h.Get("Ratelimit-Policy"); got != tc.policy {
+				t.Errorf("RateLimit-Policy %q, want %q", got, tc.policy)
+			}
+			if got := h.Get("Ratelimit"); got != tc.rateLimit {
+				t.Errorf("RateLimit %q, want %q", got, tc.rateLimit)
+			}
+			if got := h.Get("X-Ratelimit-Limit"); got != tc.legacyLimit {
+				t.Errorf("X-RateLimit-Limit %q, want %q", got, tc.legacyLimit)
+			}
+			if got := h.Get("X-Ratelimit-Remaining"); got != tc.legacyRemaining {
+				t.Errorf("X-RateLimit-Remaining %q, want %q", got, tc.legacyRemaining)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/share"
@@ -282,6 +283,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081 [$SLUICE_GRPC_LISTEN]")
 	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers [$SLUICE_ENVOY_DYNAMIC_METADATA]")
+	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers) [$SLUICE_LEGACY_HEADERS]")
 	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed [$SLUICE_AUTH_PROXY]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
@@ -313,6 +315,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
+		HTTP: httplimit.Options{LegacyHeaders: *legacy},
 	})
 	if err != nil {
 		return err

@@ -320,3 +320,34 @@ func TestTwoServeProcessesShareARedisCount(t *testing.T) {
 		t.Fatalf("two gateways on one Redis admitted %d of 30, want exactly 10", allowed)
 	}
 }
+
+// serve --legacy-headers answers the X-RateLimit fields beside the
+// RateLimit ones, each describing the quota remaining counts: a bucket of
+// 5 at once then 1 per second has a limit of 5, and 4 left after a check.
+func TestServeLegacyHeadersDescribeTheBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: b, key: [user], rate: 1, per: 1s, burst: 5}\n"), 0o600)
+	for _, legacy := range []bool{false, true} {
+		args := []string{"--config", rulesPath}
+		if legacy {
+			args = append(args, "--legacy-headers")
+		}
+		base, _ := startServe(t, args...)
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"u"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ Headers map[string]string }
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if v.Headers["RateLimit-Policy"] != `"b";q=5;w=5` || v.Headers["RateLimit"] != `"b";r=4` {
+			t.Fatalf("legacy %v: headers %v", legacy, v.Headers)
+		}
+		if got := v.Headers["X-RateLimit-Limit"] + "/" + v.Headers["X-RateLimit-Remaining"]; (legacy && got != "5/4") || (!legacy && got != "/") {
+			t.Fatalf("legacy %v: X-RateLimit-Limit/Remaining %q", legacy, got)
+		}
+	}
+}
