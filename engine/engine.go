@@ -203,6 +203,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 			} else {
 				r.stats.skipped.Add(1)
 				res.Skipped++
+				res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
 			}
 			continue
 		}

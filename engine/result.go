@@ -26,8 +26,9 @@ type Result struct {
 	// Statuses has every evaluated rule's decision, enforced and shadow.
 	Statuses []Status
 	// Skipped counts matching rules skipped because a key source was
-	// missing from the request.
-	Skipped int
+	// missing from the request; MissingKey names them, in rule order.
+	Skipped    int
+	MissingKey []Skip
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
@@ -86,9 +87,18 @@ type matched struct {
 	key        string
 }
 
+// Skip is a rule that matched a request but did not apply to it, because
+// the request lacks a source of the rule's key (and the rule skips such
+// requests, the default): it counted nothing and decided nothing.
+type Skip struct {
+	Rule  string
+	Limit sluice.Limit
+}
+
 func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
 	res.Skipped, res.StoreError = 0, nil
+	res.MissingKey = res.MissingKey[:0]
 	clear(res.Statuses) // drop references to keys and rules of the last check
 	res.Statuses = res.Statuses[:0]
 	res.matched = res.matched[:0]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice"
 	"io"
 	"net/http"
 	"net/netip"
@@ -238,7 +239,7 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 	resp := &CheckResponse{
 		Allowed: res.Allowed, Rule: d.Rule, Reason: res.Reason.String(),
 		RetryAfterMs: ms(d.RetryAfter), DelayMs: ms(res.Delay),
-		Statuses: make([]StatusJSON, len(res.Statuses)), Headers: map[string]string{},
+		Statuses: make([]StatusJSON, len(res.Statuses), len(res.Statuses)+len(res.MissingKey)), Headers: map[string]string{},
 	}
 	if res.Degraded() {
 		resp.Degraded, resp.DegradedReason = true, res.StoreError.Error()
@@ -250,6 +251,12 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 			Limit: st.Limit.Rate, PeriodSeconds: st.Limit.Period.Seconds(), Burst: st.Limit.Capacity(),
 			Remaining: st.Remaining, ResetAfterMs: ms(st.ResetAfter), RetryAfterMs: ms(st.RetryAfter), DelayMs: ms(st.Delay),
 		}
+	}
+	// Rules skipped for a missing key are listed too, so that a request
+	// that forgot its API key can see which rules did not apply to it.
+	for _, sk := range res.MissingKey {
+		resp.Statuses = append(resp.Statuses, StatusJSON{Rule: sk.Rule, Allowed: true, Reason: sluice.ReasonMissingKey.String(),
+			Limit: sk.Limit.Rate, PeriodSeconds: sk.Limit.Period.Seconds(), Burst: sk.Limit.Capacity(), Remaining: -1})
 	}
 	h := http.Header{}
 	s.limiter.Headers(h, res)

@@ -78,8 +78,12 @@ func TestCheckAnswersAsDocumented(t *testing.T) {
 	if w.Code != 200 || resp.Allowed || resp.Rule != "login" || resp.Reason != "limited" || resp.RetryAfterMs != 450_000 {
 		t.Fatalf("%d %+v", w.Code, resp)
 	}
-	if len(resp.Statuses) != 2 || resp.Statuses[0].Rule != "login" || resp.Statuses[0].PeriodSeconds != 900 || resp.Statuses[0].Limit != 2 {
+	if len(resp.Statuses) != 3 || resp.Statuses[0].Rule != "login" || resp.Statuses[0].PeriodSeconds != 900 || resp.Statuses[0].Limit != 2 {
 		t.Fatalf("statuses %+v", resp.Statuses)
+	}
+	// The request has no phone: otp did not apply, and the answer says so.
+	if st := resp.Statuses[2]; st.Rule != "otp" || !st.Allowed || st.Reason != "missing-key" || st.Remaining != -1 {
+		t.Fatalf("a rule skipped for a missing key: %+v", st)
 	}
 	if resp.Headers["Retry-After"] != "450" || !strings.HasPrefix(resp.Headers["RateLimit"], `"login";r=0;t=450`) ||
 		!strings.Contains(resp.Headers["RateLimit-Policy"], `"login";q=2;w=900`) {
