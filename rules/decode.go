@@ -203,7 +203,7 @@ func (d *decoder) config(data []byte) *Config {
 			})
 			d.paths = c.Paths
 		},
-		"rules": func(v *yaml.Node, f string) { rulesNode = v },
+		"rules":        func(v *yaml.Node, f string) { rulesNode = v },
 		"allowNoRules": func(v *yaml.Node, f string) { allowNone, _ = d.boolean(v, f) },
 	})
 	if root.Kind != yaml.MappingNode {
@@ -560,9 +560,19 @@ func validID(s string) bool {
 func (d *decoder) match(m *Match, n *yaml.Node, field string) {
 	d.fields(n, field, map[string]func(*yaml.Node, string){
 		"method": func(v *yaml.Node, f string) {
-			ms, _ := d.strings(v, f)
-			for _, s := range ms {
-				m.Methods = append(m.Methods, strings.ToUpper(s))
+			ms, nodes := d.strings(v, f)
+			for i, s := range ms {
+				u := strings.ToUpper(s)
+				if !slices.Contains(knownMethods, u) {
+					// A typo (GTE) would match nothing and limit nothing.
+					field := f
+					if v.Kind == yaml.SequenceNode {
+						field = fmt.Sprintf("%s[%d]", f, i)
+					}
+					d.fail(nodes[i], field, "unknown method %q (want one of %s)", s, strings.Join(knownMethods, ", "))
+					continue
+				}
+				m.Methods = append(m.Methods, u)
 			}
 		},
 		"path": func(v *yaml.Node, f string) {
@@ -655,3 +665,8 @@ func (d *decoder) regions(n *yaml.Node, field string) map[string]float64 {
 	}
 	return out
 }
+
+// knownMethods are the methods a rule may match: RFC 9110's, PATCH (RFC
+// 5789) and WebDAV's (RFC 4918).
+var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"}

@@ -124,6 +124,8 @@ func TestMalformedFilesAreErrors(t *testing.T) {
 		"not a mapping":  "- a\n- b\n",
 		"no rules":       "keys: {}\n",
 		"empty rules":    "rules: []\n",
+		"unknown method": "rules:\n  - {id: a, match: {method: GTE}, key: [ip], rate: 5, per: 1m}\n",
+		"bad in list":    "rules:\n  - {id: a, match: {method: [get, FROB]}, key: [ip], rate: 5, per: 1m}\n",
 		"not allowed":    "allowNoRules: false\nrules: []\n",
 		"rules not list": "rules: {id: a}\n",
 		"bad yaml":       "rules: [\n",
