@@ -1,7 +1,11 @@
 package rules
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	goccyyaml "github.com/goccy/go-yaml"
+	goccyparser "github.com/goccy/go-yaml/parser"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -148,9 +152,13 @@ func (d *decoder) strings(n *yaml.Node, field string) ([]string, []*yaml.Node) {
 
 func (d *decoder) config(data []byte) *Config {
 	c := &Config{File: d.file, Sources: defaultSources(), IPv6Prefix: DefaultIPv6Prefix}
+	if enc := unmarkedUTF16(data); enc != "" {
+		d.errs = append(d.errs, &Error{File: d.file, Msg: "the file is " + enc + " without a byte order mark; save it as UTF-8 (or UTF-16 with a BOM)"})
+		return nil
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		d.errs = append(d.errs, &Error{File: d.file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")})
+		d.errs = append(d.errs, syntaxError(d.file, data, err))
 		return nil
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
@@ -670,3 +678,36 @@ func (d *decoder) regions(n *yaml.Node, field string) map[string]float64 {
 // 5789) and WebDAV's (RFC 4918).
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
 	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"}
+
+// syntaxError locates a YAML syntax error. go.yaml.in/yaml/v3 reports a
+// parser error at the line before the one at fault, with no column (it
+// prints a 0-based line for those); github.com/goccy/go-yaml's parser points
+// at the offending token, so when it refuses the file too, its line, column
+// and message are used.
+func syntaxError(file string, data []byte, err error) *Error {
+	e := &Error{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	if _, perr := goccyparser.ParseBytes(data, 0); perr != nil {
+		var ye goccyyaml.Error
+		if errors.As(perr, &ye) && ye.GetToken() != nil {
+			p := ye.GetToken().Position
+			e.Line, e.Column, e.Msg = p.Line, p.Column, ye.GetMessage()
+		}
+	}
+	return e
+}
+
+// unmarkedUTF16 names the encoding of a file that is UTF-16 without a byte
+// order mark (YAML needs the mark to tell), judged by the NUL bytes ASCII
+// characters have in it; "" otherwise.
+func unmarkedUTF16(data []byte) string {
+	if len(data) < 4 || bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) {
+		return ""
+	}
+	switch {
+	case data[0] != 0 && data[1] == 0 && data[2] != 0 && data[3] == 0:
+		return "UTF-16LE"
+	case data[0] == 0 && data[1] != 0 && data[2] == 0 && data[3] != 0:
+		return "UTF-16BE"
+	}
+	return ""
+}

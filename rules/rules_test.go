@@ -367,3 +367,48 @@ func TestHashedSourceGivesEverySecretItsOwnKey(t *testing.T) {
 		}
 	}
 }
+
+// A YAML syntax error names the line and column of the fault, not the line
+// before it; a file in UTF-16 without a byte order mark is refused by name;
+// a UTF-8 byte order mark, or UTF-16 with one, is read.
+func TestSyntaxErrorsPointAtTheFault(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"rules:\n  - {id: a, key: [ip], rate: 1, per: 1s}\n  - {id: b, key: [ip, rate: 1, per: 1s}\n", "f.yaml:3:39: "},
+		{"rules:\n  - id: a\n    key: [ip]\n   rate: 1\n", "f.yaml:4:4: "},
+		{"rules:\n\t- id: a\n", "f.yaml:2:1: "},
+	} {
+		_, err := Parse("f.yaml", []byte(tc.src))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want it at %s", tc.src, err, tc.want)
+		}
+	}
+	src := "rules:\n  - {id: a, key: [ip], rate: 1, per: 1s}\n"
+	utf16 := func(bigEndian, bom bool) []byte {
+		var b []byte
+		if bom {
+			b = append(b, 0xff, 0xfe)
+			if bigEndian {
+				b = []byte{0xfe, 0xff}
+			}
+		}
+		for _, c := range []byte(src) {
+			if bigEndian {
+				b = append(b, 0, c)
+			} else {
+				b = append(b, c, 0)
+			}
+		}
+		return b
+	}
+	for _, be := range []bool{false, true} {
+		if _, err := Parse("f.yaml", utf16(be, false)); err == nil || !strings.Contains(err.Error(), "without a byte order mark") {
+			t.Errorf("UTF-16 (big endian %v) without a BOM: %v", be, err)
+		}
+		if c, err := Parse("f.yaml", utf16(be, true)); err != nil || len(c.Rules) != 1 {
+			t.Errorf("UTF-16 (big endian %v) with a BOM: %v", be, err)
+		}
+	}
+	if c, err := Parse("f.yaml", append([]byte{0xef, 0xbb, 0xbf}, src...)); err != nil || len(c.Rules) != 1 {
+		t.Errorf("UTF-8 with a BOM: %v", err)
+	}
+}
