@@ -30,7 +30,7 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintln(stderr, "measured on a sample and extrapolated.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice estimate --keys 10M --limit 100/1m --active 5%")
 		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	positional, help, err := parseArgs(fs, args)
 	if help || err != nil {

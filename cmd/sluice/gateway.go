@@ -20,14 +20,14 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
 	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
-	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too) [$SLUICE_DATA_PLANE]")
+	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8000] [--admin-listen 127.0.0.1:9091]")
 		fmt.Fprintln(stderr, "\nA reverse proxy in front of --upstream that applies the rules itself:")
 		fmt.Fprintln(stderr, "over a limit, clients get 429 by the book and the upstream never sees them.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice gateway --config examples/shop.yaml --upstream http://127.0.0.1:9000")
 		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	positional, help, err := parseArgs(fs, args)
 	if help || err != nil {

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -96,6 +97,9 @@ func parseArgs(fs *flag.FlagSet, args []string) (positional []string, help bool,
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	defer func() { fs.SetOutput(out); fs.Usage = usage }()
+	if err := flagsFromEnv(fs); err != nil {
+		return nil, false, err
+	}
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -112,4 +116,52 @@ func parseArgs(fs *flag.FlagSet, args []string) (positional []string, help bool,
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// envName is the environment variable of a flag: SLUICE_ and the flag's
+// name in upper case, dashes as underscores (--store-timeout-max is
+// SLUICE_STORE_TIMEOUT_MAX).
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// listFlags take their variable as a comma-separated list, read by the
+// command itself and only when the command line gives none of them.
+var listFlags = map[string]bool{"config": true}
+
+// flagsFromEnv sets every flag of fs whose variable is set: the variable
+// stands for the flag, and the command line, parsed after, overrides it.
+func flagsFromEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if !ok || err != nil || listFlags[f.Name] {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = errUsage{fmt.Errorf("$%s=%q: %v", envName(f.Name), v, e)}
+		}
+	})
+	return err
+}
+
+// printFlags writes fs's flags as the docs spell them, --name, each with
+// its variable and default.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if typ != "" {
+			fmt.Fprintf(w, " %s", typ)
+		}
+		fmt.Fprintf(w, "\n    \t%s", usage)
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "0s" && d != "[]" {
+			fmt.Fprintf(w, " (default %s)", d)
+		}
+		if listFlags[f.Name] {
+			fmt.Fprintf(w, " [$%s, comma-separated]\n", envName(f.Name))
+			return
+		}
+		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
+	})
 }

@@ -153,3 +153,29 @@ func TestEstimateMeasuresRedis(t *testing.T) {
 		t.Fatalf("estimate left keys behind: %q %v", n, err)
 	}
 }
+
+// Every flag has a variable, SLUICE_ and its name (--store-timeout-max is
+// SLUICE_STORE_TIMEOUT_MAX); the command line overrides it; a bad value is
+// named by its variable. Help spells flags --name, with their variables.
+func TestEveryFlagHasAVariable(t *testing.T) {
+	t.Setenv("SLUICE_FORMAT", "json")
+	code, out, errs := runCLI("simulate", "gcra-vs-token-bucket")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "{") {
+		t.Fatalf("SLUICE_FORMAT=json: exit %d, stdout %.80q, stderr %q", code, out, errs)
+	}
+	code, out, _ = runCLI("simulate", "gcra-vs-token-bucket", "--format", "csv")
+	if code != 0 || strings.HasPrefix(strings.TrimSpace(out), "{") {
+		t.Fatalf("--format csv did not override SLUICE_FORMAT: exit %d, %.80q", code, out)
+	}
+	t.Setenv("SLUICE_SEED", "seven")
+	if code, _, errs := runCLI("simulate", "custom"); code != 2 || !strings.Contains(errs, "$SLUICE_SEED") {
+		t.Fatalf("a bad variable: exit %d, stderr %q", code, errs)
+	}
+	for _, c := range []string{"serve", "gateway"} {
+		_, _, help := runCLI(c, "--help")
+		flags := strings.Count(help, "\n  --")
+		if flags < 10 || strings.Count(help, "[$SLUICE_") != flags || strings.Count(help, "\n  -") != flags {
+			t.Errorf("sluice %s --help: %d flags, %d variables:\n%s", c, flags, strings.Count(help, "[$SLUICE_"), help)
+		}
+	}
+}

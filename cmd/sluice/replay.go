@@ -28,7 +28,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "clock, and reports what each rule would have rejected, and for whom.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice replay --config examples/shop.yaml examples/access.log")
 		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	positional, help, err := parseArgs(fs, args)
 	if help || err != nil {

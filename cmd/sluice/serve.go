@@ -61,16 +61,16 @@ type common struct {
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c := &common{}
-	fs.Var(&c.configs, "config", "a rule file (repeatable; their rules apply together) [$SLUICE_CONFIG, comma-separated]")
-	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address [$SLUICE_LISTEN]")
-	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1 [$SLUICE_STORE]")
-	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", ""), "Redis: a prefix for every key (default none: keys start with their hash tag, \"{\") [$SLUICE_REDIS_PREFIX]")
+	fs.Var(&c.configs, "config", "a rule `FILE` (repeatable; their rules apply together)")
+	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address")
+	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1")
+	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", ""), "Redis: a prefix for every key (default none: keys start with their hash tag, \"{\")")
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.coarse = fs.Duration("coarse-clock", 0, "embedded store: read time from a clock ticking this often (such as 1ms) instead of the exact clock: faster, up to one tick less precise")
-	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints [$SLUICE_ADMIN_TOKEN]")
+	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints")
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
 	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
-	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit [$SLUICE_REGION]")
+	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
 	return c
@@ -281,10 +281,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := commonFlags(fs, "127.0.0.1:8080")
-	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081 [$SLUICE_GRPC_LISTEN]")
-	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers [$SLUICE_ENVOY_DYNAMIC_METADATA]")
-	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers) [$SLUICE_LEGACY_HEADERS]")
-	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed [$SLUICE_AUTH_PROXY]")
+	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081")
+	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers")
+	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers)")
+	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
 		fmt.Fprintln(stderr, "\nServes the decision API (POST /v1/check, /v1/check:batch), forward-auth")
@@ -294,7 +294,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "rule files on SIGHUP and when they change; drains on SIGTERM.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice serve --config examples/shop.yaml\n  curl -s -d '{\"attributes\":{\"user\":\"u42\"}}' http://127.0.0.1:8080/v1/check")
 		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	positional, help, err := parseArgs(fs, args)
 	if help || err != nil {

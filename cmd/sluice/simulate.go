@@ -39,7 +39,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stderr, "  %-22s %s\n", "custom", "your own traffic and limits (or rules), from flags or a file")
 		fmt.Fprintln(stderr, "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	positional, help, err := parseArgs(fs, args)
 	if help || err != nil {
