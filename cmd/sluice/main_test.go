@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -176,6 +177,28 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 		flags := strings.Count(help, "\n  --")
 		if flags < 10 || strings.Count(help, "[$SLUICE_") != flags || strings.Count(help, "\n  -") != flags {
 			t.Errorf("sluice %s --help: %d flags, %d variables:\n%s", c, flags, strings.Count(help, "[$SLUICE_"), help)
+		}
+	}
+}
+
+// sluice version names the module version and, from a checkout, the VCS
+// revision and its time, and says when the tree had changes.
+func TestVersionNamesTheRevision(t *testing.T) {
+	info := &debug.BuildInfo{Main: debug.Module{Version: "v0.4.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "6b38424e3f0c9d2a1b7e8f6a5c4d3e2f1a0b9c8d"}, {Key: "vcs.time", Value: "2026-11-30T11:50:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	for _, tc := range []struct {
+		linked string
+		info   *debug.BuildInfo
+		want   string
+	}{
+		{"", info, "v0.4.0 (6b38424e3f0c 2026-11-30T11:50:00Z dirty)"},
+		{"v1.0.0", info, "v1.0.0 (6b38424e3f0c 2026-11-30T11:50:00Z dirty)"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
+		{"", nil, "(devel)"},
+	} {
+		if got := describeBuild(tc.linked, tc.info); got != tc.want {
+			t.Errorf("describeBuild(%q, ...) = %q, want %q", tc.linked, got, tc.want)
 		}
 	}
 }

@@ -12,13 +12,48 @@ import (
 var version = ""
 
 func buildVersion() string {
-	if version != "" {
-		return version
+	info, _ := debug.ReadBuildInfo()
+	return describeBuild(version, info)
+}
+
+// describeBuild is the version line's first word: the link-time version if
+// set, else the module's version, followed by the VCS revision, its time and
+// "dirty" when built from a checkout with changes (go build stamps these
+// unless -buildvcs=false).
+func describeBuild(linked string, info *debug.BuildInfo) string {
+	v := linked
+	if v == "" && info != nil && info.Main.Version != "" {
+		v = info.Main.Version
 	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
+	if v == "" {
+		v = "(devel)"
 	}
-	return "(devel)"
+	if info == nil {
+		return v
+	}
+	var rev, at string
+	dirty := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	v += " (" + rev[:min(12, len(rev))]
+	if at != "" {
+		v += " " + at
+	}
+	if dirty {
+		v += " dirty"
+	}
+	return v + ")"
 }
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
