@@ -112,23 +112,23 @@ for r in $(seq "$ROUNDS"); do
 		c=${GRPC[$(( (i + r) % ${#GRPC[@]} ))]}; name=${c%%=*}; p=${c#*=}
 		read -r _ rps _ _ _ p99 _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000)
 		record "$name/grpc/rps" "$rps"; record "$name/grpc/p99" "$p99"
+		# Redis bytes per key for the same rules, at once (the keys live about
+		# a second past their 1 s window): MEMORY USAGE averaged over every
+		# key the contender just wrote, sluice's {9:user=k999}bench.user82qjF
+		# against the reference's bench_user_k999_1796038982.
+		case $name in
+		sluice-redis) pat='{*}bench.user?????' ;;
+		ratelimit-*) pat='bench_user_*' ;;
+		*) pat='' ;;
+		esac
+		if [ -n "$pat" ]; then
+			read -r n bytes < <(redis-cli -p "$RP" --raw EVAL "local n,s,c=0,0,'0' repeat local r=redis.call('SCAN',c,'MATCH',ARGV[1],'COUNT',1000) c=r[1] for _,k in ipairs(r[2]) do s=s+redis.call('MEMORY','USAGE',k,'SAMPLES','0') n=n+1 end until c=='0' return {n,s}" 0 "$pat" | paste -sd' ')
+			[ "${n:-0}" -gt 0 ] && record "${name%-*}/redis/bytes-per-key" "$(awk -v s="$bytes" -v n="$n" 'BEGIN {printf "%.1f", s / n}')"
+			redis-cli -p "$RP" flushall >/dev/null # the next contender starts on an empty Redis
+		fi
 		echo "round $r: $name done" >&2
 	done
 done
-
-# Redis bytes per key for the same rules: MEMORY USAGE averaged over every
-# key each service left (sluice's start with "{", the reference's with
-# "bench_"); both count the same 1,000 descriptor values.
-avgmem() {
-	redis-cli -p "$RP" --scan --pattern "$1" | while read -r k; do redis-cli -p "$RP" memory usage "$k"; done |
-		awk '{s += $1; n++} END {if (n) printf "%.1f %d", s / n, n; else printf "n/a 0"}'
-}
-read -r SLUICE_BPK SLUICE_KEYS < <(avgmem '{*')
-echo "Redis bytes/key: sluice $SLUICE_BPK over $SLUICE_KEYS keys" >&2
-if [ -n "${RATELIMIT_BIN:-}" ]; then
-	read -r REF_BPK REF_KEYS < <(avgmem 'bench_*')
-	echo "Redis bytes/key: envoyproxy/ratelimit $REF_BPK over $REF_KEYS keys" >&2
-fi
 
 stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { stats "$1" | cut -d' ' -f1; }
@@ -149,9 +149,7 @@ if [ -n "${RATELIMIT_BIN:-}" ]; then
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, p99:            $(ratio "$(med "${RES[sluice-redis/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-defaults/grpc/rps]}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
-	echo "  Redis bytes/key, sluice / envoyproxy/ratelimit:                 $(ratio "$SLUICE_BPK" "$REF_BPK") ($SLUICE_BPK over $SLUICE_KEYS keys, $REF_BPK over $REF_KEYS)"
-else
-	echo "  Redis bytes/key, sluice: $SLUICE_BPK over $SLUICE_KEYS keys"
+	echo "  Redis bytes/key, sluice / envoyproxy/ratelimit:                 $(ratio "$(med "${RES[sluice/redis/bytes-per-key]}")" "$(med "${RES[ratelimit/redis/bytes-per-key]}")")"
 fi
 echo
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), $(date -u +%F)"
