@@ -38,7 +38,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 			continue
 		}
 		cfgs = append(cfgs, c)
-		fmt.Fprintf(stdout, "%s: %d rules\n", path, len(c.Rules))
+		fmt.Fprintf(stdout, "%s: %s\n", path, plural(len(c.Rules), "rule"))
 		for _, r := range c.Rules {
 			fmt.Fprintf(stdout, "  %s\n", r.Summary())
 		}

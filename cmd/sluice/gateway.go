@@ -76,6 +76,6 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		servers = append(servers, al)
 	}
 	s.log.Info("sluice: gateway", "listen", front.ln.Addr().String(), "upstream", u.String(), "rules", s.rules)
-	fmt.Fprintf(stdout, "sluice gateway on http://%s -> %s (%d rules)\n", front.ln.Addr(), u, s.rules)
+	fmt.Fprintf(stdout, "sluice gateway on http://%s -> %s (%s)\n", front.ln.Addr(), u, plural(s.rules, "rule"))
 	return c.serveUntilDone(ctx, s, servers...)
 }

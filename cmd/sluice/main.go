@@ -165,3 +165,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		fmt.Fprintf(w, " [$%s]\n", envName(f.Name))
 	})
 }
+
+// plural writes n and a noun that takes an s: "1 rule", "6 rules".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

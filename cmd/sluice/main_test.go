@@ -202,3 +202,20 @@ func TestVersionNamesTheRevision(t *testing.T) {
 		}
 	}
 }
+
+// --log-format json logs one JSON object per line, the refusal of a rule
+// file included (with each fault); another format is a mistake, exit 2.
+func TestLogFormatJSON(t *testing.T) {
+	code, _, errs := runCLI("serve", "--config", "../../rules/testdata/bad.yaml", "--log-format", "json", "--listen", "127.0.0.1:0")
+	var line struct {
+		Level, Msg string
+		Faults     []string
+	}
+	if code != 1 || json.Unmarshal([]byte(strings.TrimSpace(errs)), &line) != nil || line.Level != "ERROR" || len(line.Faults) < 8 ||
+		!strings.HasPrefix(line.Faults[0], "../../rules/testdata/bad.yaml:") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI("serve", "--config", "../../examples/shop.yaml", "--log-format", "xml"); code != 2 || !strings.Contains(errs, "--log-format") {
+		t.Fatalf("--log-format xml: exit %d, stderr %q", code, errs)
+	}
+}

@@ -57,12 +57,14 @@ type common struct {
 	gateways        *int
 	region          *string
 	watch           *time.Duration
+	logFormat       *string
 }
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c := &common{}
 	fs.Var(&c.configs, "config", "a rule `FILE` (repeatable; their rules apply together)")
 	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address")
+	c.logFormat = fs.String("log-format", "text", "log lines as text (key=value) or json, one object per line (log/slog)")
 	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1")
 	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", ""), "Redis: a prefix for every key (default none: keys start with their hash tag, \"{\")")
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
@@ -99,10 +101,22 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if len(c.configs) == 0 {
 		return nil, errUsage{errors.New("want at least one --config")}
 	}
-	s := &setup{log: slog.New(slog.NewTextHandler(stderr, nil))}
+	s := &setup{}
+	switch *c.logFormat {
+	case "text":
+		s.log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		s.log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		return nil, errUsage{fmt.Errorf("--log-format %q: want text or json", *c.logFormat)}
+	}
 	cfg, err := rules.LoadAll(c.configs...)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		if *c.logFormat == "json" {
+			s.log.Error("sluice: rule files refused", "files", []string(c.configs), "faults", faults(err))
+		} else {
+			fmt.Fprintln(stderr, err) // one fault per line, file:line:column first
+		}
 		return nil, errExit{1}
 	}
 	s.rules = len(cfg.Rules)
@@ -328,7 +342,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "rules", s.rules, "store", *c.store)
-	fmt.Fprintf(stdout, "sluice serving on http://%s (%d rules)\n", l.ln.Addr(), s.rules)
+	fmt.Fprintf(stdout, "sluice serving on http://%s (%s)\n", l.ln.Addr(), plural(s.rules, "rule"))
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
@@ -363,4 +377,17 @@ func (s *setup) close() {
 	for _, c := range s.closers {
 		c()
 	}
+}
+
+// faults lists a load error's faults, one string each.
+func faults(err error) []string {
+	var es rules.Errors
+	if errors.As(err, &es) {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.Error()
+		}
+		return out
+	}
+	return []string{err.Error()}
 }
