@@ -529,24 +529,26 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 var ErrNoRule = errors.New("engine: no such rule")
 
 // Inspect returns the state of key under rule, without consuming anything:
-// an operator's view of one client. key is the rule's key as the engine
-// builds it (see rules.Rule.AppendKey): the value itself for a one-source
-// key.
-func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decision, bool, error) {
+// an operator's view of one client, and how long a penalty lock on it has
+// left (0: not locked). key is the rule's key as the engine builds it (see
+// rules.Rule.AppendKey): the value itself for a one-source key.
+func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decision, time.Duration, error) {
 	r := e.set.Load().find(ruleID)
 	if r == nil {
-		return sluice.Decision{}, false, ErrNoRule
+		return sluice.Decision{}, 0, ErrNoRule
 	}
 	key = StoreKey(key)
 	out := make([]sluice.Decision, 1)
 	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.Limit}}, out); err != nil {
-		return sluice.Decision{}, false, err
+		return sluice.Decision{}, 0, err
 	}
-	locked := false
+	var locked time.Duration
 	if r.Penalty != nil {
+		// The lock is one unit per block: taken, it comes back (ResetAfter)
+		// when the lock ends.
 		lk := make([]sluice.Decision, 1)
-		if e.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil {
-			locked = lk[0].Remaining == 0
+		if e.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil && lk[0].Remaining == 0 {
+			locked = max(lk[0].ResetAfter, 1)
 		}
 	}
 	return out[0], locked, nil

@@ -598,8 +598,8 @@ func TestInspectAndResetAKey(t *testing.T) {
 		f.check(t, userReq("u42"))
 	}
 	d, locked, err := f.e.Inspect(context.Background(), "login", "u42")
-	if err != nil || d.Remaining != 0 || !locked {
-		t.Fatalf("inspect: %+v locked=%v %v", d, locked, err)
+	if err != nil || d.Remaining != 0 || locked != time.Hour {
+		t.Fatalf("inspect: %+v locked for %v, want 1h; %v", d, locked, err)
 	}
 	if _, err := f.e.Reset("login", "u42"); err == nil {
 		t.Fatal("the faulty wrapper cannot forget, yet Reset succeeded")

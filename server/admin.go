@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -78,24 +79,74 @@ type StateJSON struct {
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMs int64  `json:"resetAfterMs"`
 	Locked       bool   `json:"locked"`
+	// LockedForMs is how long the key's penalty lock has left (0: none).
+	LockedForMs int64 `json:"lockedForMs"`
 }
 
-// stateKey reads ?rule=R&key=K. For an ip key, an address is normalised the
-// way the rules count it (IPv6 by prefix).
+// stateKey reads the key a state request names: ?rule=R and the values of
+// the rule's key sources as a user writes them, each by its source name
+// (?rule=login&user=u42&ip=203.0.113.9), from which the key is built as the
+// rules build it (an IPv6 address by its prefix, a hashed source hashed);
+// or ?key=K, the key as the rules built it.
 func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key string, ok bool) {
-	rule, key = r.URL.Query().Get("rule"), r.URL.Query().Get("key")
-	if rule == "" || key == "" {
-		writeBad(w, &badRequest{"rule", "give both rule and key as query parameters"})
+	q := r.URL.Query()
+	rule, key = q.Get("rule"), q.Get("key")
+	if rule == "" {
+		writeBad(w, &badRequest{"rule", "give the rule, and its key: the values of its key sources by name (user=u42&ip=203.0.113.9), or key=K"})
 		return "", "", false
 	}
 	cfg := s.e.Config()
-	if rr := cfg.Rule(rule); rr != nil && len(rr.Key) == 1 && rr.Key[0].Kind == rules.FromIP {
-		if a, err := netip.ParseAddr(key); err == nil {
-			b, _ := rr.AppendKey(nil, &rules.Request{ClientIP: a}, "", cfg.IPv6Prefix)
-			key = string(b)
-		}
+	rr := cfg.Rule(rule)
+	if rr == nil {
+		writeProblem(w, http.StatusNotFound, "Not Found", "no such rule", "rule")
+		return "", "", false
 	}
-	return rule, key, true
+	if key != "" {
+		if len(rr.Key) == 1 && rr.Key[0].Kind == rules.FromIP {
+			if a, err := netip.ParseAddr(key); err == nil {
+				b, _ := rr.AppendKey(nil, &rules.Request{ClientIP: a}, "", cfg.IPv6Prefix)
+				key = string(b)
+			}
+		}
+		return rule, key, true
+	}
+	req := &rules.Request{Attributes: map[string]string{}}
+	var missing []string
+	for _, src := range rr.Key {
+		v := q.Get(src.Name)
+		if v == "" {
+			missing = append(missing, src.Name)
+			continue
+		}
+		if src.Kind == rules.FromIP {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				writeBad(w, &badRequest{src.Name, fmt.Sprintf("%q is not an IP address", v)})
+				return "", "", false
+			}
+			req.ClientIP = a
+			continue
+		}
+		req.Attributes[src.Name] = v
+	}
+	if len(missing) > 0 {
+		writeBad(w, &badRequest{missing[0], fmt.Sprintf("rule %s is keyed by %s: give %s (or key=K)", rule, strings.Join(sourceNames(rr), " and "), strings.Join(missing, " and "))})
+		return "", "", false
+	}
+	b, ok := rr.AppendKey(nil, req, "", cfg.IPv6Prefix)
+	if !ok {
+		writeBad(w, &badRequest{"rule", "the key could not be built from the values given"})
+		return "", "", false
+	}
+	return rule, string(b), true
+}
+
+func sourceNames(r *rules.Rule) []string {
+	out := make([]string, len(r.Key))
+	for i, src := range r.Key {
+		out[i] = src.Name
+	}
+	return out
 }
 
 func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +159,7 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		s.adminError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, StateJSON{Rule: rule, Key: key, Remaining: d.Remaining, ResetAfterMs: ms(d.ResetAfter), Locked: locked})
+	writeJSON(w, http.StatusOK, StateJSON{Rule: rule, Key: key, Remaining: d.Remaining, ResetAfterMs: ms(d.ResetAfter), Locked: locked > 0, LockedForMs: ms(locked)})
 }
 
 func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {

@@ -31,7 +31,12 @@ type fixture struct {
 
 func newFixture(t testing.TB, o Options) *fixture {
 	t.Helper()
-	cfg, err := rules.Parse("test.yaml", []byte(testRules))
+	return newFixtureOf(t, testRules, o)
+}
+
+func newFixtureOf(t testing.TB, src string, o Options) *fixture {
+	t.Helper()
+	cfg, err := rules.Parse("test.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +269,44 @@ func TestStateInspectAndReset(t *testing.T) {
 	}
 	if w := f.do("GET", "/v1/state?rule=otp", ""); w.Code != 400 {
 		t.Fatalf("no key: %d", w.Code)
+	}
+}
+
+// /v1/state takes a key as a user writes it: the values of the rule's key
+// sources by name, an address counted by its IPv6 prefix, a hashed source
+// hashed by sluice; and it says how long a penalty lock has left.
+func TestStateTakesKeySourceValues(t *testing.T) {
+	f := newFixtureOf(t, `
+keys:
+  api_key: {header: Authorization, scheme: Bearer, hash: true}
+rules:
+  - {id: login, key: [user, ip], rate: 1, per: 1h, penalty: {after: 2, block: 15m}}
+  - {id: per-key, key: [api_key], rate: 5, per: 1m}
+`, Options{Loopback: true})
+	for range 3 {
+		f.do("POST", "/v1/check", `{"request":{"ip":"2001:db8::7","headers":{"X-User-ID":"u42","Authorization":"Bearer s3cret"}}}`)
+	}
+	var st StateJSON
+	w := f.do("GET", "/v1/state?rule=login&user=u42&ip=2001:db8::9", "") // the same /64
+	json.Unmarshal(w.Body.Bytes(), &st)
+	if w.Code != 200 || st.Remaining != 0 || !st.Locked || st.LockedForMs != 15*60*1000 {
+		t.Fatalf("login for u42 from 2001:db8::/64: %d %s", w.Code, w.Body)
+	}
+	w = f.do("GET", "/v1/state?rule=per-key&api_key=s3cret", "")
+	st = StateJSON{}
+	json.Unmarshal(w.Body.Bytes(), &st)
+	if w.Code != 200 || st.Remaining != 4 || strings.Contains(w.Body.String(), "s3cret") || st.Locked { // login refused the other two: only the first charged
+		t.Fatalf("per-key for the secret given in the clear: %d %s", w.Code, w.Body)
+	}
+	w = f.do("GET", "/v1/state?rule=login&user=u42", "")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "ip") {
+		t.Fatalf("a missing source: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("GET", "/v1/state?rule=login&user=u42&ip=nowhere", ""); w.Code != 400 {
+		t.Fatalf("a bad address: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("DELETE", "/v1/state?rule=login&user=u42&ip=2001:db8::1", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"reset":true`) {
+		t.Fatalf("reset by source values: %d %s", w.Code, w.Body)
 	}
 }
 
