@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -317,10 +318,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large", fmt.Sprintf("the body is larger than %d bytes", maxBody), "")
 		return false
 	case errors.As(err, &syntax):
-		problem.msg = fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, syntax)
+		problem.msg = fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
 	case errors.As(err, &typ):
 		problem.field = typ.Field
-		problem.msg = fmt.Sprintf("want %s, got a JSON %s", typ.Type, typ.Value)
+		problem.msg = fmt.Sprintf("want %s, got a JSON %s", jsonKind(typ.Type), typ.Value)
 	case errors.Is(err, io.EOF):
 		problem.msg = "empty body: want a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -411,11 +412,42 @@ func writeProblem(w http.ResponseWriter, status int, title, detail, field string
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
+	encode(w, problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	encode(w, v)
+}
+
+// encode writes v as JSON without HTML escapes: the answers are JSON for
+// programs, never embedded in a page, and "<" reads better than "\u003c".
+func encode(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// jsonKind names what a Go type is in JSON, for messages: a client sent
+// JSON and should not read Go's type names.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another type"
 }

@@ -376,3 +376,29 @@ func TestChargeReportsAResponseForCountOnRules(t *testing.T) {
 		t.Fatalf("check with a status: %d", w.Code)
 	}
 }
+
+// A bad body's problem speaks JSON, not Go: no Go type names, and no HTML
+// escapes in the detail.
+func TestBadBodiesAreExplainedInJSONTerms(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	for body, want := range map[string]string{
+		`{"cost":"x"}`:              "want an integer in range, got a JSON string",
+		`{"cost":1e40}`:             "want an integer in range, got a JSON number 1e40",
+		`{"request":[1]}`:           "want an object, got a JSON array",
+		`{"dryRun":"yes"}`:          "want true or false, got a JSON string",
+		`{"attributes":{"user":5}}`: "want a string, got a JSON number",
+		`<x>`:                       "invalid character '<'",
+	} {
+		w := f.do("POST", "/v1/check", body)
+		var p struct{ Detail string }
+		json.Unmarshal(w.Body.Bytes(), &p)
+		if w.Code != 400 || !strings.Contains(p.Detail, want) {
+			t.Errorf("%s: %d %q, want %q", body, w.Code, p.Detail, want)
+		}
+		for _, goism := range []string{"int64", "server.", "struct", `\u003c`, "json: "} {
+			if strings.Contains(w.Body.String(), goism) {
+				t.Errorf("%s: the answer shows %q: %s", body, goism, w.Body)
+			}
+		}
+	}
+}
