@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -85,4 +86,27 @@ func UpstreamTransport(o TransportOptions) *http.Transport {
 	t.IdleConnTimeout = o.IdleTimeout
 	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	return t
+}
+
+// UpstreamCheck returns a readiness check for the gateway's upstream (see
+// Options.Upstream): it opens a TCP connection to it, within a second.
+func UpstreamCheck(upstream *url.URL) func(context.Context) (string, error) {
+	addr := upstream.Host
+	if upstream.Port() == "" {
+		port := "80"
+		if upstream.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(upstream.Hostname(), port)
+	}
+	return func(ctx context.Context) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return addr, err
+		}
+		c.Close()
+		return addr, nil
+	}
 }

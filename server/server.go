@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,10 @@ type Options struct {
 	// (engine.Options.OnStoreCall = m.ObserveStoreCall).
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// Upstream, if set, is checked by /readyz too: the gateway is not ready
+	// while what it protects cannot be reached. It returns a description
+	// of the upstream and an error when it is down.
+	Upstream func(ctx context.Context) (string, error)
 }
 
 // Server is the service's HTTP handler.
@@ -131,6 +136,15 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fmt.Fprintf(&b, "gateways sharing the store: %d\n", s.e.Gateways())
+	if s.o.Upstream != nil {
+		name, uerr := s.o.Upstream(r.Context())
+		if uerr != nil {
+			status = http.StatusServiceUnavailable
+			fmt.Fprintf(&b, "not ready: the upstream %s cannot be reached: %v\n", name, uerr)
+		} else {
+			fmt.Fprintf(&b, "upstream %s: reachable\n", name)
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write([]byte(b.String()))

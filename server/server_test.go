@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -399,6 +402,27 @@ func TestBadBodiesAreExplainedInJSONTerms(t *testing.T) {
 			if strings.Contains(w.Body.String(), goism) {
 				t.Errorf("%s: the answer shows %q: %s", body, goism, w.Body)
 			}
+		}
+	}
+}
+
+// The gateway's /readyz includes its upstream: not ready while the service
+// it protects cannot be reached.
+func TestReadinessIncludesTheUpstream(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	live, _ := url.Parse(up.URL)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead, _ := url.Parse("http://" + ln.Addr().String())
+	ln.Close() // nothing listens there now
+	for _, tc := range []struct {
+		u    *url.URL
+		code int
+		want string
+	}{{live, 200, "reachable"}, {dead, 503, "cannot be reached"}} {
+		f := newFixture(t, Options{Loopback: true, Upstream: UpstreamCheck(tc.u)})
+		if w := f.do("GET", "/readyz", ""); w.Code != tc.code || !strings.Contains(w.Body.String(), tc.want) {
+			t.Errorf("upstream %s: %d %s", tc.u, w.Code, w.Body)
 		}
 	}
 }

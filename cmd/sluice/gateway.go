@@ -64,6 +64,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		adm, err := server.New(server.Options{
 			Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen),
+			Upstream: server.UpstreamCheck(u),
 		})
 		if err != nil {
 			return err
