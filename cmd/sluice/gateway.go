@@ -49,10 +49,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
+		ln = s.tls.wrap(ln, "http/1.1") // fasthttp speaks HTTP/1.1 only
 		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics})
 		front = &listening{ln: ln, srv: fastServer{g}}
 	case "net/http":
-		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log, s.metrics))
+		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log, s.metrics), s.tls)
 		if err != nil {
 			return err
 		}
@@ -69,7 +70,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		al, err := listen(*adminListen, adm)
+		al, err := listen(*adminListen, adm, s.tls)
 		if err != nil {
 			front.ln.Close()
 			return err
@@ -77,6 +78,6 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		servers = append(servers, al)
 	}
 	s.log.Info("sluice: gateway", "listen", front.ln.Addr().String(), "upstream", u.String(), "rules", s.rules)
-	fmt.Fprintf(stdout, "sluice gateway on http://%s -> %s (%s)\n", front.ln.Addr(), u, plural(s.rules, "rule"))
+	fmt.Fprintf(stdout, "sluice gateway on %s://%s -> %s (%s)\n", s.scheme("http"), front.ln.Addr(), u, plural(s.rules, "rule"))
 	return c.serveUntilDone(ctx, s, servers...)
 }

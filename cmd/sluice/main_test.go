@@ -56,6 +56,7 @@ func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
 		{[]string{"replay", "x.log"}, "--config"},
 		{[]string{"check"}, "no file"},
 		{[]string{"simulate"}, "gcra-vs-token-bucket"},
+		{[]string{"serve", "--config", "../../examples/shop.yaml", "--tls-cert", "c.pem"}, "--tls-key"},
 	} {
 		code, _, errs := runCLI(tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") > 2 || strings.Contains(errs, "Usage:") {

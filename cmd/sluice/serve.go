@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // stringList is a repeatable flag.
@@ -58,6 +59,8 @@ type common struct {
 	region          *string
 	watch           *time.Duration
 	logFormat       *string
+	tlsCert         *string
+	tlsKey          *string
 }
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
@@ -65,6 +68,8 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	fs.Var(&c.configs, "config", "a rule `FILE` (repeatable; their rules apply together)")
 	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address")
 	c.logFormat = fs.String("log-format", "text", "log lines as text (key=value) or json, one object per line (log/slog)")
+	c.tlsCert = fs.String("tls-cert", "", "serve TLS on every listener with this certificate `FILE` (PEM, the chain after the leaf), reloaded when it changes; needs --tls-key")
+	c.tlsKey = fs.String("tls-key", "", "the private key `FILE` (PEM) of --tls-cert")
 	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1")
 	c.prefix = fs.String("redis-prefix", envDefault("SLUICE_REDIS_PREFIX", ""), "Redis: a prefix for every key (default none: keys start with their hash tag, \"{\")")
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
@@ -81,6 +86,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 // setup is what serve and gateway build from the common flags.
 type setup struct {
 	log     *slog.Logger
+	tls     *certFiles    // nil: plain TCP
 	mem     *memory.Store // nil when counts live in Redis
 	share   *share.Store  // the sync modes around the store
 	closers []func()
@@ -109,6 +115,15 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		s.log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
 		return nil, errUsage{fmt.Errorf("--log-format %q: want text or json", *c.logFormat)}
+	}
+	if (*c.tlsCert == "") != (*c.tlsKey == "") {
+		return nil, errUsage{errors.New("give both --tls-cert and --tls-key, or neither")}
+	}
+	if *c.tlsCert != "" {
+		var err error
+		if s.tls, err = loadCertFiles(*c.tlsCert, *c.tlsKey, s.log); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := rules.LoadAll(c.configs...)
 	if err != nil {
@@ -280,12 +295,12 @@ func (f fastServer) Shutdown(ctx context.Context) error {
 }
 
 // listen opens addr with server timeouts against slow clients.
-func listen(addr string, h http.Handler) (*listening, error) {
+func listen(addr string, h http.Handler, certs *certFiles) (*listening, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &listening{ln: ln, srv: &http.Server{
+	return &listening{ln: certs.wrap(ln, "h2", "http/1.1"), srv: &http.Server{
 		Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 	}}, nil
@@ -337,24 +352,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !server.IsLoopback(*c.listen) && *c.adminToken == "" {
 		s.log.Warn("sluice: listening beyond loopback without an admin token: the admin endpoints are refused")
 	}
-	l, err := listen(*c.listen, srv)
+	l, err := listen(*c.listen, srv, s.tls)
 	if err != nil {
 		return err
 	}
-	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "rules", s.rules, "store", *c.store)
-	fmt.Fprintf(stdout, "sluice serving on http://%s (%s)\n", l.ln.Addr(), plural(s.rules, "rule"))
+	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", *c.store)
+	fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
 			l.ln.Close()
 			return err
 		}
-		g := srv.NewGRPCServer()
+		var opts []grpc.ServerOption
+		if s.tls != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.config())))
+		}
+		g := srv.NewGRPCServer(opts...)
 		srv.RegisterEnvoy(g)
 		go g.Serve(gl)
 		defer gracefulStop(g, 10*time.Second)
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String())
-		fmt.Fprintf(stdout, "sluice Envoy rate limit service on grpc://%s\n", gl.Addr())
+		fmt.Fprintf(stdout, "sluice Envoy rate limit service on %s://%s\n", s.scheme("grpc"), gl.Addr())
 	}
 	return c.serveUntilDone(ctx, s, l)
 }
@@ -390,4 +409,12 @@ func faults(err error) []string {
 		return out
 	}
 	return []string{err.Error()}
+}
+
+// scheme is plain, or plain+"s" when the listeners serve TLS.
+func (s *setup) scheme(plain string) string {
+	if s.tls != nil {
+		return plain + "s"
+	}
+	return plain
 }

@@ -69,7 +69,7 @@ func start(t *testing.T, args ...string) (string, *exec.Cmd) {
 		t.Fatalf("no banner from sluice serve: %v", err)
 	}
 	for _, f := range strings.Fields(line) { // sluice serving on http://127.0.0.1:PORT ...
-		if strings.HasPrefix(f, "http://127.0.0.1:") {
+		if strings.HasPrefix(f, "http://127.0.0.1:") || strings.HasPrefix(f, "https://127.0.0.1:") {
 			return f, cmd
 		}
 	}
