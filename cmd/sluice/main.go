@@ -36,6 +36,7 @@ func commands() []command {
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
 		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
+		{"probe", "ask a running sluice for /healthz or /readyz: exit 0 when healthy", runProbe},
 		{"version", "print the version", runVersion},
 	}
 }
