@@ -28,9 +28,11 @@ type ReplayResult struct {
 	From      time.Time    `json:"from"`
 	To        time.Time    `json:"to"`
 	Rules     []RuleReplay `json:"rules"`
-	// PerMinute counts the would-be rejections (any rule) in each minute
-	// from From.
-	PerMinute []int `json:"rejectionsPerMinute"`
+	// PerMinute counts the requests an enforced rule would have rejected in
+	// each minute from From; ShadowPerMinute those that only a shadow rule
+	// would have (its would-block, which rejected nothing).
+	PerMinute       []int `json:"rejectionsPerMinute"`
+	ShadowPerMinute []int `json:"shadowWouldBlockPerMinute"`
 }
 
 // RuleReplay is one rule's part of a replay.
@@ -116,7 +118,7 @@ func Replay(r io.Reader, cfg *rules.Config, o ReplayOptions) (*ReplayResult, err
 			}
 		}
 		eng.Check(ctx, req, engine.CheckOptions{}, &result)
-		rejected := false
+		rejected, shadowOnly := false, false
 		for j := range result.Statuses {
 			st := &result.Statuses[j]
 			rr := byRule[st.Rule]
@@ -127,22 +129,34 @@ func Replay(r io.Reader, cfg *rules.Config, o ReplayOptions) (*ReplayResult, err
 			if !st.Allowed {
 				rr.Rejected++
 				keys[st.Rule][st.Key()]++
-				rejected = true
+				if st.Shadow {
+					shadowOnly = true
+				} else {
+					rejected = true
+				}
 			}
 		}
 		if result.Allowed {
 			eng.Charge(ctx, &result, rec.Status)
 		}
-		if rejected {
-			m := int(rec.Time.Sub(res.From) / time.Minute)
-			for len(res.PerMinute) <= m {
-				res.PerMinute = append(res.PerMinute, 0)
-			}
-			res.PerMinute[m]++
+		m := int(rec.Time.Sub(res.From) / time.Minute)
+		for len(res.PerMinute) <= m {
+			res.PerMinute = append(res.PerMinute, 0)
+			res.ShadowPerMinute = append(res.ShadowPerMinute, 0)
 		}
+		switch {
+		case rejected:
+			res.PerMinute[m]++
+		case shadowOnly:
+			res.ShadowPerMinute[m]++
+		}
+	}
+	if res.PerMinute == nil { // JSON lists, never null
+		res.PerMinute, res.ShadowPerMinute = []int{}, []int{}
 	}
 	for i := range res.Rules {
 		rr := &res.Rules[i]
+		rr.TopKeys = []KeyCount{}
 		for k, n := range keys[rr.Rule] {
 			rr.TopKeys = append(rr.TopKeys, KeyCount{k, n})
 		}
@@ -205,8 +219,8 @@ func readLog(r io.Reader, res *ReplayResult, progress func(int64)) ([]LogRecord,
 // a per-minute text chart of would-be rejections.
 func (res *ReplayResult) Report() *Report {
 	rep := &Report{
-		Title: fmt.Sprintf("replay: %d requests from %s to %s; %d malformed lines skipped",
-			res.Requests, res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), res.Malformed),
+		Title: fmt.Sprintf("replay: %s from %s to %s; %s skipped",
+			count(res.Requests, "request"), res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), count(res.Malformed, "malformed line")),
 		Columns: []string{"rule", "mode", "seen", "would reject", "share", "top keys by rejections"},
 		JSON:    res,
 	}
@@ -226,15 +240,24 @@ func (res *ReplayResult) Report() *Report {
 		rep.Rows = append(rep.Rows, []string{rr.Rule, mode, strconv.Itoa(rr.Seen), strconv.Itoa(rr.Rejected), share, strings.Join(top, ", ")})
 	}
 	if len(res.PerMinute) > 0 {
-		peak := slices.Max(res.PerMinute)
+		// One bar per minute: # for the requests an enforced rule would
+		// reject, + for those only a shadow rule would (it rejects nothing).
+		peak := 0
+		for m := range res.PerMinute {
+			peak = max(peak, res.PerMinute[m]+res.ShadowPerMinute[m])
+		}
 		var chart strings.Builder
-		chart.WriteString("Would-be rejections per minute:\n")
+		chart.WriteString("Would-be rejections per minute (# enforced, + shadow only):\n")
 		for m, n := range res.PerMinute {
-			bar := 0
-			if peak > 0 {
-				bar = (n*50 + peak - 1) / peak
+			sh := res.ShadowPerMinute[m]
+			bar := func(k int, mark string) string {
+				if peak == 0 {
+					return ""
+				}
+				return strings.Repeat(mark, (k*50+peak-1)/peak)
 			}
-			fmt.Fprintf(&chart, "  %s %s %d\n", res.From.Add(time.Duration(m)*time.Minute).Format("15:04"), strings.Repeat("#", bar), n)
+			fmt.Fprintf(&chart, "  %s %s%s %d enforced, %d shadow\n", res.From.Add(time.Duration(m)*time.Minute).Format("15:04"),
+				bar(n, "#"), bar(sh, "+"), n, sh)
 		}
 		rep.Notes = append(rep.Notes, strings.TrimRight(chart.String(), "\n"))
 	}
@@ -242,4 +265,12 @@ func (res *ReplayResult) Report() *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("Malformed lines (first %d): %v", len(res.FirstBad), res.FirstBad))
 	}
 	return rep
+}
+
+// count writes n and a noun that takes an s: "1 request", "9 requests".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -133,4 +134,41 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+}
+
+// The replay keeps what enforced rules would reject apart from what only a
+// shadow rule would, per minute, and its JSON has lists, never null.
+func TestReplaySeparatesShadowFromEnforcedAndWritesLists(t *testing.T) {
+	cfg, err := rules.Parse("r.yaml", []byte(`
+rules:
+  - {id: strict, match: {path: /a}, key: [ip], rate: 1, per: 1h}
+  - {id: trial, match: {path: /b}, key: [ip], rate: 1, per: 1h, mode: shadow}
+  - {id: idle, match: {path: /never}, key: [ip], rate: 1, per: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := strings.Join([]string{
+		`198.51.100.1 - - [29/Nov/2026:10:15:00 +0000] "GET /a HTTP/1.1" 200 1 "-" "x"`,
+		`198.51.100.1 - - [29/Nov/2026:10:15:01 +0000] "GET /a HTTP/1.1" 200 1 "-" "x"`,
+		`198.51.100.1 - - [29/Nov/2026:10:15:02 +0000] "GET /a HTTP/1.1" 200 1 "-" "x"`,
+		`198.51.100.2 - - [29/Nov/2026:10:16:00 +0000] "GET /b HTTP/1.1" 200 1 "-" "x"`,
+		`198.51.100.2 - - [29/Nov/2026:10:16:01 +0000] "GET /b HTTP/1.1" 200 1 "-" "x"`,
+	}, "\n")
+	res, err := Replay(strings.NewReader(log), cfg, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.PerMinute, res.ShadowPerMinute) != "[2 0] [0 1]" {
+		t.Fatalf("per minute: enforced %v, shadow %v; want [2 0] and [0 1]", res.PerMinute, res.ShadowPerMinute)
+	}
+	b, _ := json.Marshal(res)
+	if strings.Contains(string(b), "null") {
+		t.Fatalf("JSON with null: %s", b)
+	}
+	var buf bytes.Buffer
+	res.Report().Write(&buf, "table")
+	if !strings.Contains(buf.String(), "2 enforced, 0 shadow") || !strings.Contains(buf.String(), "0 enforced, 1 shadow") || !strings.Contains(buf.String(), "5 requests") {
+		t.Fatalf("report:\n%s", buf.String())
+	}
 }

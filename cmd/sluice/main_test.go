@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -218,5 +221,24 @@ func TestLogFormatJSON(t *testing.T) {
 	}
 	if code, _, errs := runCLI("serve", "--config", "../../examples/shop.yaml", "--log-format", "xml"); code != 2 || !strings.Contains(errs, "--log-format") {
 		t.Fatalf("--log-format xml: exit %d, stderr %q", code, errs)
+	}
+}
+
+// replay reads a gzipped log as it reads the plain one.
+func TestReplayReadsGzippedLogs(t *testing.T) {
+	plain, err := os.ReadFile("../../examples/access.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(plain)
+	zw.Close()
+	gz := filepath.Join(t.TempDir(), "access.log.1.gz")
+	os.WriteFile(gz, zipped.Bytes(), 0o600)
+	_, want, _ := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
+	code, got, errs := runCLI("replay", "--config", "../../examples/shop.yaml", gz, "--format", "json")
+	if code != 0 || got != want || !strings.Contains(got, `"requests": 9`) {
+		t.Fatalf("gzipped: exit %d, %s\n%s\nwant\n%s", code, errs, got, want)
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +25,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	top := fs.Int("top", 5, "keys to list per rule")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice replay --config RULES ACCESS_LOG [--format table|json|csv]")
+		fmt.Fprintln(stderr, "       (ACCESS_LOG: a file, gzipped or not, or - for standard input)")
 		fmt.Fprintln(stderr, "\nReplays an access log (nginx/Apache combined format, or JSON lines) in")
 		fmt.Fprintln(stderr, "timestamp order through the rules, on the embedded store and a simulated")
 		fmt.Fprintln(stderr, "clock, and reports what each rule would have rejected, and for whom.")
@@ -41,18 +44,26 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(positional[0])
-	if err != nil {
+	var f *os.File
+	if positional[0] == "-" {
+		f = os.Stdin
+	} else if f, err = os.Open(positional[0]); err != nil {
 		return err
 	}
 	defer f.Close()
 	opts := sim.ReplayOptions{TopKeys: *top}
-	if info, err := f.Stat(); err == nil && info.Mode().IsRegular() && isTerminal(stderr) {
+	in, gzipped, err := maybeGunzip(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", positional[0], err)
+	}
+	// A progress bar counts the bytes replayed against the file's size: not
+	// for a compressed file, nor for a pipe.
+	if info, err := f.Stat(); err == nil && info.Mode().IsRegular() && !gzipped && isTerminal(stderr) {
 		bar := progressbar.DefaultBytes(info.Size(), "replaying")
 		defer bar.Finish()
 		opts.Progress = func(n int64) { bar.Set64(n) }
 	}
-	res, err := sim.Replay(f, cfg, opts)
+	res, err := sim.Replay(in, cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -62,4 +73,15 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// maybeGunzip returns r, decompressed if it starts with gzip's magic bytes
+// (a rotated log.1.gz, or zcat's work done here), whatever its name.
+func maybeGunzip(r io.Reader) (_ io.Reader, gzipped bool, err error) {
+	br := bufio.NewReader(r)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		return zr, true, err
+	}
+	return br, false, nil
 }
