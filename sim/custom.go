@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -94,7 +95,13 @@ func LoadCustom(path string) (*CustomSpec, error) {
 		spec.Limits = append(spec.Limits, sluice.Limit{Rate: l.Rate, Period: per, Burst: l.Burst, Algorithm: a})
 	}
 	if f.Rules != "" {
-		if spec.Rules, err = rules.Load(f.Rules); err != nil {
+		// A relative path is the scenario file's neighbour, wherever
+		// sluice runs from, as include paths are in most tools.
+		rp := f.Rules
+		if !filepath.IsAbs(rp) {
+			rp = filepath.Join(filepath.Dir(path), rp)
+		}
+		if spec.Rules, err = rules.Load(rp); err != nil {
 			return nil, err
 		}
 	}

@@ -56,6 +56,12 @@ func TestCustomFromAFileWithRules(t *testing.T) {
 	if tot[1].Allowed+tot[1].Rejected != 0 {
 		t.Fatalf("login never applies to GET /: %+v", tot[1])
 	}
+	// A relative rules path is the scenario file's neighbour, whatever the
+	// working directory.
+	os.WriteFile(path, []byte("seed: 3\nduration: 2s\nrules: rules.yaml\n"), 0o600)
+	if spec, err := LoadCustom(path); err != nil || spec.Rules == nil || len(spec.Rules.Rules) != 2 {
+		t.Fatalf("rules: rules.yaml beside the scenario: %v", err)
+	}
 	if _, err := LoadCustom(filepath.Join(dir, "nope.yaml")); err == nil {
 		t.Fatal("missing file accepted")
 	}

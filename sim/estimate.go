@@ -49,6 +49,9 @@ type EstimateResult struct {
 	ActiveKeys int64         `json:"activeKeys"`
 	Limit      string        `json:"limit"`
 	Rows       []EstimateRow `json:"algorithms"`
+	// Warnings say what the figures assume that a default deployment
+	// would not give (active keys beyond the embedded store's bound).
+	Warnings []string `json:"warnings"`
 }
 
 // referenceState is the back-of-envelope per-key state, before key overhead.
@@ -80,7 +83,7 @@ func Estimate(spec EstimateSpec) (*Report, error) {
 		return nil, err
 	}
 	active := int64(float64(spec.Keys) * spec.Active)
-	res := &EstimateResult{Keys: spec.Keys, ActiveKeys: active, Limit: sluice.FormatPeriod(spec.Limit.Period)}
+	res := &EstimateResult{Keys: spec.Keys, ActiveKeys: active, Limit: sluice.FormatPeriod(spec.Limit.Period), Warnings: []string{}}
 	res.Limit = strconv.FormatInt(spec.Limit.Rate, 10) + "/" + res.Limit
 	for _, a := range sluice.Algorithms() {
 		l := spec.Limit
@@ -131,6 +134,14 @@ func Estimate(spec EstimateSpec) (*Report, error) {
 			row = append(row, strconv.FormatFloat(r.RedisPerKey, 'f', 1, 64), bytesWords(r.RedisBytes))
 		}
 		rep.Rows = append(rep.Rows, row)
+	}
+	if active > memory.DefaultMaxKeys {
+		// The embedded store would not hold them: say so before the figures
+		// are believed.
+		w := fmt.Sprintf("Warning: %s active keys exceed the embedded store's bound of %s keys per rule (--max-keys): it would evict the most idle (never a limited one) and count the rest in a shared, strict overflow state. Raise --max-keys to at least %d (the extrapolated bytes above), or keep the counts in Redis.",
+			human(active), human(memory.DefaultMaxKeys), active)
+		res.Warnings = append(res.Warnings, w)
+		rep.Notes = append(rep.Notes, w)
 	}
 	if spec.Redis != nil {
 		rep.Notes = append(rep.Notes, "Redis: MEMORY USAGE (the key, its value and their administrative overheads) of keys written by sluice's Redis store, each at its limit, averaged over 200 keys.")

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,27 @@ func TestParseCount(t *testing.T) {
 	for _, bad := range []string{"", "x", "-5", "0", "1e20"} {
 		if _, err := ParseCount(bad); err == nil {
 			t.Errorf("ParseCount(%q) accepted", bad)
+		}
+	}
+}
+
+// An estimate beyond the embedded store's per-rule bound says so; within
+// it, it warns of nothing (an empty list, not null).
+func TestEstimateWarnsBeyondTheKeyBound(t *testing.T) {
+	for _, tc := range []struct {
+		keys int64
+		warn bool
+	}{{100_000_000, true}, {1_000_000, false}} {
+		rep, err := Estimate(EstimateSpec{Keys: tc.keys, Active: 0.05, Limit: sluice.Limit{Rate: 100, Period: time.Minute}, Sample: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := rep.JSON.(*EstimateResult)
+		if got := len(res.Warnings) > 0; got != tc.warn || res.Warnings == nil {
+			t.Errorf("%d keys: warnings %q, want some: %v", tc.keys, res.Warnings, tc.warn)
+		}
+		if tc.warn && !strings.Contains(strings.Join(rep.Notes, "\n"), "--max-keys") {
+			t.Errorf("%d keys: the report does not say what to do: %q", tc.keys, rep.Notes)
 		}
 	}
 }
