@@ -259,8 +259,14 @@ func Custom(spec *CustomSpec) (*Report, error) {
 	}
 	rep := &Report{Title: fmt.Sprintf("custom: seed %d, %v, background %.3g/s, %d bursts", spec.Seed, spec.Duration, spec.Background, len(spec.Bursts)), JSON: &res}
 	rep.Columns = []string{"second", "in"}
+	seen := map[string]int{}
 	for _, r := range runners {
-		rep.Columns = append(rep.Columns, r.name+" allowed", "rejected")
+		// Every column its own name: a limit given twice is told apart.
+		name := r.name
+		if seen[name]++; seen[name] > 1 {
+			name = fmt.Sprintf("%s (#%d)", name, seen[name])
+		}
+		rep.Columns = append(rep.Columns, name+" allowed", name+" rejected")
 	}
 	for _, s := range res.Seconds {
 		row := []string{strconv.Itoa(s.Second), strconv.Itoa(s.In)}

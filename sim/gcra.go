@@ -49,7 +49,7 @@ func GCRAVsTokenBucket() (*Report, error) {
 	res := GCRAVsTokenBucketResult{Agree: true}
 	rep := &Report{
 		Title:   "gcra-vs-token-bucket: r = 2/s, b = 5 (T = 0.5 s, tau = 2 s)",
-		Columns: []string{"#", "t (s)", "gcra", "remaining", "retry (ms)", "token-bucket", "remaining", "retry (ms)"},
+		Columns: []string{"#", "t (s)", "gcra", "gcra remaining", "gcra retry (ms)", "token-bucket", "token-bucket remaining", "token-bucket retry (ms)"},
 	}
 	for i, at := range times {
 		var rg, rt algo.Result

@@ -221,9 +221,10 @@ func (res *ReplayResult) Report() *Report {
 	rep := &Report{
 		Title: fmt.Sprintf("replay: %s from %s to %s; %s skipped",
 			count(res.Requests, "request"), res.From.Format(time.RFC3339), res.To.Format(time.RFC3339), count(res.Malformed, "malformed line")),
-		Columns: []string{"rule", "mode", "seen", "would reject", "share", "top keys by rejections"},
+		Columns: []string{"rule", "mode", "seen", "would reject", "share", "top key", "its rejections"},
 		JSON:    res,
 	}
+	var topNotes []string
 	for _, rr := range res.Rules {
 		mode := "enforce"
 		if rr.Shadow {
@@ -233,11 +234,22 @@ func (res *ReplayResult) Report() *Report {
 		if rr.Seen > 0 {
 			share = strconv.FormatFloat(100*float64(rr.Rejected)/float64(rr.Seen), 'f', 1, 64) + "%"
 		}
-		var top []string
-		for _, k := range rr.TopKeys {
-			top = append(top, fmt.Sprintf("%s (%d)", k.Key, k.Rejected))
+		// One value per cell: the top key here, every top key in a note.
+		topKey, topN := "", ""
+		if len(rr.TopKeys) > 0 {
+			topKey, topN = rr.TopKeys[0].Key, strconv.Itoa(rr.TopKeys[0].Rejected)
 		}
-		rep.Rows = append(rep.Rows, []string{rr.Rule, mode, strconv.Itoa(rr.Seen), strconv.Itoa(rr.Rejected), share, strings.Join(top, ", ")})
+		rep.Rows = append(rep.Rows, []string{rr.Rule, mode, strconv.Itoa(rr.Seen), strconv.Itoa(rr.Rejected), share, topKey, topN})
+		if len(rr.TopKeys) > 1 {
+			var top []string
+			for _, k := range rr.TopKeys {
+				top = append(top, fmt.Sprintf("%s (%d)", k.Key, k.Rejected))
+			}
+			topNotes = append(topNotes, fmt.Sprintf("  %s: %s", rr.Rule, strings.Join(top, ", ")))
+		}
+	}
+	if len(topNotes) > 0 {
+		rep.Notes = append(rep.Notes, "Top keys by rejections:\n"+strings.Join(topNotes, "\n"))
 	}
 	if len(res.PerMinute) > 0 {
 		// One bar per minute: # for the requests an enforced rule would

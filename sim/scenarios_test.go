@@ -1,6 +1,11 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
 
 func TestSharedStoreAdmitsFiveLocalStoresAdmitAll(t *testing.T) {
 	rep, err := SharedVsLocal()
@@ -110,6 +115,38 @@ func TestDistributedScenarioShowsEachModesCost(t *testing.T) {
 		}
 		if (r.Mode == "split" || r.Mode == "local") && r.CallsPerDecision != 0 {
 			t.Errorf("%+v: no store call expected", r)
+		}
+	}
+}
+
+// Every report's columns have names of their own, as CSV readers (and
+// spreadsheets) need: every scenario, a custom run with one limit twice,
+// and a replay.
+func TestEveryReportHasUniqueColumns(t *testing.T) {
+	var reps []*Report
+	for _, s := range Scenarios() {
+		rep, err := s.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, rep)
+	}
+	l := sluice.Limit{Rate: 10, Period: time.Second, Burst: 20, Algorithm: sluice.TokenBucket}
+	rep, err := Custom(&CustomSpec{Seed: 1, Duration: 2 * time.Second, Background: 5, Limits: []sluice.Limit{l, l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps = append(reps, rep)
+	if len(reps) < 7 {
+		t.Fatalf("%d reports: the check below would check little", len(reps))
+	}
+	for _, rep := range reps {
+		seen := map[string]bool{}
+		for _, c := range rep.Columns {
+			if seen[c] {
+				t.Errorf("%s: column %q twice in %q", rep.Title, c, rep.Columns)
+			}
+			seen[c] = true
 		}
 	}
 }
