@@ -659,3 +659,40 @@ func engineFromFile(t *testing.T, src string) (string, *Engine) {
 	}
 	return path, e
 }
+
+// A rule with several windows (10 per second and 15 per minute) admits a
+// request only if every window has room, charges none of them when one
+// refuses, and names the window that refused.
+func TestSeveralWindowsOfOneRuleAreAllOrNothing(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {id: api, key: [user], rate: 10, per: 1s, algorithm: fixed-window, also: [{rate: 15, per: 1m}]}
+`, Options{})
+	var res Result
+	admitted := 0
+	for range 12 {
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 || res.Decision.Rule != "api" {
+		t.Fatalf("first second: %d admitted, last refused by %q; want 10 and api", admitted, res.Decision.Rule)
+	}
+	f.clock.Advance(time.Second)
+	admitted = 0
+	for range 12 {
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 || res.Decision.Rule != "api.1m" {
+		t.Fatalf("second second: %d admitted, last refused by %q; want 5 (15 a minute) and api.1m", admitted, res.Decision.Rule)
+	}
+	for _, st := range res.Statuses {
+		if st.Rule == "api" && st.Remaining != 5 {
+			t.Fatalf("the per-second window was charged for refused requests: %d left, want 5", st.Remaining)
+		}
+	}
+}

@@ -90,6 +90,8 @@ type Rule struct {
 	// Line is where the rule starts in its file.
 	Line int
 
+	also []window // further windows, expanded into rules of their own at load
+
 	// Sync is how the rule's count is shared among gateways (the sync
 	// setting; exact by default).
 	Sync sluice.Sharing

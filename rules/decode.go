@@ -234,17 +234,55 @@ func (d *decoder) config(data []byte) *Config {
 	}
 	ids := map[string]int{}
 	for i, rn := range rulesNode.Content {
-		r := d.rule(c, rn, fmt.Sprintf("rules[%d]", i))
+		field := fmt.Sprintf("rules[%d]", i)
+		r := d.rule(c, rn, field)
 		if r == nil {
 			continue
 		}
-		if line, dup := ids[r.ID]; dup && r.ID != "" {
-			d.fail(rn, fmt.Sprintf("rules[%d].id", i), "duplicate id %q (first at line %d)", r.ID, line)
+		for _, x := range append([]*Rule{r}, d.windows(r, field)...) {
+			if line, dup := ids[x.ID]; dup && x.ID != "" {
+				d.fail(rn, field+".id", "duplicate id %q (first at line %d)", x.ID, line)
+			}
+			ids[x.ID] = rn.Line
+			c.Rules = append(c.Rules, x)
 		}
-		ids[r.ID] = rn.Line
-		c.Rules = append(c.Rules, r)
 	}
 	return c
+}
+
+// window is one of a rule's further windows (its also list).
+type window struct {
+	limit   sluice.Limit
+	algoSet bool
+	node    *yaml.Node
+	field   string
+}
+
+// windows returns the rules of r's further windows: copies of r, each with
+// its own limit and the id "<id>.<period>" (api.1m, api.1h). Together with r
+// they are several windows of one rule, as Kong's users write 10 per second
+// and 100 per minute and 1,000 per hour: a request passes only if every
+// window admits it (the engine decides all of a request's rules at once,
+// all or nothing), and the answer names the window that refused, or the
+// one closest to its limit.
+func (d *decoder) windows(r *Rule, field string) []*Rule {
+	var out []*Rule
+	for _, w := range r.also {
+		x := *r
+		x.also = nil
+		x.Limit, x.Fallback = w.limit, w.limit
+		x.ID = r.ID + "." + sluice.FormatPeriod(w.limit.Period)
+		if err := w.limit.Validate(); err != nil {
+			d.fail(w.node, w.field, "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
+			continue
+		}
+		if x.Cost > w.limit.Capacity() {
+			d.fail(w.node, w.field, "cost %d is more than this window's burst %d: no request could ever pass", x.Cost, w.limit.Capacity())
+			continue
+		}
+		out = append(out, &x)
+	}
+	return out
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {
@@ -478,6 +516,35 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			}
 			r.Envoy = m
 		},
+		"also": func(v *yaml.Node, f string) {
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+				d.fail(v, f, "want a list of further windows, such as [{rate: 100, per: 1m}, {rate: 1000, per: 1h}]")
+				return
+			}
+			for i, item := range v.Content {
+				wf := fmt.Sprintf("%s[%d]", f, i)
+				w := window{node: item, field: wf}
+				d.fields(item, wf, map[string]func(*yaml.Node, string){
+					"rate":  func(v *yaml.Node, f string) { w.limit.Rate, _ = d.integer(v, f) },
+					"per":   func(v *yaml.Node, f string) { w.limit.Period, _ = d.period(v, f) },
+					"burst": func(v *yaml.Node, f string) { w.limit.Burst, _ = d.integer(v, f) },
+					"algorithm": func(v *yaml.Node, f string) {
+						if s, ok := d.str(v, f); ok {
+							a, err := sluice.ParseAlgorithm(s)
+							if err != nil {
+								d.fail(v, f, "%v", err)
+							}
+							w.limit.Algorithm, w.algoSet = a, true
+						}
+					},
+				})
+				if w.limit.Rate <= 0 || w.limit.Period <= 0 {
+					d.fail(item, wf, "give a rate and a period (per), such as {rate: 100, per: 1m}")
+					continue
+				}
+				r.also = append(r.also, w)
+			}
+		},
 		"fallback": func(v *yaml.Node, f string) {
 			fallback.node = v
 			d.fields(v, f, map[string]func(*yaml.Node, string){
@@ -527,6 +594,11 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			d.fail(fallback.node, field+".fallback", "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
 		}
 		r.Fallback, r.FallbackSet = fb, true
+	}
+	for i := range r.also {
+		if !r.also[i].algoSet { // unset: the rule's algorithm
+			r.also[i].limit.Algorithm = r.Limit.Algorithm
+		}
 	}
 	switch a := r.Limit.Algorithm; {
 	case (r.Sync.Mode == sluice.SyncLease || r.Sync.Mode == sluice.SyncAuto) &&

@@ -107,6 +107,23 @@ func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
 
 // A file with no rules lets every request through: it loads only when it
 // says so.
+// A rule's further windows load as rules of their own, named by their
+// period, with the rule's match, key, cost and algorithm unless set.
+func TestSeveralWindowsLoadAsRules(t *testing.T) {
+	c, err := Parse("r.yaml", []byte("rules:\n  - {id: api, match: {path: /api/*}, key: [user], rate: 10, per: 1s, cost: 2, algorithm: fixed-window, also: [{rate: 100, per: 1m}, {rate: 1000, per: 1h, algorithm: sliding-window}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.Rules {
+		got = append(got, fmt.Sprintf("%s %v cost=%d key=%s path=%v", r.ID, r.Limit, r.Cost, r.Key[0].Name, len(r.Match.Paths)))
+	}
+	want := []string{"api 10/1s fixed-window cost=2 key=user path=1", "api.1m 100/1m fixed-window cost=2 key=user path=1", "api.1h 1000/1h sliding-window cost=2 key=user path=1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rules %q, want %q", got, want)
+	}
+}
+
 func TestNoRulesOnlyWhenTheFileSaysSo(t *testing.T) {
 	_, err := Parse("r.yaml", []byte("rules: []\n"))
 	if err == nil || !strings.Contains(err.Error(), "r.yaml:1:") || !strings.Contains(err.Error(), "allowNoRules") {
@@ -124,6 +141,10 @@ func TestMalformedFilesAreErrors(t *testing.T) {
 		"not a mapping":  "- a\n- b\n",
 		"no rules":       "keys: {}\n",
 		"empty rules":    "rules: []\n",
+		"window no per":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50}]}\n",
+		"window twice":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50, per: 1m}, {rate: 60, per: 1m}]}\n",
+		"window cost":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, cost: 5, also: [{rate: 4, per: 1m}]}\n",
+		"window alg":     "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 4, per: 1m, algorithm: leaky}]}\n",
 		"unknown method": "rules:\n  - {id: a, match: {method: GTE}, key: [ip], rate: 5, per: 1m}\n",
 		"bad in list":    "rules:\n  - {id: a, match: {method: [get, FROB]}, key: [ip], rate: 5, per: 1m}\n",
 		"not allowed":    "allowNoRules: false\nrules: []\n",
