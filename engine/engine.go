@@ -189,7 +189,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 			continue // descriptor rules answer Envoy's service only
 		}
 		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
-		if !ok {
+		if !ok || !r.Selects(req, route) {
 			continue
 		}
 		start := len(res.keyBuf)
@@ -640,7 +640,7 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 			continue
 		}
 		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
-		if !ok {
+		if !ok || !r.Selects(req, route) {
 			continue
 		}
 		start := len(res.keyBuf)

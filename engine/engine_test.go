@@ -696,3 +696,48 @@ rules:
 		}
 	}
 }
+
+// Plans: a rule may match a key source's value (X-Plan: gold gets its own
+// limit), and exempt values skip a rule and count nothing: here the gold
+// plan is exempt from the default limit, the office network and the
+// monitoring user from every limit.
+func TestPlansAndExemptions(t *testing.T) {
+	f := newFixture(t, `
+keys:
+  plan: {header: X-Plan}
+rules:
+  - {id: default, key: [user], rate: 2, per: 1h, exempt: {plan: [gold], ip: [10.0.0.0/8], user: [monitor]}}
+  - {id: gold, match: {values: {plan: [gold, platinum]}}, key: [user], rate: 5, per: 1h, exempt: {ip: [10.0.0.0/8]}}
+`, Options{})
+	admitted := func(user, plan, ip string, n int) (int, string) {
+		got, last := 0, ""
+		for range n {
+			req := userReq(user)
+			req.ClientIP = netip.MustParseAddr(ip)
+			if plan != "" {
+				req.Header.Set("X-Plan", plan)
+			}
+			res := f.check(t, req)
+			if res.Allowed {
+				got++
+			}
+			last = res.Decision.Rule
+		}
+		return got, last
+	}
+	for _, tc := range []struct {
+		user, plan, ip string
+		want           int
+		rule           string
+	}{
+		{"free", "", "203.0.113.7", 2, "default"},
+		{"payer", "gold", "203.0.113.7", 5, "gold"},
+		{"other", "platinum", "203.0.113.7", 2, "default"}, // platinum is not exempt from default
+		{"staff", "gold", "10.1.2.3", 20, ""},              // the office network: no rule applies
+		{"monitor", "", "198.51.100.1", 20, ""},            // the monitoring user
+	} {
+		if got, rule := admitted(tc.user, tc.plan, tc.ip, 20); got != tc.want || rule != tc.rule {
+			t.Errorf("%s (plan %q, %s): %d of 20 admitted, last by %q; want %d by %q", tc.user, tc.plan, tc.ip, got, rule, tc.want, tc.rule)
+		}
+	}
+}

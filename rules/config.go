@@ -44,7 +44,7 @@ func (c *Config) ReadsHeader(canonical string) bool {
 	c.headersOnce.Do(func() {
 		c.headers = map[string]bool{}
 		for _, r := range c.Rules {
-			for _, s := range r.Key {
+			for _, s := range r.sources() {
 				switch s.Kind {
 				case FromHeader:
 					c.headers[s.Param] = true
@@ -89,6 +89,11 @@ type Rule struct {
 	FallbackSet bool
 	// Line is where the rule starts in its file.
 	Line int
+
+	// Exempt lists key source values (for ip, also CIDR prefixes) whose
+	// requests the rule skips and counts nothing for: internal networks,
+	// monitoring, a partner's key.
+	Exempt []ValueSet
 
 	also []window // further windows, expanded into rules of their own at load
 
@@ -139,6 +144,9 @@ type Match struct {
 	Methods []string
 	Paths   []*Pattern
 	Hosts   []string
+	// Values are key source values the request must have, each of its
+	// set (match: {values: {plan: [gold]}}).
+	Values []ValueSet
 }
 
 // Default key sources, used unless the file's keys section redefines them.
@@ -181,7 +189,7 @@ func Parse(name string, data []byte) (*Config, error) {
 func (c *Config) NeedsBody() bool {
 	c.needsBodyOnce.Do(func() {
 		for _, r := range c.Rules {
-			for _, s := range r.Key {
+			for _, s := range r.sources() {
 				if r.Envoy == nil && s.Kind == FromBody {
 					c.needsBody = true
 				}
@@ -189,6 +197,19 @@ func (c *Config) NeedsBody() bool {
 		}
 	})
 	return c.needsBody
+}
+
+// sources are every key source the rule reads: its key's, its match
+// values' and its exemptions'.
+func (r *Rule) sources() []*Source {
+	out := slices.Clone(r.Key)
+	for _, v := range r.Match.Values {
+		out = append(out, v.Source)
+	}
+	for _, v := range r.Exempt {
+		out = append(out, v.Source)
+	}
+	return out
 }
 
 // Rule returns the rule with the given id, or nil.

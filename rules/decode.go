@@ -362,7 +362,8 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				r.ID = s
 			}
 		},
-		"match": func(v *yaml.Node, f string) { d.match(&r.Match, v, f) },
+		"match":  func(v *yaml.Node, f string) { d.match(c, &r.Match, v, f) },
+		"exempt": func(v *yaml.Node, f string) { r.Exempt = d.valueSets(c, v, f) },
 		"key": func(v *yaml.Node, f string) {
 			names, nodes := d.strings(v, f)
 			for i, name := range names {
@@ -637,8 +638,9 @@ func validID(s string) bool {
 	return true
 }
 
-func (d *decoder) match(m *Match, n *yaml.Node, field string) {
+func (d *decoder) match(c *Config, m *Match, n *yaml.Node, field string) {
 	d.fields(n, field, map[string]func(*yaml.Node, string){
+		"values": func(v *yaml.Node, f string) { m.Values = d.valueSets(c, v, f) },
 		"method": func(v *yaml.Node, f string) {
 			ms, nodes := d.strings(v, f)
 			for i, s := range ms {
@@ -782,4 +784,40 @@ func unmarkedUTF16(data []byte) string {
 		return "UTF-16BE"
 	}
 	return ""
+}
+
+// valueSets reads {source: [values...]}: the values of key sources, by the
+// source's name (built in, inline or from keys); an ip source takes
+// addresses and CIDR prefixes.
+func (d *decoder) valueSets(c *Config, n *yaml.Node, field string) []ValueSet {
+	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
+		d.fail(n, field, "want {source: [values]}, such as {plan: [gold]} or {ip: [10.0.0.0/8]}")
+		return nil
+	}
+	var out []ValueSet
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := field + "." + k.Value
+		src, err := c.source(k.Value)
+		if err != nil {
+			d.fail(k, f, "%v", err)
+			continue
+		}
+		vals, nodes := d.strings(v, f)
+		set := ValueSet{Source: src, Values: map[string]bool{}}
+		for j, s := range vals {
+			if src.Kind == FromIP {
+				p, err := parsePrefix(s)
+				if err != nil {
+					d.fail(nodes[j], fmt.Sprintf("%s[%d]", f, j), "%q is not an IP address or CIDR prefix", s)
+					continue
+				}
+				set.Prefixes = append(set.Prefixes, p)
+				continue
+			}
+			set.Values[s] = true
+		}
+		out = append(out, set)
+	}
+	return out
 }

@@ -107,6 +107,18 @@ func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
 
 // A file with no rules lets every request through: it loads only when it
 // says so.
+// The headers that match values and exemptions read are read by the rules
+// (a proxy copies out only those).
+func TestMatchValuesAndExemptionsAreRead(t *testing.T) {
+	c, err := Parse("r.yaml", []byte("keys:\n  plan: {header: X-Plan}\nrules:\n  - {id: a, match: {values: {plan: [gold]}}, key: [ip], rate: 5, per: 1s, exempt: {header:X-Bot: [yes]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.ReadsHeader("X-Plan") || !c.ReadsHeader("X-Bot") {
+		t.Fatal("the match's or the exemption's header is not read")
+	}
+}
+
 // A rule's further windows load as rules of their own, named by their
 // period, with the rule's match, key, cost and algorithm unless set.
 func TestSeveralWindowsLoadAsRules(t *testing.T) {
@@ -141,6 +153,9 @@ func TestMalformedFilesAreErrors(t *testing.T) {
 		"not a mapping":  "- a\n- b\n",
 		"no rules":       "keys: {}\n",
 		"empty rules":    "rules: []\n",
+		"values source":  "rules:\n  - {id: a, match: {values: {nobody: [x]}}, key: [ip], rate: 5, per: 1s}\n",
+		"exempt cidr":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {ip: [10.0.0.0/33]}}\n",
+		"exempt empty":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {}}\n",
 		"window no per":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50}]}\n",
 		"window twice":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50, per: 1m}, {rate: 60, per: 1m}]}\n",
 		"window cost":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, cost: 5, also: [{rate: 4, per: 1m}]}\n",

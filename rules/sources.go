@@ -249,3 +249,72 @@ func bodyValue(body []byte, contentType, name string) string {
 	}
 	return ""
 }
+
+// Value returns the source's value in req as the request gave it: before
+// hashing, and for ip the address itself (not its IPv6 prefix). Matches and
+// exemptions compare it with the values a rule file lists.
+func (s *Source) Value(req *Request, route string) (string, bool) {
+	if v, ok := req.Attributes[s.Name]; ok && v != "" {
+		return v, true
+	}
+	if s.Kind == FromIP {
+		if !req.ClientIP.IsValid() {
+			return "", false
+		}
+		return req.ClientIP.Unmap().String(), true
+	}
+	plain := *s
+	plain.Hash = false
+	b, ok := plain.appendValue(nil, req, route, 128)
+	return string(b), ok
+}
+
+// ValueSet is the values of one key source that a rule's match selects or
+// its exempt list skips: exact values, and for ip, addresses and CIDR
+// prefixes.
+type ValueSet struct {
+	Source   *Source
+	Values   map[string]bool
+	Prefixes []netip.Prefix
+}
+
+// Contains reports whether req's value of the source is in the set; a
+// request without the value is in no set.
+func (v *ValueSet) Contains(req *Request, route string) bool {
+	s, ok := v.Source.Value(req, route)
+	if !ok {
+		return false
+	}
+	if v.Values[s] {
+		return true
+	}
+	if len(v.Prefixes) > 0 {
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			for _, p := range v.Prefixes {
+				if p.Contains(a) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Selects reports whether the rule applies to req beyond its method, host
+// and path: each of its match values holds (plans: X-Plan is gold), and no
+// exemption does (an allow-listed network or key value). An exempt request
+// is not counted by the rule at all.
+func (r *Rule) Selects(req *Request, route string) bool {
+	for i := range r.Match.Values {
+		if !r.Match.Values[i].Contains(req, route) {
+			return false
+		}
+	}
+	for i := range r.Exempt {
+		if r.Exempt[i].Contains(req, route) {
+			return false
+		}
+	}
+	return true
+}
