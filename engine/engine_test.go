@@ -741,3 +741,32 @@ rules:
 		}
 	}
 }
+
+// A per-key override gives some keys another limit within one rule: the
+// partner's API key gets 10x, every other key the rule's limit.
+func TestPerKeyOverrides(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - id: per-user
+    key: [user]
+    rate: 3
+    per: 1h
+    overrides: [{values: {user: [partner]}, rate: 30}]
+`, Options{})
+	for user, want := range map[string]int{"someone": 3, "partner": 30} {
+		got, rule := 0, ""
+		for range 40 {
+			res := f.check(t, userReq(user))
+			if res.Allowed {
+				got++
+			}
+			rule = res.Decision.Rule
+		}
+		if got != want {
+			t.Errorf("%s: %d of 40 admitted, want %d (last by %s)", user, got, want, rule)
+		}
+	}
+	if ids := fmt.Sprint(len(f.e.Config().Rules), " ", f.e.Config().Rules[1].ID); ids != "2 per-user.override-1" {
+		t.Errorf("rules %s", ids)
+	}
+}

@@ -95,7 +95,8 @@ type Rule struct {
 	// monitoring, a partner's key.
 	Exempt []ValueSet
 
-	also []window // further windows, expanded into rules of their own at load
+	also      []window   // further windows, expanded into rules of their own at load
+	overrides []override // limits for some key values, expanded likewise
 
 	// Sync is how the rule's count is shared among gateways (the sync
 	// setting; exact by default).

@@ -239,7 +239,9 @@ func (d *decoder) config(data []byte) *Config {
 		if r == nil {
 			continue
 		}
-		for _, x := range append([]*Rule{r}, d.windows(r, field)...) {
+		more := d.overrides(r) // first: r then exempts the override's keys, windows included
+		more = append(more, d.windows(r, field)...)
+		for _, x := range append([]*Rule{r}, more...) {
 			if line, dup := ids[x.ID]; dup && x.ID != "" {
 				d.fail(rn, field+".id", "duplicate id %q (first at line %d)", x.ID, line)
 			}
@@ -248,6 +250,54 @@ func (d *decoder) config(data []byte) *Config {
 		}
 	}
 	return c
+}
+
+// override is a limit of a rule for some key values (its overrides list).
+type override struct {
+	values []ValueSet
+	limit  sluice.Limit // unset fields: the rule's
+	node   *yaml.Node
+	field  string
+}
+
+// overrides returns the rules of r's overrides, and takes their values out
+// of r (and of its windows): rule "per-key" with an override for partner
+// keys becomes "per-key", which exempts them, and "per-key.override-1",
+// which applies only to them, with the override's rate, period and burst
+// (the rule's where unset). A key has one count per limit, as in every
+// other change of limit: an override starts its keys fresh.
+func (d *decoder) overrides(r *Rule) []*Rule {
+	var out []*Rule
+	for i, o := range r.overrides {
+		x := *r
+		x.overrides, x.also = nil, nil
+		x.ID = fmt.Sprintf("%s.override-%d", r.ID, i+1)
+		x.Match.Values = append(slices.Clone(r.Match.Values), o.values...)
+		l := r.Limit
+		if o.limit.Rate > 0 {
+			l.Rate = o.limit.Rate
+		}
+		if o.limit.Period > 0 {
+			l.Period = o.limit.Period
+		}
+		if o.limit.Burst > 0 || o.limit.Rate > 0 {
+			l.Burst = o.limit.Burst // a new rate with no burst: the burst is the rate
+		}
+		if err := l.Validate(); err != nil {
+			d.fail(o.node, o.field, "%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
+			continue
+		}
+		if x.Cost > l.Capacity() {
+			d.fail(o.node, o.field, "cost %d is more than the override's burst %d: no request could ever pass", x.Cost, l.Capacity())
+			continue
+		}
+		x.Limit, x.Fallback = l, l
+		out = append(out, &x)
+	}
+	for _, o := range r.overrides {
+		r.Exempt = append(r.Exempt, o.values...)
+	}
+	return out
 }
 
 // window is one of a rule's further windows (its also list).
@@ -269,7 +319,7 @@ func (d *decoder) windows(r *Rule, field string) []*Rule {
 	var out []*Rule
 	for _, w := range r.also {
 		x := *r
-		x.also = nil
+		x.also, x.overrides = nil, nil
 		x.Limit, x.Fallback = w.limit, w.limit
 		x.ID = r.ID + "." + sluice.FormatPeriod(w.limit.Period)
 		if err := w.limit.Validate(); err != nil {
@@ -516,6 +566,27 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				d.fail(v, f, "give a domain and at least one descriptor entry")
 			}
 			r.Envoy = m
+		},
+		"overrides": func(v *yaml.Node, f string) {
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+				d.fail(v, f, "want a list such as [{values: {api_key: [K]}, rate: 1000}]")
+				return
+			}
+			for i, item := range v.Content {
+				of := fmt.Sprintf("%s[%d]", f, i)
+				o := override{node: item, field: of}
+				d.fields(item, of, map[string]func(*yaml.Node, string){
+					"values": func(v *yaml.Node, f string) { o.values = d.valueSets(c, v, f) },
+					"rate":   func(v *yaml.Node, f string) { o.limit.Rate, _ = d.integer(v, f) },
+					"per":    func(v *yaml.Node, f string) { o.limit.Period, _ = d.period(v, f) },
+					"burst":  func(v *yaml.Node, f string) { o.limit.Burst, _ = d.integer(v, f) },
+				})
+				if len(o.values) == 0 {
+					d.fail(item, of+".values", "missing: the key values the override is for, such as {api_key: [K]}")
+					continue
+				}
+				r.overrides = append(r.overrides, o)
+			}
 		},
 		"also": func(v *yaml.Node, f string) {
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {

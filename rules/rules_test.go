@@ -156,6 +156,8 @@ func TestMalformedFilesAreErrors(t *testing.T) {
 		"values source":  "rules:\n  - {id: a, match: {values: {nobody: [x]}}, key: [ip], rate: 5, per: 1s}\n",
 		"exempt cidr":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {ip: [10.0.0.0/33]}}\n",
 		"exempt empty":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {}}\n",
+		"override empty": "rules:\n  - {id: a, key: [user], rate: 5, per: 1s, overrides: [{rate: 50}]}\n",
+		"override cost":  "rules:\n  - {id: a, key: [user], rate: 5, per: 1s, cost: 4, overrides: [{values: {user: [x]}, rate: 2}]}\n",
 		"window no per":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50}]}\n",
 		"window twice":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50, per: 1m}, {rate: 60, per: 1m}]}\n",
 		"window cost":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, cost: 5, also: [{rate: 4, per: 1m}]}\n",
