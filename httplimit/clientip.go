@@ -23,6 +23,27 @@ func ClientIPFromXFF(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	return clientIP(r, trusted, false)
 }
 
+// ClientIPAtDepth returns the client address as Traefik's ipStrategy.depth
+// does: the depth-th address of X-Forwarded-For counted from the right,
+// when the peer is a trusted proxy (otherwise the peer: an untrusted client
+// could write any chain). It assumes every request crosses the same
+// depth-1 proxies after the client, each appending what it saw; with fewer
+// hops, the leftmost is taken. A depth of 0 is ClientIP.
+func ClientIPAtDepth(r *http.Request, trusted []netip.Prefix, depth int) netip.Addr {
+	if depth <= 0 {
+		return ClientIP(r, trusted)
+	}
+	peer := parseHost(r.RemoteAddr)
+	if !peer.IsValid() || !isTrusted(peer, trusted) {
+		return peer
+	}
+	hops, ok := xForwardedFor(r.Header.Values("X-Forwarded-For"))
+	if !ok || len(hops) == 0 {
+		return peer
+	}
+	return hops[max(len(hops)-depth, 0)]
+}
+
 func clientIP(r *http.Request, trusted []netip.Prefix, forwarded bool) netip.Addr {
 	peer := parseHost(r.RemoteAddr)
 	if !peer.IsValid() || !isTrusted(peer, trusted) {

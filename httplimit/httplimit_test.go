@@ -449,3 +449,45 @@ func TestWorksWithTheStandardMux(t *testing.T) {
 		t.Fatalf("codes %v", codes)
 	}
 }
+
+// clientIP: {depth: N} takes the N-th X-Forwarded-For address from the
+// right, as Traefik's ipStrategy.depth does, but only behind a trusted
+// proxy: a client talking to sluice directly cannot choose its address.
+func TestClientIPAtDepth(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct {
+		peer, xff string
+		depth     int
+		want      string
+	}{
+		{"10.0.0.1:1", "198.51.100.9, 203.0.113.5, 10.0.0.7", 1, "10.0.0.7"},
+		{"10.0.0.1:1", "198.51.100.9, 203.0.113.5, 10.0.0.7", 2, "203.0.113.5"},
+		{"10.0.0.1:1", "198.51.100.9, 203.0.113.5, 10.0.0.7", 3, "198.51.100.9"},
+		{"10.0.0.1:1", "198.51.100.9, 203.0.113.5", 5, "198.51.100.9"}, // fewer hops: the leftmost
+		{"192.0.2.1:1", "198.51.100.9, 203.0.113.5", 2, "192.0.2.1"},   // untrusted peer: its own address
+		{"10.0.0.1:1", "", 2, "10.0.0.1"},                              // no chain
+		{"10.0.0.1:1", "not an address", 1, "10.0.0.1"},                // a malformed chain
+	} {
+		r := &http.Request{RemoteAddr: tc.peer, Header: http.Header{}}
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := ClientIPAtDepth(r, trusted, tc.depth); got.String() != tc.want {
+			t.Errorf("peer %s, X-Forwarded-For %q, depth %d: %s, want %s", tc.peer, tc.xff, tc.depth, got, tc.want)
+		}
+	}
+	// Through the middleware, from the rule file's clientIP section.
+	f := newFixture(t, "trustedProxies: [10.0.0.0/8]\nclientIP: {depth: 2}\nrules:\n  - {id: per-ip, key: [ip], rate: 1, per: 1h}\n", Options{})
+	codes := ""
+	for _, xff := range []string{"198.51.100.1, 203.0.113.5, 10.0.0.7", "198.51.100.2, 203.0.113.5, 10.0.0.8", "203.0.113.6, 10.0.0.7"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "10.0.0.1:1234"
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		codes += fmt.Sprint(w.Code, " ")
+	}
+	if codes != "200 429 200 " { // the first two share 203.0.113.5 at depth 2
+		t.Fatalf("codes %s", codes)
+	}
+}

@@ -116,7 +116,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	escaped := r.URL.EscapedPath()
 	st.req = rules.Request{
 		Method: r.Method, Host: r.Host, Path: escaped, RawQuery: r.URL.RawQuery,
-		ClientIP: ClientIP(r, trusted), Header: r.Header,
+		ClientIP: ClientIPAtDepth(r, trusted, cfg.ClientIPDepth), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
 		st.req.Body = readBody(r)

@@ -25,6 +25,10 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length IPv6 client addresses are counted by.
 	IPv6Prefix int
+	// ClientIPDepth, when set, takes the client address as the depth-th of
+	// X-Forwarded-For from the right, behind a trusted proxy (see
+	// httplimit.ClientIPAtDepth), instead of the first untrusted hop.
+	ClientIPDepth int
 	// EnvoyDomains are the domains of the envoyproxy/ratelimit files loaded.
 	EnvoyDomains []string
 	// Paths say how request paths are normalised before matching.
@@ -271,6 +275,12 @@ func Merge(cfgs ...*Config) (*Config, error) {
 			names = append(names, cc.File)
 		}
 		out.File = strings.Join(names, ", ")
+		if c.ClientIPDepth != 0 {
+			if out.ClientIPDepth != 0 && out.ClientIPDepth != c.ClientIPDepth {
+				errs = append(errs, &Error{File: c.File, Field: "clientIP.depth", Msg: fmt.Sprintf("%d differs from %d in another file", c.ClientIPDepth, out.ClientIPDepth)})
+			}
+			out.ClientIPDepth = c.ClientIPDepth
+		}
 		maps.Copy(out.Sources, c.Sources)
 		out.EnvoyDomains = append(out.EnvoyDomains, c.EnvoyDomains...)
 		for _, p := range c.TrustedProxies {

@@ -193,6 +193,18 @@ func (d *decoder) config(data []byte) *Config {
 				c.IPv6Prefix = int(n)
 			}
 		},
+		"clientIP": func(v *yaml.Node, f string) {
+			d.fields(v, f, map[string]func(*yaml.Node, string){
+				"depth": func(v *yaml.Node, f string) {
+					if n, ok := d.integer(v, f); ok {
+						if n < 1 || n > 64 {
+							d.fail(v, f, "must be between 1 and 64, got %d", n)
+						}
+						c.ClientIPDepth = int(n)
+					}
+				},
+			})
+		},
 		"paths": func(v *yaml.Node, f string) {
 			d.fields(v, f, map[string]func(*yaml.Node, string){
 				"trailingSlash": func(v *yaml.Node, f string) {

@@ -170,7 +170,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		if len(fwd) > 0 {
 			h["Forwarded"] = []string{string(fwd)}
 		}
-		client = httplimit.ClientIP(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: h}, trusted)
+		client = httplimit.ClientIPAtDepth(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: h}, trusted, cfg.ClientIPDepth)
 	}
 	uri := ctx.Request.URI()
 	st.req = rules.Request{
