@@ -162,6 +162,9 @@ var periodUnits = []struct {
 	name string
 	d    time.Duration
 }{
+	{"y", 365 * 24 * time.Hour},  // as envoyproxy/ratelimit's YEAR
+	{"mo", 30 * 24 * time.Hour}, // as its MONTH; calendar months: see Limit.Calendar
+	{"w", 7 * 24 * time.Hour},
 	{"d", 24 * time.Hour},
 	{"h", time.Hour},
 	{"m", time.Minute},
@@ -170,7 +173,9 @@ var periodUnits = []struct {
 }
 
 // ParsePeriod parses a period written as an optional positive integer and one
-// unit: ms, s, m, h or d. "15m" is fifteen minutes, "d" one day.
+// unit: ms, s, m, h, d, w (7 days), mo (30 days) or y (365 days), the last
+// two as envoyproxy/ratelimit counts them. "15m" is fifteen minutes, "d" one
+// day, "2w" a fortnight.
 func ParsePeriod(s string) (time.Duration, error) {
 	i := 0
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
@@ -193,7 +198,7 @@ func ParsePeriod(s string) (time.Duration, error) {
 			return time.Duration(n) * u.d, nil
 		}
 	}
-	return 0, fmt.Errorf("period %q: unit must be one of ms, s, m, h, d", s)
+	return 0, fmt.Errorf("period %q: unit must be one of ms, s, m, h, d, w (7 days), mo (30 days), y (365 days)", s)
 }
 
 // FormatPeriod writes d in the largest unit that divides it exactly, in the

@@ -91,7 +91,7 @@ func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
 		"rules[1].id: duplicate id \"a\" (first at line 4)",
 		"testdata/bad.yaml:14:19: rules[2].match.path[0]: path pattern \"users/{id}\" must start with /",
 		"testdata/bad.yaml:19:11: rules[2].cost: cost 3 is more than the burst 2",
-		"testdata/bad.yaml:23:10: rules[3].per: period \"2w\": unit must be one of ms, s, m, h, d",
+		"testdata/bad.yaml:23:10: rules[3].per: period \"2fortnights\": unit must be one of ms, s, m, h, d, w (7 days)",
 		"testdata/bad.yaml:24:5: rules[3].color: unknown field",
 	}
 	all := err.Error()
