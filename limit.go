@@ -24,7 +24,23 @@ type Limit struct {
 	Period    time.Duration // > 0
 	Burst     int64         // bucket capacity; 0 means Rate
 	Algorithm Algorithm     // zero value is GCRA
+	// Calendar aligns a fixed window to the UTC calendar instead of to
+	// multiples of Period since the Unix epoch: a day from midnight, a week
+	// (7d) from Monday, a month (mo) from the 1st, a year (y) from
+	// January 1st. A month or a year is then as long as it is on the
+	// calendar (28 to 31 days; 365 or 366). Only for fixed-window limits of
+	// one day, week, month or year.
+	Calendar bool
 }
+
+// Calendar units a calendar-aligned fixed window may have (see
+// Limit.Calendar).
+const (
+	CalendarDay   = 24 * time.Hour
+	CalendarWeek  = 7 * CalendarDay
+	CalendarMonth = 30 * CalendarDay // the "mo" unit
+	CalendarYear  = 365 * CalendarDay
+)
 
 // Bounds the validation enforces, so that every computation in package algo
 // fits in an int64 without overflow.
@@ -104,6 +120,9 @@ func (l Limit) Validate() error {
 	case int64(l.Period) < l.Rate:
 		return fail("rate %d per %v is more than one unit per nanosecond", l.Rate, l.Period)
 	}
+	if l.Calendar && (l.Algorithm != FixedWindow || (l.Period != CalendarDay && l.Period != CalendarWeek && l.Period != CalendarMonth && l.Period != CalendarYear)) {
+		return fail("a calendar window is a fixed window of one day, week, month or year (1d, 1w, 1mo, 1y), not %v %s", FormatPeriod(l.Period), l.Algorithm)
+	}
 	if l.Algorithm.IsBucket() {
 		hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Interval()))
 		if hi != 0 || lo > uint64(MaxCapacity) {
@@ -133,6 +152,9 @@ func (l Limit) String() string {
 	}
 	b.WriteByte(' ')
 	b.WriteString(l.Algorithm.String())
+	if l.Calendar {
+		b.WriteString(" calendar")
+	}
 	return b.String()
 }
 
@@ -162,7 +184,7 @@ var periodUnits = []struct {
 	name string
 	d    time.Duration
 }{
-	{"y", 365 * 24 * time.Hour},  // as envoyproxy/ratelimit's YEAR
+	{"y", 365 * 24 * time.Hour}, // as envoyproxy/ratelimit's YEAR
 	{"mo", 30 * 24 * time.Hour}, // as its MONTH; calendar months: see Limit.Calendar
 	{"w", 7 * 24 * time.Hour},
 	{"d", 24 * time.Hour},

@@ -434,3 +434,46 @@ func TestSlidingLogWithAClockThatStepsBackLogsAtTheNewestTime(t *testing.T) {
 		t.Fatalf("at 114: remaining %d, reset %d; want all back", r.Remaining, r.ResetAfter)
 	}
 }
+
+// Calendar windows follow the UTC calendar: a month from the 1st (29 days in
+// February 2028), a week from Monday, a year from January 1st (366 days in
+// 2028), a day from midnight.
+func TestCalendarWindows(t *testing.T) {
+	at := func(s string) int64 {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixNano()
+	}
+	for _, tc := range []struct {
+		unit          time.Duration
+		t, start, end string
+	}{
+		{sluice.CalendarMonth, "2028-02-29T23:59:59Z", "2028-02-01T00:00:00Z", "2028-03-01T00:00:00Z"},
+		{sluice.CalendarMonth, "2026-12-31T12:00:00Z", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z"},
+		{sluice.CalendarWeek, "2026-11-30T08:00:00Z", "2026-11-30T00:00:00Z", "2026-12-07T00:00:00Z"}, // a Monday
+		{sluice.CalendarWeek, "2026-11-29T23:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}, // a Sunday
+		{sluice.CalendarYear, "2028-07-01T00:00:00Z", "2028-01-01T00:00:00Z", "2029-01-01T00:00:00Z"},
+		{sluice.CalendarDay, "2026-11-30T00:00:00Z", "2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z"},
+		{sluice.CalendarWeek, "1969-12-31T00:00:00Z", "1969-12-29T00:00:00Z", "1970-01-05T00:00:00Z"}, // before the epoch
+	} {
+		p, err := NewParams(sluice.Limit{Rate: 5, Period: tc.unit, Algorithm: sluice.FixedWindow, Calendar: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, e := p.window(at(tc.t))
+		if s != at(tc.start) || e != at(tc.end) {
+			t.Errorf("%v window of %s: [%s, %s), want [%s, %s)", tc.unit, tc.t, time.Unix(0, s).UTC(), time.Unix(0, e).UTC(), tc.start, tc.end)
+		}
+	}
+	// Only a fixed window of a day, week, month or year may follow the calendar.
+	for _, l := range []sluice.Limit{
+		{Rate: 5, Period: time.Hour, Algorithm: sluice.FixedWindow, Calendar: true},
+		{Rate: 5, Period: sluice.CalendarMonth, Algorithm: sluice.GCRA, Calendar: true},
+	} {
+		if err := l.Validate(); err == nil {
+			t.Errorf("%v: accepted", l)
+		}
+	}
+}

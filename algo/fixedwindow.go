@@ -3,7 +3,8 @@ package algo
 // FixedWindow is the state of a fixed window counter: the start of the window
 // it counts and the units counted in it. Windows are W long and aligned to
 // the Unix epoch (a 1m window runs from :00 to :59 of each minute, a 1d window
-// from midnight UTC). The zero value is a fresh key.
+// from midnight UTC), or follow the UTC calendar (see Params.window). The
+// zero value is a fresh key.
 //
 // A take of cost c is allowed iff count + c <= L in now's window; the count
 // starts from 0 in each new window. On rejection RetryAfter is the time left
@@ -18,12 +19,13 @@ type FixedWindow struct {
 
 // Take decides a take of cost units at now.
 func (s FixedWindow) Take(p *Params, now, cost int64, r *Result) FixedWindow {
-	if start := windowStart(now, p.W); start > s.Start {
+	if start, _ := p.window(now); start > s.Start {
 		s = FixedWindow{Start: start}
 	} else if start < s.Start {
 		now = s.Start // time went back into an earlier window: no time has elapsed
 	}
-	left := addSat(s.Start, p.W) - now
+	_, end := p.window(s.Start)
+	left := end - now
 	reset := left
 	if s.Count == 0 {
 		reset = 0
@@ -47,5 +49,6 @@ func (s FixedWindow) Take(p *Params, now, cost int64, r *Result) FixedWindow {
 
 // Idle reports whether nothing is counted in now's window.
 func (s FixedWindow) Idle(p *Params, now int64) bool {
-	return s.Count == 0 || windowStart(now, p.W) > s.Start
+	start, _ := p.window(now)
+	return s.Count == 0 || start > s.Start
 }

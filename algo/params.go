@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -18,6 +19,9 @@ type Params struct {
 	D int64
 	// W is the window length in nanoseconds: the limit's Period.
 	W int64
+	// Calendar, when not 0, is the calendar unit fixed windows follow
+	// (sluice.CalendarDay, Week, Month or Year): see sluice.Limit.Calendar.
+	Calendar time.Duration
 }
 
 // NewParams validates l and derives its Params.
@@ -30,6 +34,9 @@ func NewParams(l sluice.Limit) (Params, error) {
 		Burst:     l.Capacity(),
 		T:         int64(l.Interval()),
 		W:         int64(l.Period),
+	}
+	if l.Calendar {
+		p.Calendar = l.Period
 	}
 	p.D = p.Burst * p.T // Validate bounds it by sluice.MaxCapacity
 	return p, nil

@@ -40,7 +40,7 @@ func (s LeakyQueue) Refund(p *Params, now, units int64) LeakyQueue {
 
 // Refund takes units back out of the current window's count.
 func (s FixedWindow) Refund(p *Params, now, units int64) FixedWindow {
-	if windowStart(now, p.W) != s.Start {
+	if start, _ := p.window(now); start != s.Start {
 		return s // the window the units were counted in has passed
 	}
 	s.Count = max(0, s.Count-units)

@@ -600,6 +600,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				r.overrides = append(r.overrides, o)
 			}
 		},
+		"calendar": func(v *yaml.Node, f string) { r.Limit.Calendar, _ = d.boolean(v, f) },
 		"also": func(v *yaml.Node, f string) {
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 				d.fail(v, f, "want a list of further windows, such as [{rate: 100, per: 1m}, {rate: 1000, per: 1h}]")
@@ -609,9 +610,10 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				wf := fmt.Sprintf("%s[%d]", f, i)
 				w := window{node: item, field: wf}
 				d.fields(item, wf, map[string]func(*yaml.Node, string){
-					"rate":  func(v *yaml.Node, f string) { w.limit.Rate, _ = d.integer(v, f) },
-					"per":   func(v *yaml.Node, f string) { w.limit.Period, _ = d.period(v, f) },
-					"burst": func(v *yaml.Node, f string) { w.limit.Burst, _ = d.integer(v, f) },
+					"rate":     func(v *yaml.Node, f string) { w.limit.Rate, _ = d.integer(v, f) },
+					"per":      func(v *yaml.Node, f string) { w.limit.Period, _ = d.period(v, f) },
+					"burst":    func(v *yaml.Node, f string) { w.limit.Burst, _ = d.integer(v, f) },
+					"calendar": func(v *yaml.Node, f string) { w.limit.Calendar, _ = d.boolean(v, f) },
 					"algorithm": func(v *yaml.Node, f string) {
 						if s, ok := d.str(v, f); ok {
 							a, err := sluice.ParseAlgorithm(s)

@@ -145,6 +145,11 @@ func Ceiling(l sluice.Limit) string {
 	per := periodWords(l.Period)
 	switch l.Algorithm {
 	case sluice.FixedWindow:
+		if l.Calendar {
+			cal := map[time.Duration]string{sluice.CalendarDay: "calendar day (UTC, from midnight)", sluice.CalendarWeek: "calendar week (UTC, from Monday)",
+				sluice.CalendarMonth: "calendar month (UTC, from the 1st)", sluice.CalendarYear: "calendar year (UTC, from January 1st)"}[l.Period]
+			return fmt.Sprintf("at most %d per %s (up to %d across a boundary)", l.Rate, cal, 2*l.Rate)
+		}
 		return fmt.Sprintf("at most %d per %s window (up to %d across a window boundary)", l.Rate, per, 2*l.Rate)
 	case sluice.SlidingLog:
 		return fmt.Sprintf("at most %d in any %s", l.Rate, per)

@@ -119,6 +119,22 @@ func TestMatchValuesAndExemptionsAreRead(t *testing.T) {
 	}
 }
 
+// Weeks, months and years are units; a fixed window may follow the
+// calendar.
+func TestCalendarUnitsLoad(t *testing.T) {
+	c, err := Parse("r.yaml", []byte("rules:\n  - {id: m, key: [ip], rate: 1000, per: 1mo, algorithm: fixed-window, calendar: true, also: [{rate: 100, per: 1w}]}\n  - {id: y, key: [ip], rate: 5, per: 2w}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.Rules {
+		got = append(got, r.ID+" "+r.Limit.String())
+	}
+	if want := "[m 1000/1mo fixed-window calendar m.1w 100/1w fixed-window y 5/2w gcra]"; fmt.Sprint(got) != want {
+		t.Fatalf("%v, want %s", got, want)
+	}
+}
+
 // A rule's further windows load as rules of their own, named by their
 // period, with the rule's match, key, cost and algorithm unless set.
 func TestSeveralWindowsLoadAsRules(t *testing.T) {
@@ -158,6 +174,8 @@ func TestMalformedFilesAreErrors(t *testing.T) {
 		"exempt empty":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {}}\n",
 		"override empty": "rules:\n  - {id: a, key: [user], rate: 5, per: 1s, overrides: [{rate: 50}]}\n",
 		"override cost":  "rules:\n  - {id: a, key: [user], rate: 5, per: 1s, cost: 4, overrides: [{values: {user: [x]}, rate: 2}]}\n",
+		"calendar hour":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1h, algorithm: fixed-window, calendar: true}\n",
+		"calendar gcra":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1mo, calendar: true}\n",
 		"window no per":  "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50}]}\n",
 		"window twice":   "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, also: [{rate: 50, per: 1m}, {rate: 60, per: 1m}]}\n",
 		"window cost":    "rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, cost: 5, also: [{rate: 4, per: 1m}]}\n",

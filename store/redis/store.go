@@ -280,6 +280,11 @@ func paramsOf(l sluice.Limit) (params, error) {
 	us := func(ns int64) int64 { return (ns + 999) / 1000 }
 	r := params{alg: l.Algorithm.String(), t: us(p.T), w: us(p.W), l: p.Burst}
 	r.d = r.t * p.Burst
+	if l.Calendar {
+		// A fixed window has no use for T: a negative T names its calendar
+		// unit for fixed_window.lua (1 day, 2 week, 3 month, 4 year).
+		r.t = -map[time.Duration]int64{sluice.CalendarDay: 1, sluice.CalendarWeek: 2, sluice.CalendarMonth: 3, sluice.CalendarYear: 4}[l.Period]
+	}
 	if l.Algorithm == sluice.SlidingWindow && r.l*r.w >= maxExact {
 		return params{}, fmt.Errorf("redis: %v: limit x window must stay below 2^53 microseconds", l)
 	}

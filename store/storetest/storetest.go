@@ -85,6 +85,17 @@ func limits() []sluice.Limit {
 	return ls
 }
 
+// withCalendars is limits and the calendar windows (UTC days, weeks from
+// Monday, months, years), whose boundaries random traffic crosses in steps
+// of up to two periods.
+func withCalendars() []sluice.Limit {
+	ls := limits()
+	for _, per := range []time.Duration{sluice.CalendarDay, sluice.CalendarWeek, sluice.CalendarMonth, sluice.CalendarYear} {
+		ls = append(ls, sluice.Limit{Rate: 5, Period: per, Algorithm: sluice.FixedWindow, Calendar: true})
+	}
+	return ls
+}
+
 func take1(t *testing.T, s sluice.Store, rule, key string, l sluice.Limit, cost int64) sluice.Decision {
 	t.Helper()
 	var out [1]sluice.Decision
@@ -107,8 +118,8 @@ func sameDecision(d sluice.Decision, r algo.Result) bool {
 }
 
 func testMatchesAlgo(t *testing.T, newStore Factory) {
-	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+	for _, l := range withCalendars() {
+		t.Run(l.String(), func(t *testing.T) {
 			clock := sluice.NewManualClock(Epoch)
 			s := newStore(t, clock)
 			p, err := algo.NewParams(l)
@@ -342,8 +353,8 @@ func testConcurrentMultiTake(t *testing.T, newStore Factory) {
 }
 
 func testExpiry(t *testing.T, newStore Factory) {
-	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+	for _, l := range withCalendars() {
+		t.Run(l.String(), func(t *testing.T) {
 			clock := sluice.NewManualClock(Epoch)
 			s := newStore(t, clock)
 			full := take1(t, s, "r", "k", l, 0).Remaining
