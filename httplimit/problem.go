@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -57,7 +60,7 @@ func ProblemFor(res *engine.Result) *Problem {
 	case sluice.ReasonTooLarge:
 		p.Detail = detailNeverAdmissible
 	default:
-		p.Detail = fmt.Sprintf("Limit is %s. Try again in about %s.", limitWords(d.Limit), about(d.RetryAfter))
+		p.Detail = "Limit is " + limitWords(d.Limit) + ". Try again in about " + about(d.RetryAfter) + "."
 	}
 	return p
 }
@@ -71,14 +74,30 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// limitWords writes a limit as "100 requests per minute".
+// limitWords writes a limit as "100 requests per minute". The words of a
+// limit never change, and every rejection writes them: they are kept, for
+// a bounded number of limits (rules and Envoy overrides are bounded too).
 func limitWords(l sluice.Limit) string {
+	if w, ok := wordsOf.Load(l); ok {
+		return w.(string)
+	}
 	unit := "requests"
 	if l.Rate == 1 {
 		unit = "request"
 	}
-	return fmt.Sprintf("%d %s per %s", l.Rate, unit, periodWords(l.Period))
+	w := strconv.FormatInt(l.Rate, 10) + " " + unit + " per " + periodWords(l.Period)
+	if wordsKept.Add(1) <= maxWordsKept {
+		wordsOf.Store(l, w)
+	}
+	return w
 }
+
+var (
+	wordsOf   sync.Map // sluice.Limit -> string
+	wordsKept atomic.Int64
+)
+
+const maxWordsKept = 4096
 
 func periodWords(d time.Duration) string {
 	for _, u := range []struct {
@@ -102,7 +121,7 @@ func about(d time.Duration) string {
 	case s == 1:
 		return "1 second"
 	case s < 120:
-		return fmt.Sprintf("%d seconds", s)
+		return strconv.FormatInt(s, 10) + " seconds"
 	case s < 2*3600:
 		return fmt.Sprintf("%d minutes", (s+59)/60)
 	}
