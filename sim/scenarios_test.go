@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -119,7 +121,8 @@ func TestDistributedScenarioShowsEachModesCost(t *testing.T) {
 	}
 }
 
-// Every report's columns have names of their own, as CSV readers (and
+// Every report's columns have names of their own, and its JSON has lists,
+// never null,, as CSV readers (and
 // spreadsheets) need: every scenario, a custom run with one limit twice,
 // and a replay.
 func TestEveryReportHasUniqueColumns(t *testing.T) {
@@ -141,6 +144,9 @@ func TestEveryReportHasUniqueColumns(t *testing.T) {
 		t.Fatalf("%d reports: the check below would check little", len(reps))
 	}
 	for _, rep := range reps {
+		if b, _ := json.Marshal(rep.JSON); bytes.Contains(b, []byte("null")) {
+			t.Errorf("%s: JSON with null: %s", rep.Title, b)
+		}
 		seen := map[string]bool{}
 		for _, c := range rep.Columns {
 			if seen[c] {
