@@ -121,10 +121,9 @@ func TestDistributedScenarioShowsEachModesCost(t *testing.T) {
 	}
 }
 
-// Every report's columns have names of their own, and its JSON has lists,
-// never null,, as CSV readers (and
-// spreadsheets) need: every scenario, a custom run with one limit twice,
-// and a replay.
+// Every report's columns have names of their own, as CSV readers (and
+// spreadsheets) need, and its JSON has lists, never null: every scenario
+// and a custom run with one limit twice.
 func TestEveryReportHasUniqueColumns(t *testing.T) {
 	var reps []*Report
 	for _, s := range Scenarios() {
