@@ -580,12 +580,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			r.Envoy = m
 		},
 		"overrides": func(v *yaml.Node, f string) {
-			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-				d.fail(v, f, "want a list such as [{values: {api_key: [K]}, rate: 1000}]")
-				return
-			}
-			for i, item := range v.Content {
-				of := fmt.Sprintf("%s[%d]", f, i)
+			d.each(v, f, "a list such as [{values: {api_key: [K]}, rate: 1000}]", func(item *yaml.Node, of string) {
 				o := override{node: item, field: of}
 				d.fields(item, of, map[string]func(*yaml.Node, string){
 					"values": func(v *yaml.Node, f string) { o.values = d.valueSets(c, v, f) },
@@ -595,19 +590,14 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				})
 				if len(o.values) == 0 {
 					d.fail(item, of+".values", "missing: the key values the override is for, such as {api_key: [K]}")
-					continue
+					return
 				}
 				r.overrides = append(r.overrides, o)
-			}
+			})
 		},
 		"calendar": func(v *yaml.Node, f string) { r.Limit.Calendar, _ = d.boolean(v, f) },
 		"also": func(v *yaml.Node, f string) {
-			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-				d.fail(v, f, "want a list of further windows, such as [{rate: 100, per: 1m}, {rate: 1000, per: 1h}]")
-				return
-			}
-			for i, item := range v.Content {
-				wf := fmt.Sprintf("%s[%d]", f, i)
+			d.each(v, f, "a list of further windows, such as [{rate: 100, per: 1m}, {rate: 1000, per: 1h}]", func(item *yaml.Node, wf string) {
 				w := window{node: item, field: wf}
 				d.fields(item, wf, map[string]func(*yaml.Node, string){
 					"rate":     func(v *yaml.Node, f string) { w.limit.Rate, _ = d.integer(v, f) },
@@ -626,10 +616,10 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				})
 				if w.limit.Rate <= 0 || w.limit.Period <= 0 {
 					d.fail(item, wf, "give a rate and a period (per), such as {rate: 100, per: 1m}")
-					continue
+					return
 				}
 				r.also = append(r.also, w)
-			}
+			})
 		},
 		"fallback": func(v *yaml.Node, f string) {
 			fallback.node = v
@@ -869,6 +859,18 @@ func unmarkedUTF16(data []byte) string {
 		return "UTF-16BE"
 	}
 	return ""
+}
+
+// each calls fn for every item of the list n, with the item's field name;
+// anything but a non-empty list is a fault, and want says what was wanted.
+func (d *decoder) each(n *yaml.Node, field, want string, fn func(item *yaml.Node, field string)) {
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		d.fail(n, field, "want %s", want)
+		return
+	}
+	for i, item := range n.Content {
+		fn(item, fmt.Sprintf("%s[%d]", field, i))
+	}
 }
 
 // valueSets reads {source: [values...]}: the values of key sources, by the
