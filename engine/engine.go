@@ -54,6 +54,9 @@ type Options struct {
 	// took and how it ended (nil, a store error, a deadline, ErrBreakerOpen):
 	// for metrics.
 	OnStoreCall func(d time.Duration, err error)
+	// DecisionLog, if set, logs decisions (rejections, or all): see
+	// DecisionLog.
+	DecisionLog *DecisionLog
 }
 
 // Engine evaluates requests against the current rule set. It is safe for
@@ -71,6 +74,7 @@ type Engine struct {
 	set       atomic.Pointer[ruleSet]
 	reloads   [2]atomic.Uint64 // ok, failed
 	overrides *overrides
+	decisions *DecisionLog
 
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
@@ -91,7 +95,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways}
+	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.log == nil {
@@ -225,6 +229,9 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	}
 	if !res.Allowed && !opt.DryRun {
 		e.penalize(ctx, res)
+	}
+	if !opt.DryRun {
+		e.decisions.log(res, "http")
 	}
 	return nil
 }

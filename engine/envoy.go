@@ -287,6 +287,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			res.Statuses[i].count(res.Allowed)
 		}
 	}
+	e.decisions.log(res, "envoy")
 	return nil
 }
 

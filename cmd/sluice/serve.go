@@ -61,6 +61,9 @@ type common struct {
 	logFormat       *string
 	tlsCert         *string
 	tlsKey          *string
+	decisionLog     *string
+	decisionRate    *int
+	decisionSample  *int
 }
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
@@ -68,6 +71,9 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	fs.Var(&c.configs, "config", "a rule `FILE` (repeatable; their rules apply together)")
 	c.listen = fs.String("listen", envDefault("SLUICE_LISTEN", listenDefault), "HTTP listen address")
 	c.logFormat = fs.String("log-format", "text", "log lines as text (key=value) or json, one object per line (log/slog)")
+	c.decisionLog = fs.String("decision-log", "rejected", "log decisions as lines (rule, key hashed unless the rule shows keys, reason, retry-after): rejected, all, or off")
+	c.decisionRate = fs.Int("decision-log-rate", 100, "at most this many decision lines a second; the rest are counted in one line a second")
+	c.decisionSample = fs.Int("decision-log-sample", 1, "log one decision in this many")
 	c.tlsCert = fs.String("tls-cert", "", "serve TLS on every listener with this certificate `FILE` (PEM, the chain after the leaf), reloaded when it changes; needs --tls-key")
 	c.tlsKey = fs.String("tls-key", "", "the private key `FILE` (PEM) of --tls-cert")
 	c.store = fs.String("store", envDefault("SLUICE_STORE", "memory"), "where counts live: memory (the embedded store), or a Redis URL: redis://host:port/db, rediss://..., redis-cluster://h1:p1,h2:p2, redis-sentinel://master@h1:p1")
@@ -115,6 +121,12 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		s.log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
 		return nil, errUsage{fmt.Errorf("--log-format %q: want text or json", *c.logFormat)}
+	}
+	switch {
+	case *c.decisionLog != "rejected" && *c.decisionLog != "all" && *c.decisionLog != "off":
+		return nil, errUsage{fmt.Errorf("--decision-log %q: want rejected, all or off", *c.decisionLog)}
+	case *c.decisionRate < 1 || *c.decisionSample < 1:
+		return nil, errUsage{errors.New("--decision-log-rate and --decision-log-sample must be at least 1")}
 	}
 	if (*c.tlsCert == "") != (*c.tlsKey == "") {
 		return nil, errUsage{errors.New("give both --tls-cert and --tls-key, or neither")}
@@ -172,9 +184,13 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
 	s.metrics = server.NewMetrics(buildVersion())
+	var dl *engine.DecisionLog
+	if *c.decisionLog != "off" {
+		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
+	}
 	s.eng, err = engine.New(cfg, engine.Options{
 		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
-		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall,
+		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall, DecisionLog: dl,
 	})
 	if err != nil {
 		return nil, err

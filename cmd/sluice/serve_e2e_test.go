@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +45,12 @@ var buildOnce struct {
 // first line it prints names its address.
 func start(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
+	return startTo(t, os.Stderr, args...)
+}
+
+// startTo is start with the process's stderr (its log) sent to stderr.
+func startTo(t *testing.T, stderr io.Writer, args ...string) (string, *exec.Cmd) {
+	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-e2e")
 		if err != nil {
@@ -59,7 +67,7 @@ func start(t *testing.T, args ...string) (string, *exec.Cmd) {
 	// The child dies with the test process, even on a panic or -timeout.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -349,5 +357,94 @@ func TestServeLegacyHeadersDescribeTheBurst(t *testing.T) {
 		if got := v.Headers["X-RateLimit-Limit"] + "/" + v.Headers["X-RateLimit-Remaining"]; (legacy && got != "5/4") || (!legacy && got != "/") {
 			t.Fatalf("legacy %v: X-RateLimit-Limit/Remaining %q", legacy, got)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a child process and a test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The gateway, with its defaults, logs its 429s: one JSON line per rejection
+// (with --log-format json), the key hashed, and no more lines a second than
+// --decision-log-rate under a flood of rejected requests, the rest counted.
+func TestGatewayLogsItsRejectionsBoundedly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-user, key: [user], rate: 1, per: 1h}\n"), 0o600)
+	var log lockedBuffer
+	base, _ := startTo(t, &log, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", "",
+		"--watch", "0", "--log-format", "json", "--decision-log-rate", "5")
+	codes := map[int]int{}
+	for range 200 {
+		req, _ := http.NewRequest("GET", base+"/x", nil)
+		req.Header.Set("X-User-ID", "secret-user-7")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[429] != 199 {
+		t.Fatalf("codes %v, want 199 rejections", codes)
+	}
+	// Let a second pass so that the count of what was left out is logged
+	// with the next line.
+	time.Sleep(1100 * time.Millisecond)
+	req, _ := http.NewRequest("GET", base+"/x", nil)
+	req.Header.Set("X-User-ID", "secret-user-7")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(log.String(), `"suppressed"`) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines, suppressed := 0, 0
+	for _, l := range strings.Split(log.String(), "\n") {
+		var x struct {
+			Msg        string `json:"msg"`
+			Rule       string `json:"rule"`
+			KeyHash    string `json:"key_hash"`
+			Suppressed int    `json:"suppressed"`
+		}
+		if json.Unmarshal([]byte(l), &x) != nil {
+			continue
+		}
+		switch x.Msg {
+		case "sluice: decision":
+			lines++
+			if x.Rule != "per-user" || x.KeyHash == "" {
+				t.Errorf("decision line %s", l)
+			}
+		case "sluice: decision log suppressed lines":
+			suppressed += x.Suppressed
+		}
+	}
+	if strings.Contains(log.String(), "secret-user-7") {
+		t.Error("the key appears in the log")
+	}
+	// 199 + 1 rejections in at most a few seconds: lines at 5 a second,
+	// the rest counted.
+	if lines < 5 || lines > 25 || lines+suppressed < 195 {
+		t.Fatalf("%d lines and %d suppressed for 200 rejections", lines, suppressed)
 	}
 }

@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The decision log writes rejections as JSON lines (rule, key hashed unless
+// the rule shows keys, reason, retry-after), at most PerSecond a second,
+// one in Sample, and says once a second how many it left out.
+func TestDecisionLogIsBoundedAndHashesKeys(t *testing.T) {
+	var buf bytes.Buffer
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	dl := &DecisionLog{Logger: slog.New(slog.NewJSONHandler(&buf, nil)), PerSecond: 3, now: func() time.Time { return clock }}
+	f := newFixture(t, `
+rules:
+  - {id: hidden, match: {path: /h}, key: [user], rate: 1, per: 1h}
+  - {id: shown, match: {path: /s}, key: [user], rate: 1, per: 1h, showKeys: true}
+`, Options{DecisionLog: dl})
+	req := func(path string) {
+		r := userReq("u42")
+		r.Path = path
+		var res Result
+		f.e.Check(context.Background(), r, CheckOptions{}, &res)
+	}
+	for range 10 { // 1 allowed (not logged), 9 rejected: 3 logged, 6 left out
+		req("/h")
+	}
+	clock = clock.Add(time.Second)
+	req("/s") // allowed: not logged; the summary waits for a line
+	req("/s") // rejected: the summary of the last second, then the line
+	type line struct {
+		Msg          string `json:"msg"`
+		Rule         string `json:"rule"`
+		Reason       string `json:"reason"`
+		Key          string `json:"key"`
+		KeyHash      string `json:"key_hash"`
+		RetryAfterMs int64  `json:"retry_after_ms"`
+		Suppressed   int    `json:"suppressed"`
+	}
+	var lines []line
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var x line
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			t.Fatalf("not a JSON line: %q", l)
+		}
+		lines = append(lines, x)
+	}
+	if len(lines) != 5 {
+		t.Fatalf("%d lines, want 3 rejections, a summary and 1 more:\n%s", len(lines), buf.String())
+	}
+	for _, l := range lines[:3] {
+		if l.Rule != "hidden" || l.Reason != "limited" || l.Key != "" || len(l.KeyHash) != 16 || l.RetryAfterMs <= 0 {
+			t.Errorf("a hidden rule's rejection: %+v", l)
+		}
+	}
+	if lines[3].Suppressed != 6 {
+		t.Errorf("summary %+v, want 6 suppressed", lines[3])
+	}
+	if l := lines[4]; l.Rule != "shown" || l.Key != "u42" {
+		t.Errorf("a showKeys rule's rejection: %+v", l)
+	}
+	if n := strings.Count(buf.String(), `"u42"`); n != 1 { // the shown rule's line only
+		t.Errorf("the key appears %d times: the hidden rule's key leaked: %s", n, buf.String())
+	}
+}
