@@ -2,10 +2,15 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -205,4 +210,154 @@ func TestKubernetesManifestRunsAsWritten(t *testing.T) {
 	if sidecars != 1 {
 		t.Fatalf("%d sluice containers in the Deployment, want 1", sidecars)
 	}
+}
+
+// scrapeMetricNames returns the sample names a real /metrics scrape of the
+// built binary serves (a histogram's _bucket, _sum and _count included).
+func scrapeMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	base, _ := startServe(t, "--config", "../../examples/shop.yaml")
+	for _, body := range []string{`{"attributes":{"user":"u1"}}`, `{"request":{"path":"/export/a"},"attributes":{"user":"u1"}}`} {
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			names[f[2]] = true
+			if f[3] == "histogram" {
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					names[f[2]+s] = true
+				}
+			}
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("the scrape has %d metrics", len(names))
+	}
+	return names
+}
+
+var sluiceMetric = regexp.MustCompile(`\bsluice_[a-z0-9_]+`)
+
+// checkMetricsExist reports every sluice metric named in exprs that a real
+// scrape does not serve.
+func checkMetricsExist(t *testing.T, where string, exprs []string, served map[string]bool) {
+	t.Helper()
+	used := 0
+	for _, e := range exprs {
+		for _, m := range sluiceMetric.FindAllString(e, -1) {
+			used++
+			if !served[m] {
+				t.Errorf("%s uses %s, which /metrics does not serve: %s", where, m, e)
+			}
+		}
+	}
+	if used < 5 {
+		t.Errorf("%s names %d sluice metrics: the check checks little", where, used)
+	}
+}
+
+// needTool returns a tool's path, skipping the test loudly without it, or
+// failing in CI, which installs it.
+func needTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if redistest.CI() {
+			t.Fatalf("%s not found: CI must install the %s package", name, pkg)
+		}
+		t.Skipf("SKIPPED LOUDLY: %s not found (apt-get install %s)", name, pkg)
+	}
+	return p
+}
+
+// The alert rules use only metrics sluice serves, pass promtool's check,
+// and fire (or not) as their unit tests say.
+func TestPrometheusAlertsAreValid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	b, err := os.ReadFile("../../examples/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	checkMetricsExist(t, "alerts.yaml", exprs, scrapeMetricNames(t))
+	promtool := needTool(t, "promtool", "prometheus")
+	for _, args := range [][]string{{"check", "rules", "alerts.yaml"}, {"test", "rules", "alerts_test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "../../examples/prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// The Grafana dashboard is valid JSON whose every query names only metrics
+// sluice serves.
+func TestGrafanaDashboardUsesServedMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	b, err := os.ReadFile("../../examples/grafana/sluice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title  string
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+		Templating struct {
+			List []struct{ Query any }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if q, ok := v.Query.(string); ok {
+			exprs = append(exprs, q)
+		}
+	}
+	if dash.Title == "" || len(dash.Panels) < 8 {
+		t.Fatalf("dashboard %q with %d panels", dash.Title, len(dash.Panels))
+	}
+	checkMetricsExist(t, "sluice.json", exprs, scrapeMetricNames(t))
 }
