@@ -57,6 +57,11 @@ type Options struct {
 	// DecisionLog, if set, logs decisions (rejections, or all): see
 	// DecisionLog.
 	DecisionLog *DecisionLog
+	// OnReject, if set, is told the deciding rule and key of every rejected
+	// request, and OnLock of every key a penalty locks and for how long:
+	// for a live view (server's /ui). key is only valid during the call.
+	OnReject func(rule, key string)
+	OnLock   func(rule, key string, d time.Duration)
 }
 
 // Engine evaluates requests against the current rule set. It is safe for
@@ -75,6 +80,8 @@ type Engine struct {
 	reloads   [2]atomic.Uint64 // ok, failed
 	overrides *overrides
 	decisions *DecisionLog
+	onReject  func(rule, key string)
+	onLock    func(rule, key string, d time.Duration)
 
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
@@ -95,7 +102,8 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog}
+	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog,
+		onReject: o.OnReject, onLock: o.OnLock}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.log == nil {
@@ -232,8 +240,22 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	}
 	if !opt.DryRun {
 		e.decisions.log(res, "http")
+		e.observe(res)
 	}
 	return nil
+}
+
+// observe tells OnReject of a rejection.
+func (e *Engine) observe(res *Result) {
+	if e.onReject == nil || res.Allowed {
+		return
+	}
+	for i := range res.Statuses {
+		if st := &res.Statuses[i]; st.Rule == res.Decision.Rule && !st.Shadow {
+			e.onReject(st.Rule, st.key)
+			return
+		}
+	}
 }
 
 // bufString views b as a string without copying. Stores do not keep keys
@@ -466,6 +488,9 @@ func (e *Engine) penalize(ctx context.Context, res *Result) {
 			}
 			st.r.stats.locked.Add(1)
 			e.log.Info("sluice: key locked by penalty", "rule", st.r.ID, "for", st.r.Penalty.Block)
+			if e.onLock != nil {
+				e.onLock(st.r.ID, st.key, st.r.Penalty.Block)
+			}
 		}
 	}
 }

@@ -288,6 +288,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		}
 	}
 	e.decisions.log(res, "envoy")
+	e.observe(res)
 	return nil
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	// (engine.Options.OnStoreCall = m.ObserveStoreCall).
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// Live, if set, feeds the live page (/ui) and its JSON (/v1/ui/state):
+	// see Live.
+	Live *Live
 	// Upstream, if set, is checked by /readyz too: the gateway is not ready
 	// while what it protects cannot be reached. It returns a description
 	// of the upstream and an error when it is down.
@@ -89,6 +92,11 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))
 	s.mux.HandleFunc("GET /v1/admin/hot", s.admin(s.hot))
+	// The page holds no data: it fetches it from /v1/ui/state, an admin
+	// endpoint, with the token from the page's #token= fragment, which never
+	// reaches a server or a log.
+	s.mux.HandleFunc("GET /ui", s.livePage)
+	s.mux.HandleFunc("GET /v1/ui/state", s.admin(s.liveState))
 	s.handler = s.Recover(s.mux)
 	return s, nil
 }

@@ -65,7 +65,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		adm, err := server.New(server.Options{
 			Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen),
-			Upstream: server.UpstreamCheck(u),
+			Upstream: server.UpstreamCheck(u), Live: s.live,
 		})
 		if err != nil {
 			return err

@@ -92,6 +92,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 // setup is what serve and gateway build from the common flags.
 type setup struct {
 	log     *slog.Logger
+	live    *server.Live  // the live page's state
 	tls     *certFiles    // nil: plain TCP
 	mem     *memory.Store // nil when counts live in Redis
 	share   *share.Store  // the sync modes around the store
@@ -188,13 +189,16 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if *c.decisionLog != "off" {
 		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
 	}
+	s.live = server.NewLive()
 	s.eng, err = engine.New(cfg, engine.Options{
 		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
 		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall, DecisionLog: dl,
+		OnReject: s.live.Rejected, OnLock: s.live.Locked,
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.live.Attach(s.eng)
 	return s, nil
 }
 
@@ -263,6 +267,7 @@ func (c *common) serveUntilDone(ctx context.Context, s *setup, servers ...*liste
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.eng.ReloadOnSignal(ctx, c.configs)
+	go s.live.Run(ctx)
 	if *c.watch > 0 {
 		go s.eng.WatchFile(ctx, *c.watch, c.configs...)
 	}
@@ -360,7 +365,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
-		HTTP: httplimit.Options{LegacyHeaders: *legacy},
+		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live,
 	})
 	if err != nil {
 		return err

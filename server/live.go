@@ -1,0 +1,212 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/share"
+)
+
+// Live keeps what the live page (/ui) and its JSON (/v1/ui/state) show:
+// every rule's decisions per second over the last liveSpan seconds (the
+// engine's counters, sampled once a second), the keys most limited right
+// now (a space-saving heavy-hitter summary of rejections: at most
+// liveTopKeys keys, so a flood of distinct keys costs no memory), and the
+// keys penalties locked lately (at most liveLocks). Wire it to the engine
+// with engine.Options.OnReject = live.Rejected and OnLock = live.Locked,
+// and run Run.
+type Live struct {
+	e   *engine.Engine
+	hot *share.HotKeys
+
+	mu      sync.Mutex
+	samples []liveSample // oldest first, at most liveSpan+1
+	locks   []liveLock   // newest first, at most liveLocks
+}
+
+const (
+	liveSpan    = 300 // seconds of history
+	liveTopKeys = 64
+	liveLocks   = 32
+)
+
+type liveSample struct {
+	t     int64 // Unix seconds
+	stats map[string]engine.RuleStats
+}
+
+type liveLock struct {
+	rule, key string
+	until     time.Time
+}
+
+// NewLive returns the live view's state; set its engine with Attach once
+// the engine exists (the engine needs the hooks first).
+func NewLive() *Live {
+	return &Live{hot: share.NewHotKeys(liveTopKeys, 10*time.Second)}
+}
+
+// Attach sets the engine whose counters the view samples.
+func (l *Live) Attach(e *engine.Engine) { l.e = e }
+
+// Rejected is engine.Options.OnReject.
+func (l *Live) Rejected(rule, key string) { l.hot.Observe(rule, key, time.Now().UnixNano()) }
+
+// Locked is engine.Options.OnLock.
+func (l *Live) Locked(rule, key string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.locks = append([]liveLock{{rule: rule, key: strings.Clone(key), until: time.Now().Add(d)}}, l.locks...)
+	if len(l.locks) > liveLocks {
+		l.locks = l.locks[:liveLocks]
+	}
+}
+
+// Run samples the engine's counters once a second until ctx is done.
+func (l *Live) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	l.sample(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			l.sample(now)
+		}
+	}
+}
+
+func (l *Live) sample(now time.Time) {
+	if l.e == nil {
+		return
+	}
+	st := map[string]engine.RuleStats{}
+	for _, s := range l.e.Stats() {
+		st[s.Rule] = s
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.samples = append(l.samples, liveSample{t: now.Unix(), stats: st})
+	if len(l.samples) > liveSpan+1 {
+		l.samples = l.samples[len(l.samples)-liveSpan-1:]
+	}
+}
+
+// LiveState is GET /v1/ui/state: what the live page shows, for any tool.
+type LiveState struct {
+	Now        int64                  `json:"now"` // Unix milliseconds
+	Rules      []LiveRule             `json:"rules"`
+	Times      []int64                `json:"times"` // Unix seconds of each point of the series
+	Series     map[string]*LiveSeries `json:"series"`
+	TopLimited []LiveKey              `json:"topLimited"`
+	Locked     []LiveKey              `json:"locked"`
+	Store      LiveStore              `json:"store"`
+}
+
+// LiveRule is a rule as loaded.
+type LiveRule struct {
+	ID      string `json:"id"`
+	Summary string `json:"summary"`
+	Source  string `json:"source"` // file:line
+	Shadow  bool   `json:"shadow"`
+}
+
+// LiveSeries are a rule's decisions per second, one value per point of
+// Times: allowed, refused by it, and what it would refuse in shadow mode.
+type LiveSeries struct {
+	Allowed       []float64 `json:"allowed"`
+	Limited       []float64 `json:"limited"`
+	ShadowLimited []float64 `json:"shadowLimited"`
+}
+
+// LiveKey is a key the page lists: Key in the clear only for a rule with
+// showKeys, KeyHash otherwise (the first 8 bytes of its SHA-256).
+type LiveKey struct {
+	Rule        string  `json:"rule"`
+	Key         string  `json:"key,omitempty"`
+	KeyHash     string  `json:"keyHash,omitempty"`
+	PerSecond   float64 `json:"perSecond,omitempty"`   // topLimited: rejections per second
+	LockedForMs int64   `json:"lockedForMs,omitempty"` // locked: time left
+}
+
+// LiveStore is the store's state.
+type LiveStore struct {
+	Breakers map[string]string `json:"breakers"` // per node ("" for one store): closed, half-open, open
+	Gateways int               `json:"gateways"`
+	Degraded float64           `json:"degradedPerSecond"` // decisions answered by fail modes, last second
+}
+
+func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
+	l := s.o.Live
+	cfg := s.e.Config()
+	now := time.Now()
+	out := LiveState{Now: now.UnixMilli(), Rules: []LiveRule{}, Times: []int64{}, Series: map[string]*LiveSeries{},
+		TopLimited: []LiveKey{}, Locked: []LiveKey{}, Store: LiveStore{Breakers: map[string]string{}, Gateways: s.e.Gateways()}}
+	show := func(rule, key string) LiveKey {
+		if r := cfg.Rule(rule); r != nil && r.ShowKeys {
+			return LiveKey{Rule: rule, Key: key}
+		}
+		sum := sha256.Sum256([]byte(key))
+		return LiveKey{Rule: rule, KeyHash: hex.EncodeToString(sum[:8])}
+	}
+	for _, r := range cfg.Rules {
+		out.Rules = append(out.Rules, LiveRule{ID: r.ID, Summary: r.Summary(), Source: cfg.File + ":" + strconv.Itoa(r.Line), Shadow: r.Shadow})
+		out.Series[r.ID] = &LiveSeries{Allowed: []float64{}, Limited: []float64{}, ShadowLimited: []float64{}}
+	}
+	for n, st := range s.e.BreakerStates() {
+		out.Store.Breakers[n] = st
+	}
+	if l != nil {
+		l.mu.Lock()
+		for i := 1; i < len(l.samples); i++ {
+			a, b := &l.samples[i-1], &l.samples[i]
+			dt := float64(max(b.t-a.t, 1))
+			out.Times = append(out.Times, b.t)
+			var degraded float64
+			for id, ser := range out.Series {
+				x, y := a.stats[id], b.stats[id]
+				ser.Allowed = append(ser.Allowed, float64(y.Allowed-x.Allowed)/dt)
+				ser.Limited = append(ser.Limited, float64(y.Limited-x.Limited+y.FailedClosed-x.FailedClosed)/dt)
+				ser.ShadowLimited = append(ser.ShadowLimited, float64(y.ShadowLimited-x.ShadowLimited)/dt)
+				degraded += float64(y.FailedOpen-x.FailedOpen+y.FailedClosed-x.FailedClosed) / dt
+			}
+			out.Store.Degraded = degraded
+		}
+		for _, lk := range l.locks {
+			if left := lk.until.Sub(now); left > 0 {
+				k := show(lk.rule, lk.key)
+				k.LockedForMs = left.Milliseconds()
+				out.Locked = append(out.Locked, k)
+			}
+		}
+		l.mu.Unlock()
+		for _, h := range l.hot.Top(10, 0, now.UnixNano()) {
+			k := show(h.Rule, h.Key)
+			k.PerSecond = h.Rate
+			out.TopLimited = append(out.TopLimited, k)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+//go:embed ui.html
+var uiPage []byte
+
+func (s *Server) livePage(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	// The page is self-contained: its script and style are inline and it
+	// fetches only its own JSON.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
+	w.Write(uiPage)
+}

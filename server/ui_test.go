@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+// chromium returns a headless browser's path, skipping the test loudly
+// without one, or failing in CI, which installs the chromium package.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if redistest.CI() {
+		t.Fatal("no chromium: CI must install the chromium package")
+	}
+	t.Skip("SKIPPED LOUDLY: no chromium on PATH (apt-get install chromium)")
+	return ""
+}
+
+// The live page, in a real headless Chromium: it loads with no console
+// error or exception, lists the rules as loaded, and after limited traffic
+// its counts and its most limited keys change. UPDATE_SCREENSHOT=1 writes
+// docs/ui.png from the page as the test leaves it.
+func TestLivePageInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	browser := chromium(t)
+	cfg, err := rules.Parse("rules.yaml", []byte(`
+rules:
+  - {id: per-user, key: [user], rate: 3, per: 1h, penalty: {after: 5, block: 15m}}
+  - {id: per-ip, key: [ip], rate: 1000, per: 1m}
+  - {id: trial, key: [user], rate: 1, per: 1h, mode: shadow}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	live := NewLive()
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet, OnReject: live.Rejected, OnLock: live.Locked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Attach(e)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go live.Run(ctx)
+	srv, err := New(Options{Engine: e, Loopback: true, Logger: quiet, Live: live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 900))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	defer tcancel()
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				problems = append(problems, fmt.Sprintf("console %s", ev.Type))
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(`#rules tbody tr[data-rule="trial"]`)); err != nil {
+		t.Fatal(err)
+	}
+	ruleIDs, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#rules tbody tr")].map(r => r.dataset.rule)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ruleIDs, ",") != "per-user,per-ip,trial" {
+		t.Fatalf("the page lists rules %q", ruleIDs)
+	}
+
+	// Limited traffic: user u7 far over per-user (3 an hour), until locked.
+	for range 40 {
+		resp, err := http.Post(ts.URL+"/v1/check", "application/json", strings.NewReader(`{"request":{"ip":"203.0.113.7"},"attributes":{"user":"u7"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	// The page polls every 2 s and the counters are sampled every second:
+	// wait for the page, bounded.
+	var limited, topRows, lockedRows int
+	deadline := time.Now().Add(20 * time.Second)
+	for limited == 0 || topRows == 0 || lockedRows == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page did not change: limited %d, top keys %d, locked %d", limited, topRows, lockedRows)
+		}
+		time.Sleep(250 * time.Millisecond)
+		state, err := chromedp.Run(bctx, chromedp.Evaluate[struct{ Limited, Top, Locked int }](`({
+			limited: [...document.querySelectorAll('#rules tr[data-rule="per-user"] polyline[data-series="limited"]')].length &&
+				Math.max(...document.querySelector('#rules tr[data-rule="per-user"] polyline[data-series="limited"]').getAttribute("points").split(" ").map(p => 40 - Number(p.split(",")[1]))) > 2 ? 1 : 0,
+			top: document.querySelectorAll('#top tbody tr[data-rule="per-user"]').length,
+			locked: [...document.querySelectorAll('#locked tbody tr')].filter(r => r.textContent.includes("per-user")).length,
+		})`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limited, topRows, lockedRows = state.Limited, state.Top, state.Locked
+	}
+	topText, err := chromedp.Run(bctx, chromedp.Text(`#top tbody`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(topText, "u7") {
+		t.Fatalf("the page shows a key in the clear for a rule without showKeys: %q", topText)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("the page logged: %q", problems)
+	}
+	if os.Getenv("UPDATE_SCREENSHOT") != "" {
+		png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("../docs/ui.png", png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
