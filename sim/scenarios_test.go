@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,13 @@ func TestEveryReportHasUniqueColumns(t *testing.T) {
 	for _, rep := range reps {
 		if b, _ := json.Marshal(rep.JSON); bytes.Contains(b, []byte("null")) {
 			t.Errorf("%s: JSON with null: %s", rep.Title, b)
+		}
+		for _, row := range rep.Rows {
+			for _, cell := range row {
+				if strings.Contains(cell, ", ") || strings.Contains(cell, " + ") {
+					t.Errorf("%s: a cell holds several values: %q", rep.Title, cell)
+				}
+			}
 		}
 		seen := map[string]bool{}
 		for _, c := range rep.Columns {

@@ -33,7 +33,8 @@ func Windows() (*Report, error) {
 	res := WindowsResult{}
 	rep := &Report{
 		Title:   "windows: limit 100 per 60 s; two bursts of 100 requests 10 ms apart",
-		Columns: []string{"case", "bursts at (s)", "fixed-window", "sliding-log", "sliding-window"},
+		Columns: []string{"case", "first burst (s)", "second burst (s)",
+			"fixed-window first", "fixed-window second", "sliding-log first", "sliding-log second", "sliding-window first", "sliding-window second"},
 		JSON:    &res,
 	}
 	for _, c := range cases {
@@ -56,10 +57,12 @@ func Windows() (*Report, error) {
 			}
 		}
 		res.Cases = append(res.Cases, wc)
-		pair := func(p [2]int) string { return strconv.Itoa(p[0]) + " + " + strconv.Itoa(p[1]) }
-		rep.Rows = append(rep.Rows, []string{c.name,
-			strconv.FormatFloat(c.starts[0], 'f', -1, 64) + ", " + strconv.FormatFloat(c.starts[1], 'f', -1, 64),
-			pair(wc.FixedWindow), pair(wc.SlidingLog), pair(wc.SlidingWindow)})
+		// One value per cell: each burst's admissions a column of its own.
+		row := []string{c.name, strconv.FormatFloat(c.starts[0], 'f', -1, 64), strconv.FormatFloat(c.starts[1], 'f', -1, 64)}
+		for _, p := range [][2]int{wc.FixedWindow, wc.SlidingLog, wc.SlidingWindow} {
+			row = append(row, strconv.Itoa(p[0]), strconv.Itoa(p[1]))
+		}
+		rep.Rows = append(rep.Rows, row)
 	}
 	rep.Notes = append(rep.Notes, "Case A: the fixed window admits 2x the limit within about one second across its boundary; the sliding log admits nothing more until 60 s after the first burst.")
 	return rep, nil
