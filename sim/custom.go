@@ -259,6 +259,7 @@ func Custom(spec *CustomSpec) (*Report, error) {
 	}
 	rep := &Report{Title: fmt.Sprintf("custom: seed %d, %v, background %.3g/s, %d bursts", spec.Seed, spec.Duration, spec.Background, len(spec.Bursts)), JSON: &res}
 	rep.Columns = []string{"second", "in"}
+	rep.Chart = &Chart{Lines: true, X: "second", Y: []string{"in"}, YLabel: "requests per second"}
 	seen := map[string]int{}
 	for _, r := range runners {
 		// Every column its own name: a limit given twice is told apart.
@@ -267,6 +268,7 @@ func Custom(spec *CustomSpec) (*Report, error) {
 			name = fmt.Sprintf("%s (#%d)", name, seen[name])
 		}
 		rep.Columns = append(rep.Columns, name+" allowed", name+" rejected")
+		rep.Chart.Y = append(rep.Chart.Y, name+" allowed")
 	}
 	for _, s := range res.Seconds {
 		row := []string{strconv.Itoa(s.Second), strconv.Itoa(s.In)}

@@ -41,6 +41,7 @@ func Distributed() (*Report, error) {
 		Title: "distributed: one hot key, 100/s (burst 100), offered 200/s for 60 s, over N gateways sharing one store",
 		Columns: []string{"gateways", "skew", "latency", "mode", "exact", "admitted", "over %", "under %",
 			"calls/decision", "fairness", "added ms/decision"},
+		Chart: &Chart{Y: []string{"over %", "under %"}, YLabel: "% over or under the exact answer"},
 	}
 	modes := []sluice.SyncMode{sluice.SyncExact, sluice.SyncLease, sluice.SyncPeriodic, sluice.SyncSplit, sluice.SyncLocal, sluice.SyncAuto}
 	for _, n := range []int{2, 5} {

@@ -50,6 +50,7 @@ func GCRAVsTokenBucket() (*Report, error) {
 	rep := &Report{
 		Title:   "gcra-vs-token-bucket: r = 2/s, b = 5 (T = 0.5 s, tau = 2 s)",
 		Columns: []string{"#", "t (s)", "gcra", "gcra remaining", "gcra retry (ms)", "token-bucket", "token-bucket remaining", "token-bucket retry (ms)"},
+		Chart:   &Chart{Y: []string{"gcra remaining", "token-bucket remaining"}, YLabel: "remaining after the request"},
 	}
 	for i, at := range times {
 		var rg, rt algo.Result

@@ -124,6 +124,7 @@ func Race() (*Report, error) {
 	rep := &Report{
 		Title:   "race: two gateways share one counter, limit 100; 1,000 requests in 200 ms, round trips of 1-3 ms; seed 99",
 		Columns: []string{"method", "admitted", "over limit", "final counter", "via A", "via B"},
+		Chart:   &Chart{Y: []string{"admitted", "over limit"}, YLabel: "requests"},
 		JSON:    &res,
 	}
 	for i := range res.Methods {
@@ -171,6 +172,7 @@ func SharedVsLocal() (*Report, error) {
 	rep := &Report{
 		Title:   "shared-vs-local: sliding log 5 per 10 s; 8 requests at t = 0..7 s, round-robin over servers A, B, C",
 		Columns: []string{"t (s)", "server", "shared store", "store per server"},
+		Chart:   &Chart{Y: []string{"shared store", "store per server"}, YLabel: "allowed (1) or rejected (0)"},
 		JSON:    &res,
 	}
 	for t := range 8 {

@@ -17,10 +17,13 @@ type Report struct {
 	Rows    [][]string
 	Notes   []string
 	JSON    any
+	// Chart says how "svg" draws the table (nil: bars of every numeric
+	// column per row).
+	Chart *Chart
 }
 
 // Formats lists the output formats Write accepts.
-var Formats = []string{"table", "json", "csv"}
+var Formats = []string{"table", "json", "csv", "svg"}
 
 // Write writes r to w as "table", "json" or "csv".
 func (r *Report) Write(w io.Writer, format string) error {
@@ -46,6 +49,8 @@ func (r *Report) Write(w io.Writer, format string) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r.JSON)
+	case "svg":
+		return r.writeSVG(w)
 	case "csv":
 		cw := csv.NewWriter(w)
 		if err := cw.Write(r.Columns); err != nil {

@@ -105,6 +105,7 @@ func TokenVsLeaky() (*Report, error) {
 		Title:   "token-vs-leaky: token bucket (r=10/s, b=20) vs leaky bucket as a queue (r=10/s, size 20); seed 7",
 		Columns: []string{"second", "in", "tb allowed", "tb rejected", "queue allowed", "queue rejected", "queue sent"},
 		JSON:    res,
+		Chart:   &Chart{Lines: true, X: "second", Y: []string{"in", "tb allowed", "queue sent"}, YLabel: "requests per second"},
 	}
 	for _, s := range res.Seconds {
 		rep.Rows = append(rep.Rows, itoa(s.Second, s.In, s.TokenBucket.Allowed, s.TokenBucket.Rejected,

@@ -32,10 +32,11 @@ func Windows() (*Report, error) {
 	}{{"A", [2]float64{59, 60}}, {"B", [2]float64{1, 90}}, {"C", [2]float64{59, 90}}}
 	res := WindowsResult{}
 	rep := &Report{
-		Title:   "windows: limit 100 per 60 s; two bursts of 100 requests 10 ms apart",
+		Title: "windows: limit 100 per 60 s; two bursts of 100 requests 10 ms apart",
 		Columns: []string{"case", "first burst (s)", "second burst (s)",
 			"fixed-window first", "fixed-window second", "sliding-log first", "sliding-log second", "sliding-window first", "sliding-window second"},
-		JSON:    &res,
+		Chart: &Chart{Y: []string{"fixed-window first", "fixed-window second", "sliding-log first", "sliding-log second", "sliding-window first", "sliding-window second"}, YLabel: "admitted of each burst of 100"},
+		JSON:  &res,
 	}
 	for _, c := range cases {
 		wc := WindowsCase{Name: c.name}

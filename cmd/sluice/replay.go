@@ -23,6 +23,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	config := fs.String("config", "", "the rule file to replay through (required)")
 	format := fs.String("format", "table", "output format: "+strings.Join(sim.Formats, ", "))
 	top := fs.Int("top", 5, "keys to list per rule")
+	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` (the per-minute chart, the rules, the top keys)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice replay --config RULES ACCESS_LOG [--format table|json|csv]")
 		fmt.Fprintln(stderr, "       (ACCESS_LOG: a file, gzipped or not, or - for standard input)")
@@ -66,6 +67,19 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	res, err := sim.Replay(in, cfg, opts)
 	if err != nil {
 		return err
+	}
+	if *htmlOut != "" {
+		f, err := os.Create(*htmlOut)
+		if err != nil {
+			return err
+		}
+		if err := res.WriteHTML(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
 	return res.Report().Write(stdout, *format)
 }

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/sluice-rl/sluice/sim"
+)
+
+// What `sluice simulate --format svg` and `sluice replay --html` write
+// renders in a real headless Chromium: every scenario's picture has a
+// drawing of some size, and the replay report its chart and tables, with
+// no exception or console error.
+func TestPicturesRenderInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	browser := needTool(t, "chromium", "chromium")
+	dir := t.TempDir()
+	var files []string
+	for _, s := range sim.Scenarios() {
+		code, out, errs := runCLI("simulate", s.Name, "--format", "svg")
+		if code != 0 {
+			t.Fatalf("simulate %s --format svg: exit %d: %s", s.Name, code, errs)
+		}
+		p := filepath.Join(dir, s.Name+".svg")
+		os.WriteFile(p, []byte(out), 0o600)
+		files = append(files, p)
+	}
+	report := filepath.Join(dir, "replay.html")
+	if code, _, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--html", report); code != 0 {
+		t.Fatalf("replay --html: exit %d: %s", code, errs)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	defer tcancel()
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, ev.ExceptionDetails.Text)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				problems = append(problems, "console error")
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := chromedp.Do(bctx, chromedp.Navigate("file://"+f)); err != nil {
+			t.Fatal(err)
+		}
+		size, err := chromedp.Run(bctx, chromedp.Evaluate[struct {
+			Root          string
+			Width, Height float64
+			Shapes        int
+		}](`(() => {
+			const s = document.documentElement, b = s.getBBox();
+			return {root: s.tagName, width: b.width, height: b.height, shapes: document.querySelectorAll("polyline, rect[height]").length};
+		})()`))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if size.Root != "svg" || size.Width < 100 || size.Height < 100 || size.Shapes < 3 {
+			t.Errorf("%s renders as %+v", filepath.Base(f), size)
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate("file://"+report), chromedp.WaitVisible("#rules")); err != nil {
+		t.Fatal(err)
+	}
+	page, err := chromedp.Run(bctx, chromedp.Evaluate[struct{ Rules, Keys, Bars int }](`({
+		rules: document.querySelectorAll("#rules tbody tr").length,
+		keys: document.querySelectorAll("#keys tbody tr").length,
+		bars: document.querySelectorAll("#chart svg rect[height]").length,
+	})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page.Rules != 6 || page.Keys != 1 || page.Bars < 4 {
+		t.Errorf("the replay report renders %+v, want 6 rules, 1 top key and the chart's bars", page)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("the browser reported %q", problems)
+	}
+}
