@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,12 +29,15 @@ type Live struct {
 	hot *share.HotKeys
 
 	mu      sync.Mutex
-	samples []liveSample // oldest first, at most liveSpan+1
-	locks   []liveLock   // newest first, at most liveLocks
+	samples []liveSample             // oldest first, at most liveSpan+1
+	locks   []liveLock               // newest first, at most liveLocks
+	calls   [liveCalls]time.Duration // the last store calls' durations, a ring
+	ncalls  int                      // calls recorded, ever
 }
 
 const (
-	liveSpan    = 300 // seconds of history
+	liveCalls   = 1024 // store calls the latency figures are taken over
+	liveSpan    = 300  // seconds of history
 	liveTopKeys = 64
 	liveLocks   = 32
 )
@@ -68,6 +72,27 @@ func (l *Live) Locked(rule, key string, d time.Duration) {
 	if len(l.locks) > liveLocks {
 		l.locks = l.locks[:liveLocks]
 	}
+}
+
+// StoreCall records a store call's duration, for the page's latency: chain
+// it into engine.Options.OnStoreCall.
+func (l *Live) StoreCall(d time.Duration, _ error) {
+	l.mu.Lock()
+	l.calls[l.ncalls%liveCalls] = d
+	l.ncalls++
+	l.mu.Unlock()
+}
+
+// latency returns the median and the 99th percentile of the last store
+// calls, and how many they are.
+func (l *Live) latency() (p50, p99 time.Duration, n int) {
+	n = min(l.ncalls, liveCalls)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	ds := slices.Clone(l.calls[:n])
+	slices.Sort(ds)
+	return ds[n/2], ds[min(n-1, n*99/100)], n
 }
 
 // Run samples the engine's counters once a second until ctx is done.
@@ -143,6 +168,11 @@ type LiveStore struct {
 	Breakers map[string]string `json:"breakers"` // per node ("" for one store): closed, half-open, open
 	Gateways int               `json:"gateways"`
 	Degraded float64           `json:"degradedPerSecond"` // decisions answered by fail modes, last second
+	// The store's call time over its last calls (Calls of them, at most
+	// 1024): the embedded store's calls are not timed (they never wait).
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	Calls int     `json:"calls"`
 }
 
 func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
@@ -181,6 +211,8 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 			}
 			out.Store.Degraded = degraded
 		}
+		p50, p99, n := l.latency()
+		out.Store.P50Ms, out.Store.P99Ms, out.Store.Calls = float64(p50)/1e6, float64(p99)/1e6, n
 		for _, lk := range l.locks {
 			if left := lk.until.Sub(now); left > 0 {
 				k := show(lk.rule, lk.key)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -155,5 +156,32 @@ rules:
 		if err := os.WriteFile("../docs/ui.png", png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The live state gives the store's call time over its last calls: the
+// median and the 99th percentile, from a bounded ring.
+func TestLiveStateGivesTheStoresLatency(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	live := NewLive()
+	live.Attach(f.srv.e)
+	f.srv.o.Live = live
+	for i := range 2000 { // more than the ring: the first thousand leave it
+		d := time.Millisecond
+		if i >= 1000 && i%50 == 0 { // 2% of the last calls
+			d = 40 * time.Millisecond
+		}
+		live.StoreCall(d, nil)
+	}
+	w := f.do("GET", "/v1/ui/state", "")
+	var st LiveState
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != 200 {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if st.Store.Calls != 1024 || st.Store.P50Ms != 1 || st.Store.P99Ms != 40 {
+		t.Fatalf("store %+v, want 1024 calls, p50 1 ms, p99 40 ms", st.Store)
+	}
+	if len(st.Rules) != 3 || st.TopLimited == nil || st.Locked == nil || st.Times == nil {
+		t.Fatalf("state %+v", st)
 	}
 }

@@ -192,8 +192,9 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.live = server.NewLive()
 	s.eng, err = engine.New(cfg, engine.Options{
 		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
-		Logger: s.log, OnStoreCall: s.metrics.ObserveStoreCall, DecisionLog: dl,
-		OnReject: s.live.Rejected, OnLock: s.live.Locked,
+		Logger: s.log, DecisionLog: dl,
+		OnStoreCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
+		OnReject:    s.live.Rejected, OnLock: s.live.Locked,
 	})
 	if err != nil {
 		return nil, err
