@@ -234,6 +234,12 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 var uiPage []byte
 
 func (s *Server) livePage(w http.ResponseWriter, r *http.Request) {
+	if s.o.AdminToken == "" && !s.o.Loopback {
+		// The admin endpoints' rule: beyond loopback, only with a token
+		// (the page then sends it for its data, from its #token= fragment).
+		writeProblem(w, http.StatusForbidden, "Forbidden", "the live page needs an admin token when the listener is not loopback", "")
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")

@@ -185,3 +185,28 @@ func TestLiveStateGivesTheStoresLatency(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// The page follows the admin endpoints' rule: on loopback, or with a token
+// (which its data then needs); refused beyond loopback without one.
+func TestLivePageFollowsTheAdminRule(t *testing.T) {
+	for _, tc := range []struct {
+		o          Options
+		page, data int
+	}{
+		{Options{Loopback: true}, 200, 200},
+		{Options{Loopback: false}, 403, 403},
+		{Options{Loopback: false, AdminToken: "t0k"}, 200, 401},
+	} {
+		f := newFixture(t, tc.o)
+		if w := f.do("GET", "/ui", ""); w.Code != tc.page {
+			t.Errorf("%+v: /ui %d, want %d", tc.o, w.Code, tc.page)
+		}
+		if w := f.do("GET", "/v1/ui/state", ""); w.Code != tc.data {
+			t.Errorf("%+v: /v1/ui/state %d, want %d", tc.o, w.Code, tc.data)
+		}
+	}
+	f := newFixture(t, Options{AdminToken: "t0k"})
+	if w := f.do("GET", "/v1/ui/state", "", "Authorization", "Bearer t0k"); w.Code != 200 {
+		t.Errorf("with the token: %d", w.Code)
+	}
+}
