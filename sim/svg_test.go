@@ -72,6 +72,7 @@ func TestEveryScenarioDrawsAsSVG(t *testing.T) {
 		"race":                 {0, 8},  // 4 methods x 2 columns
 		"shared-vs-local":      {0, 16}, // 8 requests x 2 setups
 		"distributed":          {0, 96}, // 48 configurations x 2 columns
+		"overload":             {0, 60}, // 5 contenders x 6 loads x 2 columns
 	}
 	for _, s := range Scenarios() {
 		rep, err := s.Run()
