@@ -67,7 +67,8 @@ type Limiter struct {
 	o   Options
 
 	inflight atomic.Int64
-	limit    atomic.Int64 // the integer limit Acquire compares with
+	limit    atomic.Int64  // the integer limit Acquire compares with
+	shed     atomic.Uint64 // requests refused
 
 	mu      sync.Mutex
 	exact   float64       // the algorithm's limit, before rounding
@@ -106,6 +107,9 @@ func (l *Limiter) set(v float64) {
 func (l *Limiter) Limit() int    { return int(l.limit.Load()) }
 func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }
 
+// Shed returns how many requests Acquire has refused.
+func (l *Limiter) Shed() uint64 { return l.shed.Load() }
+
 // Permit is a held place under the limit; release it once.
 type Permit struct {
 	l        *Limiter
@@ -120,10 +124,12 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 		return p, nil
 	}
 	if l.o.Queue <= 0 {
+		l.shed.Add(1)
 		return Permit{}, ErrLimited
 	}
 	if l.waiting.Add(1) > int64(l.o.Queue) {
 		l.waiting.Add(-1)
+		l.shed.Add(1)
 		return Permit{}, ErrLimited
 	}
 	defer l.waiting.Add(-1)
@@ -136,6 +142,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 				return p, nil
 			}
 		case <-timer.C:
+			l.shed.Add(1)
 			return Permit{}, ErrLimited
 		case <-ctx.Done():
 			return Permit{}, ctx.Err()

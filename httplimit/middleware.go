@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"context"
+	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -62,6 +63,11 @@ type Options struct {
 	// OnReject, if set, writes the rejection instead of the problem+json
 	// body. Retry-After and the RateLimit fields are already set.
 	OnReject func(w http.ResponseWriter, r *http.Request, res *engine.Result)
+	// Concurrency, if set, also bounds the requests in flight to next: a
+	// request the rules admit takes a permit, or is answered 503
+	// (temporary-reduced-capacity) at once. Its latency and outcome move
+	// an adaptive limit: a 5xx answer counts as dropped.
+	Concurrency *concurrency.Limiter
 }
 
 // Limiter is the middleware: an http.Handler wrapper built from an engine.
@@ -137,6 +143,22 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if l.sendAllowedHeaders(res) {
 		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf, &l.policies)
+	}
+	if l.o.Concurrency != nil {
+		p, err := l.o.Concurrency.Acquire(r.Context())
+		if err != nil {
+			shed(w)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if sw.status >= 500 {
+				p.Release(concurrency.Dropped)
+			} else {
+				p.Release(concurrency.Success)
+			}
+		}()
+		w = sw
 	}
 	if !hasCharges(res) {
 		next.ServeHTTP(w, r)
@@ -218,6 +240,16 @@ func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) [
 	buf = setHeaders(h, res, l.o.LegacyHeaders, t, buf, &l.policies)
 	h["Cache-Control"] = []string{"no-store"}
 	return buf
+}
+
+// shed answers a request the concurrency limit refused: 503, the draft's
+// temporary-reduced-capacity problem, and a Retry-After of one second (a
+// permit is usually free well before).
+func shed(w http.ResponseWriter) {
+	w.Header().Set(headerRetryAfter, "1")
+	w.Header().Set("Cache-Control", "no-store")
+	WriteProblem(w, &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: http.StatusServiceUnavailable,
+		Detail: "The service is at the limit of the requests it can serve at once. Try again in about 1 second."})
 }
 
 // Headers writes to h the fields the middleware would send with res: for a

@@ -1,11 +1,13 @@
 package httplimit
 
 import (
+	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,5 +199,40 @@ func TestAdvertisedQuotaIsWhatRemainingCounts(t *testing.T) {
 				t.Errorf("X-RateLimit-Remaining %q, want %q", got, tc.legacyRemaining)
 			}
 		})
+	}
+}
+
+// With a concurrency limit, requests the rules admit take a permit; beyond
+// the limit they are answered 503 temporary-reduced-capacity at once, and
+// a 5xx from the handler counts as dropped.
+func TestConcurrencyOption(t *testing.T) {
+	lim := concurrency.New(concurrency.Fixed{N: 2}, concurrency.Options{})
+	f := newFixture(t, "rules:\n  - {id: a, key: [ip], rate: 1000, per: 1s}\n", Options{Concurrency: lim})
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	f.h = Middleware(f.eng, Options{Concurrency: lim})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(200)
+	}))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { f.do("GET", "/", "X-Hold", "1") })
+	}
+	<-entered
+	<-entered
+	w := f.do("GET", "/")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "temporary-reduced-capacity") || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("a third request over a limit of 2: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	close(release)
+	wg.Wait()
+	if lim.InFlight() != 0 {
+		t.Fatalf("%d permits not given back", lim.InFlight())
+	}
+	if w := f.do("GET", "/"); w.Code != 200 {
+		t.Fatalf("after the others finished: %d", w.Code)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net"
@@ -51,6 +52,8 @@ type FastGateway struct {
 	panics   *panics
 	server   *fasthttp.Server
 	pool     sync.Pool // of *fastState
+
+	concurrency *concurrency.Limiter // nil: no bound on what is in flight
 }
 
 // FastOptions configure a FastGateway.
@@ -62,6 +65,9 @@ type FastOptions struct {
 	MaxConns int
 	// Timeout bounds one upstream exchange (default 30 s).
 	Timeout time.Duration
+	// Concurrency, if set, bounds the requests in flight to the upstream
+	// (see httplimit.Options.Concurrency): beyond it, 503 at once.
+	Concurrency *concurrency.Limiter
 }
 
 type fastState struct {
@@ -87,7 +93,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGat
 		o.Timeout = 30 * time.Second
 	}
 	g := &FastGateway{
-		e: e, o: o.HTTP, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
+		e: e, o: o.HTTP, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout, concurrency: o.Concurrency,
 		log: o.Logger, panics: &o.Metrics.panics,
 		client: &fasthttp.HostClient{
 			Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
@@ -198,6 +204,22 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		}
 		time.Sleep(res.Delay)
 	}
+	if c := g.concurrency; c != nil {
+		p, err := c.Acquire(ctx)
+		if err != nil {
+			ctx.Response.Header.Set("Retry-After", "1")
+			g.problemTyped(ctx, http.StatusServiceUnavailable, httplimit.ProblemReducedCapacity, "Temporary Reduced Capacity",
+				"The service is at the limit of the requests it can serve at once. Try again in about 1 second.")
+			return
+		}
+		defer func() {
+			if ctx.Response.StatusCode() >= 500 {
+				p.Release(concurrency.Dropped)
+			} else {
+				p.Release(concurrency.Success)
+			}
+		}()
+	}
 	g.forward(ctx, peer, trusted, path, res, st)
 }
 
@@ -296,8 +318,16 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
+	g.problemTyped(ctx, status, "about:blank", title, detail)
+}
+
+func (g *FastGateway) problemTyped(ctx *fasthttp.RequestCtx, status int, typ, title, detail string) {
+	retry := string(ctx.Response.Header.Peek("Retry-After"))
 	ctx.Response.Reset()
-	body, _ := json.Marshal(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	if retry != "" {
+		ctx.Response.Header.Set("Retry-After", retry)
+	}
+	body, _ := json.Marshal(problem{Type: typ, Title: title, Status: status, Detail: detail})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")

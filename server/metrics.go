@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/sluice-rl/sluice/concurrency"
 	"runtime"
 	"time"
 
@@ -65,6 +66,10 @@ func (m *Metrics) ObserveStoreCall(d time.Duration, err error) {
 	}
 }
 
+// WatchConcurrency serves a concurrency limit's state: its limit, the
+// requests in flight and those it shed.
+func (m *Metrics) WatchConcurrency(l *concurrency.Limiter) { m.collector.conc = l }
+
 func (m *Metrics) watch(e *engine.Engine, mem *memory.Store, sh *share.Store) {
 	m.collector.e, m.collector.mem, m.collector.share = e, mem, sh
 }
@@ -76,9 +81,16 @@ type collector struct {
 	mem    *memory.Store
 	share  *share.Store
 	panics *panics
+	conc   *concurrency.Limiter
 }
 
 var (
+	descConcLimit = prometheus.NewDesc("sluice_concurrency_limit",
+		"The adaptive concurrency limit in front of the upstream (--adaptive).", nil, nil)
+	descConcInFlight = prometheus.NewDesc("sluice_concurrency_in_flight",
+		"Requests in flight to the upstream under the concurrency limit.", nil, nil)
+	descConcShed = prometheus.NewDesc("sluice_concurrency_shed_total",
+		"Requests answered 503 because the concurrency limit was reached.", nil, nil)
 	descDecisions = prometheus.NewDesc("sluice_decisions_total",
 		"Decisions by rule and outcome: allowed (the request passed), limited, overruled (the rule had room, another rule refused the request, nothing was charged), shadow_limited, failed_open, failed_closed, skipped (key missing), locked (penalty applied).",
 		[]string{"rule", "outcome"}, nil)
@@ -132,7 +144,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics} {
+	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
 		ch <- d
 	}
 }
@@ -143,6 +155,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descPanics, c.panics.http.Load(), "http")
 	counter(descPanics, c.panics.grpc.Load(), "grpc")
+	if l := c.conc; l != nil {
+		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(l.Limit()))
+		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(l.InFlight()))
+		counter(descConcShed, l.Shed())
+	}
 	if c.e == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"net"
 	"net/url"
@@ -20,6 +21,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
 	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
+	adaptive := fs.Bool("adaptive", false, "also bound the requests in flight to the upstream by a limit that follows its latency (Gradient2, 4 to --adaptive-max): beyond it, 503 at once")
+	adaptiveMax := fs.Int("adaptive-max", 1000, "the adaptive limit's largest value")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8000] [--admin-listen 127.0.0.1:9091]")
@@ -42,6 +45,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer s.close()
+	var conc *concurrency.Limiter
+	if *adaptive {
+		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax})
+		s.metrics.WatchConcurrency(conc)
+	}
 	var front *listening
 	switch *plane {
 	case "fasthttp":
@@ -50,10 +58,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		ln = s.tls.wrap(ln, "http/1.1") // fasthttp speaks HTTP/1.1 only
-		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics})
+		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics, Concurrency: conc})
 		front = &listening{ln: ln, srv: fastServer{g}}
 	case "net/http":
-		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy}, s.log, s.metrics), s.tls)
+		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc}, s.log, s.metrics), s.tls)
 		if err != nil {
 			return err
 		}

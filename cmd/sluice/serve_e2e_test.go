@@ -448,3 +448,83 @@ func TestGatewayLogsItsRejectionsBoundedly(t *testing.T) {
 		t.Fatalf("%d lines and %d suppressed for 200 rejections", lines, suppressed)
 	}
 }
+
+// gateway --adaptive bounds what is in flight to a slow upstream: of 64
+// requests at once, those beyond the limit are answered 503
+// (temporary-reduced-capacity) at once instead of piling up, for both data
+// planes, and /metrics shows the limit and what it shed.
+func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { <-release }))
+	defer up.Close()
+	defer close(release)
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: loose, key: [ip], rate: 100000, per: 1s}\n"), 0o600)
+	for _, plane := range []string{"fasthttp", "net/http"} {
+		probe, _ := net.Listen("tcp", "127.0.0.1:0")
+		admin := probe.Addr().String()
+		probe.Close()
+		base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", admin,
+			"--watch", "0", "--adaptive", "--data-plane", plane)
+		codes := make(chan int, 64)
+		client := &http.Client{Timeout: 10 * time.Second}
+		for range 64 {
+			go func() {
+				resp, err := client.Get(base + "/x")
+				if err != nil {
+					codes <- 0
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 503 && !strings.Contains(string(body), "temporary-reduced-capacity") {
+					codes <- -1
+					return
+				}
+				codes <- resp.StatusCode
+			}()
+		}
+		// The upstream holds every request it gets: those beyond the limit
+		// come back 503 meanwhile.
+		shed := 0
+		for shed < 64-20 {
+			select {
+			case c := <-codes:
+				if c != 503 {
+					t.Fatalf("%s: a request answered %d while the upstream holds every one", plane, c)
+				}
+				shed++
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: %d of 64 shed, want at least 44 (the limit starts at 20)", plane, shed)
+			}
+		}
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(m), "sluice_concurrency_limit 20") || !strings.Contains(string(m), "sluice_concurrency_in_flight 20") {
+			t.Fatalf("%s: metrics lack the limit or the in-flight count:\n%s", plane, grepLines(string(m), "sluice_concurrency"))
+		}
+		for range 64 - shed { // let the held ones go, for the next data plane
+			release <- struct{}{}
+		}
+		for range 64 - shed {
+			<-codes
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
