@@ -51,13 +51,7 @@ func BenchmarkClients(b *testing.B) {
 			c.ErrorHandler = retryablehttp.PassthroughErrorHandler
 			return func(ctx context.Context, url string) (int, error) {
 				req, _ := retryablehttp.NewRequestWithContext(ctx, "GET", url, nil)
-				resp, err := c.Do(req)
-				if err != nil {
-					return 0, err
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				return resp.StatusCode, nil
+				return drain(c.Do(req))
 			}
 		}},
 		{"net/http", func(*atomic.Int64) func(context.Context, string) (int, error) {
@@ -120,14 +114,19 @@ func BenchmarkClients(b *testing.B) {
 func plainDo(c *http.Client) func(context.Context, string) (int, error) {
 	return func(ctx context.Context, url string) (int, error) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, nil
+		return drain(c.Do(req))
 	}
+}
+
+// drain reads and closes an answer's body (so its connection is reused)
+// and returns its status.
+func drain(resp *http.Response, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 type statusWriter struct {

@@ -3,41 +3,21 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"github.com/sluice-rl/sluice/internal/browsertest"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
-	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
-
-// chromium returns a headless browser's path, skipping the test loudly
-// without one, or failing in CI, which installs the chromium package.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if redistest.CI() {
-		t.Fatal("no chromium: CI must install the chromium package")
-	}
-	t.Skip("SKIPPED LOUDLY: no chromium on PATH (apt-get install chromium)")
-	return ""
-}
 
 // The live page, in a real headless Chromium: it loads with no console
 // error or exception, lists the rules as loaded, and after limited traffic
@@ -47,7 +27,6 @@ func TestLivePageInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
-	browser := chromium(t)
 	cfg, err := rules.Parse("rules.yaml", []byte(`
 rules:
   - {id: per-user, key: [user], rate: 3, per: 1h, penalty: {after: 5, block: 15m}}
@@ -74,29 +53,8 @@ rules:
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 900))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
-	defer tcancel()
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
-				problems = append(problems, fmt.Sprintf("console %s", ev.Type))
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	br := browsertest.Start(t)
+	bctx := br.Ctx
 	if err := chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/ui"), chromedp.WaitVisible(`#rules tbody tr[data-rule="trial"]`)); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +101,7 @@ rules:
 	if strings.Contains(topText, "u7") {
 		t.Fatalf("the page shows a key in the clear for a rule without showKeys: %q", topText)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
+	if problems := br.Problems(); len(problems) > 0 {
 		t.Fatalf("the page logged: %q", problems)
 	}
 	if os.Getenv("UPDATE_SCREENSHOT") != "" {

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
+	"github.com/sluice-rl/sluice/internal/browsertest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/sim"
 )
@@ -21,7 +18,6 @@ func TestPicturesRenderInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
-	browser := needTool(t, "chromium", "chromium")
 	dir := t.TempDir()
 	var files []string
 	for _, s := range sim.Scenarios() {
@@ -38,29 +34,8 @@ func TestPicturesRenderInABrowser(t *testing.T) {
 		t.Fatalf("replay --html: exit %d: %s", code, errs)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU)
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
-	defer tcancel()
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, ev.ExceptionDetails.Text)
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError {
-				problems = append(problems, "console error")
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	br := browsertest.Start(t)
+	bctx := br.Ctx
 	for _, f := range files {
 		if err := chromedp.Do(bctx, chromedp.Navigate("file://"+f)); err != nil {
 			t.Fatal(err)
@@ -94,9 +69,7 @@ func TestPicturesRenderInABrowser(t *testing.T) {
 	if page.Rules != 6 || page.Keys != 1 || page.Bars < 4 {
 		t.Errorf("the replay report renders %+v, want 6 rules, 1 top key and the chart's bars", page)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
+	if problems := br.Problems(); len(problems) > 0 {
 		t.Errorf("the browser reported %q", problems)
 	}
 }
