@@ -182,6 +182,7 @@ func TestAdvertisedQuotaIsWhatRemainingCounts(t *testing.T) {
 		{"window", "{id: w, key: [ip], rate: 10, per: 1m, algorithm: fixed-window}", `"w";q=10;w=60`, `"w";r=9`, "10", "9"},
 		{"cost", "{id: c, key: [ip], rate: 1000, per: 1h, cost: 50}", `"c";q=20;w=3600`, `"c";r=19`, "20", "19"},
 		{"cost and burst", "{id: cb, key: [ip], rate: 100, per: 1m, burst: 300, cost: 30}", `"cb";q=10;w=180`, `"cb";r=9`, "10", "9"},
+		{"window and cost", "{id: wc, key: [ip], rate: 100, per: 1m, algorithm: fixed-window, cost: 10}", `"wc";q=10;w=60`, `"wc";r=9`, "10", "9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, "rules:\n  - "+tc.rule+"\n", Options{LegacyHeaders: true, AllowedHeaders: HeadersAlways})
@@ -234,5 +235,24 @@ func TestConcurrencyOption(t *testing.T) {
 	}
 	if w := f.do("GET", "/"); w.Code != 200 {
 		t.Fatalf("after the others finished: %d", w.Code)
+	}
+}
+
+// A 5xx from the handler counts as dropped: an AIMD limit backs off on it,
+// and grows on successes that use it.
+func TestConcurrencyOptionCountsServerErrorsAsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		grows  bool
+	}{{200, true}, {503, false}, {500, false}, {499, true}} {
+		lim := concurrency.New(concurrency.AIMD{Start: 2, Backoff: 0.5}, concurrency.Options{Min: 1, Max: 100})
+		f := newFixture(t, "rules:\n  - {id: a, key: [ip], rate: 1000, per: 1s}\n", Options{Concurrency: lim})
+		f.h = Middleware(f.eng, Options{Concurrency: lim})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) }))
+		for range 4 {
+			f.do("GET", "/")
+		}
+		if grew := lim.Limit() > 2; grew != tc.grows {
+			t.Errorf("status %d: limit %d from 2, want grown %v", tc.status, lim.Limit(), tc.grows)
+		}
 	}
 }
