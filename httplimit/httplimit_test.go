@@ -326,6 +326,31 @@ func TestBodyKeysAreReadAndTheBodyRestored(t *testing.T) {
 	}
 }
 
+// A form body longer than the part read for keys still gives its key from
+// that part, and reaches the handler whole.
+func TestBodyKeysFromTheStartOfALongBody(t *testing.T) {
+	cfg, _ := rules.Parse("b.yaml", []byte("rules:\n  - {id: otp, key: [phone], rate: 1, per: 10m}\n"))
+	eng, _ := engine.New(cfg, engine.Options{Store: memory.New()})
+	var sizes []int
+	h := Middleware(eng, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sizes = append(sizes, len(b))
+	}))
+	body := "phone=8801700000000&pad=" + strings.Repeat("x", 2*rules.MaxBodyBytes)
+	for i, want := range []int{200, 429} {
+		r := httptest.NewRequest("POST", "/otp", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("OTP %d with a %d-byte body: %d, want %d (the key is in its first bytes)", i+1, len(body), w.Code, want)
+		}
+	}
+	if len(sizes) != 1 || sizes[0] != len(body) {
+		t.Fatalf("handler read %v bytes, want the whole %d once", sizes, len(body))
+	}
+}
+
 func TestClientIP(t *testing.T) {
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
 	for _, tc := range []struct {
