@@ -69,3 +69,18 @@ rules:
 		t.Errorf("the key appears %d times: the hidden rule's key leaked: %s", n, buf.String())
 	}
 }
+
+// A DecisionLog's zero values mean its defaults: every rejection sampled,
+// up to 100 lines a second.
+func TestDecisionLogDefaults(t *testing.T) {
+	var buf bytes.Buffer
+	dl := &DecisionLog{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 1, per: 1h}\n", Options{DecisionLog: dl})
+	for range 150 {
+		var res Result
+		f.e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)
+	}
+	if n := strings.Count(buf.String(), `"msg":"sluice: decision"`); n < 100 || n > 149 {
+		t.Fatalf("%d decision lines for 149 rejections, want 100 a second (the default), at least", n)
+	}
+}
