@@ -468,3 +468,25 @@ func TestSyntaxErrorsPointAtTheFault(t *testing.T) {
 		t.Errorf("UTF-8 with a BOM: %v", err)
 	}
 }
+
+// An exempt network is matched on the address itself: no allocation per
+// request, IPv4-mapped IPv6 included.
+func TestExemptNetworkMatchesWithoutAllocating(t *testing.T) {
+	c, err := Parse("r.yaml", []byte("rules:\n  - {id: a, key: [ip], rate: 5, per: 1s, exempt: {ip: [10.0.0.0/8, 2001:db8::/32]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	for addr, exempt := range map[string]bool{"10.1.2.3": true, "::ffff:10.1.2.3": true, "2001:db8::1": true, "203.0.113.7": false} {
+		req := &Request{ClientIP: netip.MustParseAddr(addr)}
+		if got := !r.Selects(req, "/"); got != exempt {
+			t.Errorf("%s: exempt %v, want %v", addr, got, exempt)
+		}
+		if n := testing.AllocsPerRun(100, func() { r.Selects(req, "/") }); n != 0 {
+			t.Errorf("%s: %.0f allocations per request", addr, n)
+		}
+	}
+	if !r.Selects(&Request{}, "/") {
+		t.Error("a request without an address was exempted")
+	}
+}

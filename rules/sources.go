@@ -281,24 +281,26 @@ type ValueSet struct {
 // Contains reports whether req's value of the source is in the set; a
 // request without the value is in no set.
 func (v *ValueSet) Contains(req *Request, route string) bool {
-	s, ok := v.Source.Value(req, route)
-	if !ok {
-		return false
-	}
-	if v.Values[s] {
-		return true
-	}
-	if len(v.Prefixes) > 0 {
-		if a, err := netip.ParseAddr(s); err == nil {
-			a = a.Unmap()
-			for _, p := range v.Prefixes {
-				if p.Contains(a) {
-					return true
-				}
+	if v.Source.Kind == FromIP {
+		// The address itself, not its text: an exempt network costs no
+		// allocation per request.
+		a := req.ClientIP
+		if s, ok := req.Attributes[v.Source.Name]; ok && s != "" {
+			a, _ = netip.ParseAddr(s)
+		}
+		if !a.IsValid() {
+			return false
+		}
+		a = a.Unmap()
+		for _, p := range v.Prefixes {
+			if p.Contains(a) {
+				return true
 			}
 		}
+		return false
 	}
-	return false
+	s, ok := v.Source.Value(req, route)
+	return ok && v.Values[s]
 }
 
 // Selects reports whether the rule applies to req beyond its method, host
