@@ -248,8 +248,14 @@ func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) [
 func shed(w http.ResponseWriter) {
 	w.Header().Set(headerRetryAfter, "1")
 	w.Header().Set("Cache-Control", "no-store")
-	WriteProblem(w, &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: http.StatusServiceUnavailable,
-		Detail: "The service is at the limit of the requests it can serve at once. Try again in about 1 second."})
+	WriteProblem(w, ShedProblem())
+}
+
+// ShedProblem is the answer to a request a concurrency limit refused, for
+// servers that write it themselves (with Retry-After: 1).
+func ShedProblem() *Problem {
+	return &Problem{Type: ProblemReducedCapacity, Title: titleReducedCapacity, Status: http.StatusServiceUnavailable,
+		Detail: "The service is at the limit of the requests it can serve at once. Try again in about 1 second."}
 }
 
 // Headers writes to h the fields the middleware would send with res: for a

@@ -207,9 +207,13 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	if c := g.concurrency; c != nil {
 		p, err := c.Acquire(ctx)
 		if err != nil {
+			p := httplimit.ShedProblem()
+			st.body = appendProblem(st.body[:0], p)
+			ctx.SetStatusCode(p.Status)
+			ctx.SetContentType("application/problem+json")
 			ctx.Response.Header.Set("Retry-After", "1")
-			g.problemTyped(ctx, http.StatusServiceUnavailable, httplimit.ProblemReducedCapacity, "Temporary Reduced Capacity",
-				"The service is at the limit of the requests it can serve at once. Try again in about 1 second.")
+			ctx.Response.Header.Set("Cache-Control", "no-store")
+			ctx.SetBody(st.body)
 			return
 		}
 		defer func() {
@@ -318,16 +322,8 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
-	g.problemTyped(ctx, status, "about:blank", title, detail)
-}
-
-func (g *FastGateway) problemTyped(ctx *fasthttp.RequestCtx, status int, typ, title, detail string) {
-	retry := string(ctx.Response.Header.Peek("Retry-After"))
 	ctx.Response.Reset()
-	if retry != "" {
-		ctx.Response.Header.Set("Retry-After", retry)
-	}
-	body, _ := json.Marshal(problem{Type: typ, Title: title, Status: status, Detail: detail})
+	body, _ := json.Marshal(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
