@@ -124,7 +124,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		if !retryable(req, resp, err) {
-			t.succeed()
+			if err == nil && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500 {
+				t.succeed() // a failure it may not retry refills nothing
+			}
 			return resp, err
 		}
 		wait, ok := t.retryWait(attempt, resp)

@@ -258,3 +258,27 @@ func TestPacingUsesTheQuotaWithoutRefusals(t *testing.T) {
 		t.Fatalf("%d admitted of a quota of %.0f, %d refused of %d", ok.Load(), quota, refused.Load(), sent)
 	}
 }
+
+// A failure that may not be retried (a POST refused 502) does not refill
+// the retry budget: after an outage of such answers, GETs still find it
+// spent.
+func TestUnretriedFailuresDoNotRefillTheBudget(t *testing.T) {
+	ts, n := counting(t, make503(1000), http.Header{"Retry-After": {"0"}})
+	tr := &Transport{}
+	c := &http.Client{Transport: tr}
+	for range 20 { // GETs in the outage: the budget is spent
+		resp, _ := c.Get(ts.URL)
+		resp.Body.Close()
+	}
+	spent := n.Load()
+	bad, _ := counting(t, []int{502, 502, 502, 502, 502, 502, 502, 502, 502, 502}, nil)
+	for range 10 { // 502s to POSTs: not retried, and no refill
+		resp, _ := c.Post(bad.URL, "text/plain", strings.NewReader("x"))
+		resp.Body.Close()
+	}
+	resp, _ := c.Get(ts.URL)
+	resp.Body.Close()
+	if got := n.Load() - spent; got != 1 {
+		t.Fatalf("a GET after the outage made %d attempts, want 1: the budget was refilled by failures", got)
+	}
+}
