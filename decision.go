@@ -25,6 +25,10 @@ const (
 	// ReasonMissingKey: the request lacks a source of the rule's key and the
 	// rule rejects such requests.
 	ReasonMissingKey
+	// ReasonNoReservation: a settle found no open reservation (never
+	// opened, already settled or cancelled, or past its deadline, when it
+	// stands at its estimate); nothing changed.
+	ReasonNoReservation
 )
 
 var reasonNames = [...]string{
@@ -34,6 +38,8 @@ var reasonNames = [...]string{
 	ReasonLocked:      "locked",
 	ReasonUnavailable: "unavailable",
 	ReasonMissingKey:  "missing-key",
+
+	ReasonNoReservation: "no-reservation",
 }
 
 // String returns the reason's stable name, such as "limited".

@@ -1,6 +1,9 @@
 package sluice
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Take asks a [Store] for Cost units from the bucket or window of one
 // (Rule, Key) pair, governed by Limit.
@@ -17,7 +20,34 @@ type Take struct {
 	// DryRun decides the take as usual but consumes nothing: the decision
 	// is the one the real take would get (its Remaining as if taken).
 	DryRun bool
+
+	// Hold names a reservation of (Rule, Key): an id the caller chose hard
+	// to guess, at most MaxHoldLen bytes. A reservation takes an estimate
+	// now and settles the real cost later, for costs known only after the
+	// response (tokens, bytes, compute time).
+	//
+	// With Settle false, a take that is allowed, not a dry run, and whose
+	// call admits every take opens the reservation: the store remembers
+	// Cost for (Rule, Key, Hold) until HoldFor has passed. Giving the units
+	// back (a negative Cost with the same Hold) closes it unsettled.
+	//
+	// With Settle true, the take settles the reservation at Cost units, if
+	// it is still open: the store closes it and applies Cost minus the
+	// units reserved, giving back the difference if it is negative and, if
+	// it is positive, charging it even beyond the limit, which leaves the
+	// key in debt (later takes wait until it is paid off). The decision is
+	// then allowed and reports the key as it stands after settling. A
+	// reservation that is closed, expired or never opened answers
+	// ReasonNoReservation and changes nothing, so a settle applies at most
+	// once; an unsettled reservation stands at its estimate. A settle
+	// applies whatever the other takes of the call decide.
+	Hold    string
+	HoldFor time.Duration
+	Settle  bool
 }
+
+// MaxHoldLen bounds a reservation id ([Take.Hold]).
+const MaxHoldLen = 64
 
 // Store keeps per-key limiter state and decides takes against it.
 //

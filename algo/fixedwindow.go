@@ -38,7 +38,7 @@ func (s FixedWindow) Take(p *Params, now, cost int64, r *Result) FixedWindow {
 		*r = tooLarge(p.Burst-s.Count, reset)
 		return s
 	}
-	if s.Count+cost > p.Burst {
+	if cost > p.Burst-s.Count { // not Count+cost: a charged Count may be near MaxInt64
 		*r = limited(p.Burst-s.Count, left, reset)
 		return s
 	}

@@ -11,7 +11,7 @@ package algo
 // RetryAfter = level + c*T - D; ResetAfter = level; Remaining =
 // floor((D - level) / T).
 type LeakyMeter struct {
-	Level int64 // units times T, in [0, D]
+	Level int64 // units times T, at least 0; above D in debt (see Charge)
 	Last  int64 // time of the last drain
 }
 
@@ -29,7 +29,7 @@ func (s LeakyMeter) Take(p *Params, now, cost int64, r *Result) LeakyMeter {
 	}
 	need := cost * p.T
 	if need > room {
-		*r = limited(room/p.T, need-room, s.Level)
+		*r = limited(room/p.T, subSat(need, room), s.Level)
 		return s
 	}
 	s.Level += need

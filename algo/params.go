@@ -53,14 +53,15 @@ type Result struct {
 	Delay      int64
 }
 
+// A key in debt (see Charge) has less than nothing left: it reports 0.
 func allowed(remaining, resetAfter int64) Result {
-	return Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+	return Result{Allowed: true, Remaining: max(remaining, 0), ResetAfter: resetAfter}
 }
 
 func limited(remaining, retryAfter, resetAfter int64) Result {
-	return Result{Reason: sluice.ReasonLimited, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
+	return Result{Reason: sluice.ReasonLimited, Remaining: max(remaining, 0), RetryAfter: retryAfter, ResetAfter: resetAfter}
 }
 
 func tooLarge(remaining, resetAfter int64) Result {
-	return Result{Reason: sluice.ReasonTooLarge, Remaining: remaining, ResetAfter: resetAfter}
+	return Result{Reason: sluice.ReasonTooLarge, Remaining: max(remaining, 0), ResetAfter: resetAfter}
 }

@@ -44,7 +44,7 @@ func (m *refBucket) take(now, cost int64) Result {
 		}
 		return v.Num().Int64()
 	}
-	whole := func() int64 { return new(big.Int).Quo(m.tokens.Num(), m.tokens.Denom()).Int64() }
+	whole := func() int64 { return max(new(big.Int).Quo(m.tokens.Num(), m.tokens.Denom()).Int64(), 0) }
 	missing := func() int64 { return nanos(new(big.Rat).Sub(big.NewRat(m.b, 1), m.tokens)) }
 	c := big.NewRat(cost, 1)
 	switch {
@@ -78,7 +78,7 @@ func (m *refQueue) queued(now int64) int64 {
 }
 
 func (m *refQueue) take(now, cost int64) Result {
-	q := m.queued(now)
+	q := min(m.queued(now), m.b) // charges may queue more than b units
 	reset := int64(0)
 	if len(m.deps) > 0 {
 		reset = max(0, m.lastDep+m.T-now)
@@ -119,17 +119,18 @@ func (m *refFixed) take(now, cost int64) Result {
 	idx := floorDiv(now, m.W)
 	n := m.counts[idx]
 	end := (idx+1)*m.W - now
+	rem := max(m.L-n, 0)
 	reset := int64(0)
 	if n > 0 {
 		reset = end
 	}
 	switch {
 	case cost == 0:
-		return Result{Allowed: true, Remaining: m.L - n, ResetAfter: reset}
+		return Result{Allowed: true, Remaining: rem, ResetAfter: reset}
 	case cost > m.L:
-		return Result{Reason: sluice.ReasonTooLarge, Remaining: m.L - n, ResetAfter: reset}
+		return Result{Reason: sluice.ReasonTooLarge, Remaining: rem, ResetAfter: reset}
 	case n+cost > m.L:
-		return Result{Reason: sluice.ReasonLimited, Remaining: m.L - n, RetryAfter: end, ResetAfter: reset}
+		return Result{Reason: sluice.ReasonLimited, Remaining: rem, RetryAfter: end, ResetAfter: reset}
 	}
 	m.counts[idx] = n + cost
 	return Result{Allowed: true, Remaining: m.L - n - cost, ResetAfter: end}
@@ -268,3 +269,41 @@ func (f *fast) take(now, cost int64) (r Result) {
 	f.Take(now, cost, &r)
 	return r
 }
+
+// The charges of the reference models restate Charge: take the units
+// whatever the limit says.
+type chargeModel interface {
+	model
+	charge(now, units int64)
+}
+
+func (m *refBucket) charge(now, units int64) {
+	m.take(now, 0) // start and refill
+	m.tokens.Sub(m.tokens, big.NewRat(units, 1))
+}
+
+func (m *refQueue) charge(now, units int64) {
+	for range units {
+		d := now
+		if len(m.deps) > 0 {
+			d = max(now, m.lastDep+m.T)
+		}
+		m.deps = append(m.deps, d)
+		m.lastDep = d
+	}
+}
+
+func (m *refFixed) charge(now, units int64) { m.counts[floorDiv(now, m.W)] += units }
+
+func (m *refLog) charge(now, units int64) {
+	if len(m.entries) > 0 {
+		now = max(now, slices.Max(m.entries))
+	}
+	for room := m.L - int64(len(m.inWindow(now))); room > 0 && units > 0; room, units = room-1, units-1 {
+		m.entries = append(m.entries, now)
+	}
+}
+
+func (m *refSliding) charge(now, units int64) { m.counts[floorDiv(now, m.W)] += units }
+
+func (f *fast) charge(now, units int64) { f.Charge(now, units) }

@@ -10,7 +10,7 @@ package algo
 // RetryAfter = c*T - tokens, the time until enough tokens are back.
 // ResetAfter = D - tokens; Remaining = floor(tokens / T).
 type TokenBucket struct {
-	Tokens int64 // tokens times T, in [0, D]
+	Tokens int64 // tokens times T, at most D; below 0 in debt (see Charge)
 	Last   int64 // time of the last refill
 }
 
@@ -23,16 +23,16 @@ func (p *Params) NewTokenBucket(now int64) TokenBucket {
 func (s TokenBucket) Take(p *Params, now, cost int64, r *Result) TokenBucket {
 	s = s.refill(p, now)
 	if cost == 0 {
-		*r = allowed(s.Tokens/p.T, p.D-s.Tokens)
+		*r = allowed(s.Tokens/p.T, subSat(p.D, s.Tokens))
 		return s
 	}
 	if cost > p.Burst {
-		*r = tooLarge(s.Tokens/p.T, p.D-s.Tokens)
+		*r = tooLarge(s.Tokens/p.T, subSat(p.D, s.Tokens))
 		return s
 	}
 	need := cost * p.T
 	if s.Tokens < need {
-		*r = limited(s.Tokens/p.T, need-s.Tokens, p.D-s.Tokens)
+		*r = limited(s.Tokens/p.T, subSat(need, s.Tokens), subSat(p.D, s.Tokens))
 		return s
 	}
 	s.Tokens -= need
@@ -46,7 +46,7 @@ func (s TokenBucket) refill(p *Params, now int64) TokenBucket {
 		return s
 	}
 	elapsed := subSat(now, s.Last)
-	if elapsed >= p.D-s.Tokens {
+	if elapsed >= subSat(p.D, s.Tokens) {
 		return TokenBucket{Tokens: p.D, Last: now}
 	}
 	return TokenBucket{Tokens: s.Tokens + elapsed, Last: now}
