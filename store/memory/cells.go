@@ -18,6 +18,8 @@ type cellOps[C any] interface {
 	restore(s saved, cost int64)
 	// refund gives units back at now.
 	refund(p *algo.Params, now, units int64)
+	// charge takes units at now whatever the limit says (algo's Charge).
+	charge(p *algo.Params, now, units int64)
 	// fresh makes the cell a new, full key at now.
 	fresh(p *algo.Params, now int64)
 	// resetAfter returns the time until the key is idle; 0 means the slot
@@ -39,6 +41,9 @@ func (c *fixedWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result) 
 }
 func (c *fixedWindowCell) refund(p *algo.Params, now, units int64) {
 	c.s = c.s.Refund(p, now, units)
+}
+func (c *fixedWindowCell) charge(p *algo.Params, now, units int64) {
+	c.s = c.s.Charge(p, now, units)
 }
 func (c *fixedWindowCell) save() saved               { return saved{c.s.Start, c.s.Count} }
 func (c *fixedWindowCell) restore(s saved, _ int64)  { c.s = algo.FixedWindow{Start: s[0], Count: s[1]} }
@@ -62,6 +67,9 @@ func (c *slidingWindowCell) take(p *algo.Params, now, cost int64) (r algo.Result
 }
 func (c *slidingWindowCell) refund(p *algo.Params, now, units int64) {
 	c.s = c.s.Refund(p, now, units)
+}
+func (c *slidingWindowCell) charge(p *algo.Params, now, units int64) {
+	c.s = c.s.Charge(p, now, units)
 }
 func (c *slidingWindowCell) save() saved { return saved{c.s.Start, c.s.Prev, c.s.Cur} }
 func (c *slidingWindowCell) restore(s saved, _ int64) {
@@ -89,6 +97,9 @@ func (c *slidingLogCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
 }
 func (c *slidingLogCell) refund(p *algo.Params, now, units int64) {
 	c.log.Refund(p, now, units)
+}
+func (c *slidingLogCell) charge(p *algo.Params, now, units int64) {
+	c.log.Charge(p, now, units)
 }
 func (c *slidingLogCell) save() saved                 { return saved{} }
 func (c *slidingLogCell) restore(_ saved, cost int64) { c.log.Undo(cost) }

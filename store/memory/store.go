@@ -28,6 +28,8 @@ type Store struct {
 	maxKeys int
 	seed    maphash.Seed
 	nextID  atomic.Uint64
+	holds   *holds
+	maxHold int
 
 	mu     sync.Mutex                              // serialises table creation
 	tables atomic.Pointer[map[string][]tableEntry] // copy-on-write
@@ -57,6 +59,20 @@ func WithClock(c sluice.Clock) Option { return func(s *Store) { s.clock = c } }
 // [Store.Stats].
 func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = max(1, n) } }
 
+// WithMaxHolds bounds the reservations open at once (see sluice.Take.Hold).
+// Past it, expired reservations are dropped; if the open ones alone fill
+// it, a new reservation takes its estimate unrecorded, so that it settles
+// at its estimate, and is counted in [Store.DroppedHolds].
+func WithMaxHolds(n int) Option { return func(s *Store) { s.maxHold = max(1, n) } }
+
+// DroppedHolds returns how many reservations were taken unrecorded
+// because the store held WithMaxHolds open ones; OpenHolds how many are
+// recorded now (some may have expired since).
+func (s *Store) DroppedHolds() uint64 { return s.holds.dropped.Load() }
+
+// OpenHolds returns how many reservations the store records now.
+func (s *Store) OpenHolds() int { return s.holds.len() }
+
 // WithSweepEvery starts a janitor that calls [Store.Sweep] every d, to give
 // memory back after bursts of keys. It is never needed for correct answers.
 // A store with a janitor must be closed with [Store.Close].
@@ -64,10 +80,11 @@ func WithSweepEvery(d time.Duration) Option { return func(s *Store) { s.sweepEve
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{maxKeys: DefaultMaxKeys, seed: maphash.MakeSeed()}
+	s := &Store{maxKeys: DefaultMaxKeys, maxHold: DefaultMaxHolds, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(s)
 	}
+	s.holds = newHolds(s.maxHold)
 	if s.clock == nil {
 		s.clock = sluice.NewSystemClock()
 	}
@@ -136,6 +153,7 @@ type anyTable interface {
 	takeLocked(shard int, fp uint64, now, cost int64, dry bool) (algo.Result, saved)
 	undoLocked(shard int, fp uint64, sv saved, cost int64)
 	take(key string, now, cost int64, dry bool) algo.Result
+	chargeKey(key string, now, units int64) algo.Result
 	forget(key string) bool
 	stats() (keys int, evictions, overflows uint64)
 	sweep(now int64)
@@ -188,6 +206,7 @@ const (
 	opTake op = iota
 	opDry
 	opRefund
+	opCharge // take whatever the limit says (a settle beyond its estimate)
 )
 
 // opOf maps a take's cost and dry-run flag to units and an op: a negative
@@ -225,6 +244,16 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	for i := range takes {
+		if takes[i].Hold != "" {
+			return s.takeHolding(ctx, takes, out)
+		}
+	}
+	return s.take(ctx, takes, out)
+}
+
+// take is Take for calls without reservations.
+func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	var pbuf [maxLocks]pending
 	ps := pbuf[:0]
 	for _, tk := range takes {
@@ -369,6 +398,7 @@ func (s *Store) Sweep() {
 			e.t.sweep(now)
 		}
 	}
+	s.holds.sweep(now)
 }
 
 // NonBlocking marks the store as never waiting on I/O ([sluice.NonBlocking]).

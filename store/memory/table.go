@@ -291,20 +291,25 @@ func (t *table[C, P]) takeLocked(sh int, fp uint64, now, cost int64, dry bool) (
 		t.overflowMu.Lock()
 		defer t.overflowMu.Unlock()
 	}
-	return t.apply(c, now, cost, dry)
+	units, o := opOf(cost, dry)
+	return t.apply(c, now, units, o)
 }
 
-// apply takes cost from c (a negative cost gives units back), undoing the
-// take at once for a dry run. It returns the result and the state before.
-func (t *table[C, P]) apply(c P, now, cost int64, dry bool) (algo.Result, saved) {
+// apply performs o with units on c, undoing a take at once for a dry run.
+// It returns the result and the state before.
+func (t *table[C, P]) apply(c P, now, units int64, o op) (algo.Result, saved) {
 	sv := c.save()
-	if cost < 0 {
-		c.refund(&t.params, now, -cost)
+	switch o {
+	case opRefund:
+		c.refund(&t.params, now, units)
+		return c.take(&t.params, now, 0), sv
+	case opCharge:
+		c.charge(&t.params, now, units)
 		return c.take(&t.params, now, 0), sv
 	}
-	r := c.take(&t.params, now, cost)
-	if dry && r.Allowed && cost > 0 {
-		c.restore(sv, cost)
+	r := c.take(&t.params, now, units)
+	if o == opDry && r.Allowed && units > 0 {
+		c.restore(sv, units)
 	}
 	return r, sv
 }
@@ -320,6 +325,15 @@ func (t *table[C, P]) undoLocked(sh int, fp uint64, sv saved, cost int64) {
 }
 
 func (t *table[C, P]) take(key string, now, cost int64, dry bool) algo.Result {
+	units, o := opOf(cost, dry)
+	return t.do(key, now, units, o)
+}
+
+func (t *table[C, P]) chargeKey(key string, now, units int64) algo.Result {
+	return t.do(key, now, units, opCharge)
+}
+
+func (t *table[C, P]) do(key string, now, units int64, o op) algo.Result {
 	fp, i := t.hash(key)
 	sh := &t.shards[i]
 	sh.mu.Lock()
@@ -329,7 +343,7 @@ func (t *table[C, P]) take(key string, now, cost int64, dry bool) algo.Result {
 		t.overflowMu.Lock()
 		defer t.overflowMu.Unlock()
 	}
-	r, _ := t.apply(c, now, cost, dry)
+	r, _ := t.apply(c, now, units, o)
 	return r
 }
 

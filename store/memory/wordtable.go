@@ -86,8 +86,11 @@ func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed ma
 // apply performs o on the state word v at now, writing the result to r, and
 // returns the next word and whether it must be written.
 func (t *wordTable) apply(v, now, units int64, o op, r *algo.Result) (int64, bool) {
-	if o == opRefund {
+	if o == opRefund || o == opCharge {
 		next := t.refund(v, now, units)
+		if o == opCharge {
+			next = t.charge(v, now, units)
+		}
 		t.step(next, now, 0, r)
 		return next, next != v
 	}
@@ -107,6 +110,27 @@ func (t *wordTable) refund(v, now, units int64) int64 {
 		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Refund(p, now, units)
 		return packBucket(tb.Last, tb.Tokens)
 	}
+}
+
+// charge takes units from the state word v at now, beyond the limit if need
+// be: a GCRA TAT or a queue's next departure moves on, a packed bucket's
+// empty instant moves past now (a bucket in debt).
+func (t *wordTable) charge(v, now, units int64) int64 {
+	p := &t.params
+	switch p.Algorithm {
+	case sluice.GCRA:
+		return max(algo.GCRA{TAT: v}.Charge(p, now, units).TAT, fresh)
+	case sluice.LeakyQueue:
+		return max(algo.LeakyQueue{Next: v}.Charge(p, now, units).Next, fresh)
+	default: // the packed buckets: a charge takes tokens out
+		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Charge(p, now, units)
+		return packBucket(tb.Last, tb.Tokens)
+	}
+}
+
+func (t *wordTable) chargeKey(key string, now, units int64) (r algo.Result) {
+	t.takeInto(key, now, units, opCharge, &r)
+	return r
 }
 
 // step decides a take on the state word v at now, writing the result to r,
@@ -134,18 +158,32 @@ func (t *wordTable) step(v, now, cost int64, r *algo.Result) int64 {
 // steps back the packed bucket decides exactly as algo.TokenBucket (the store
 // conformance suite checks it). A clock that steps back by d makes a packed
 // bucket look d emptier, like GCRA, where the two-word form counts no time.
-// The leaky meter packs the same way, its level being D - tokens.
+// The leaky meter packs the same way, its level being D - tokens. A bucket
+// in debt (a charge beyond empty, see algo's Charge) has e after now and
+// holds now - e < 0 tokens: the debt is paid off when now reaches e.
 func packBucket(last, tokens int64) int64 {
-	return max(last-tokens, fresh)
+	e := last - tokens
+	if tokens < 0 && e < last { // overflowed: a debt beyond the int64 range
+		return math.MaxInt64
+	}
+	return max(e, fresh)
 }
 
-// bucketLevel returns the tokens a packed bucket holds at now.
+// maxDebt bounds the debt bucketLevel reports, so that D minus it (a leaky
+// meter's level) stays in range.
+const maxDebt = math.MaxInt64 / 2
+
+// bucketLevel returns the tokens a packed bucket holds at now: below 0 in
+// debt.
 func bucketLevel(p *algo.Params, e, now int64) int64 {
 	elapsed := now - e
 	if e < 0 && now > 0 && elapsed < 0 { // overflowed: the bucket is long full
 		return p.D
 	}
-	return min(max(elapsed, 0), p.D)
+	if e > 0 && now < 0 && elapsed > 0 { // overflowed: a debt far beyond now
+		return -maxDebt
+	}
+	return min(max(elapsed, -maxDebt), p.D)
 }
 
 func (t *wordTable) meta() *tableMeta { return &t.m }

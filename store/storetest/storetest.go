@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every [sluice.Store] must pass:
 // decisions identical to package algo on random traffic, exactness under
 // concurrency, independence of keys and rules, all-or-nothing multi-key
-// takes, and expiry.
+// takes, expiry, and reservations settled exactly once.
 //
 // A store's test calls [Run] with a factory that builds a fresh, empty store
 // reading time from the given clock:
@@ -70,6 +70,10 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("DryRunsConsumeNothing", func(t *testing.T) { testDryRun(t, newStore) })
 	t.Run("RefundsGiveUnitsBack", func(t *testing.T) { testRefunds(t, newStore) })
 	t.Run("BadTakesAreErrors", func(t *testing.T) { testBadTakes(t, newStore) })
+	t.Run("ReservationsMatchAlgo", func(t *testing.T) { testReservationsMatchAlgo(t, newStore) })
+	t.Run("ASettleAppliesOnce", func(t *testing.T) { testSettleOnce(t, newStore) })
+	t.Run("RefusedCallsOpenNoReservation", func(t *testing.T) { testRefusedCallOpensNothing(t, newStore) })
+	t.Run("DebtMakesLaterTakesWait", func(t *testing.T) { testDebtMakesLaterTakesWait(t, newStore) })
 }
 
 // limits returns one small limit per algorithm.
