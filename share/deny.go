@@ -43,7 +43,7 @@ func newDenyCache(max int) *denyCache { return &denyCache{m: map[leaseKey]denyEn
 
 // check answers tk from the cache if the store refused it until later.
 func (c *denyCache) check(tk *sluice.Take, now int64) (sluice.Decision, bool) {
-	if c.off || tk.Cost <= 0 || tk.DryRun {
+	if c.off || tk.Cost <= 0 || tk.DryRun || tk.Settle {
 		return sluice.Decision{}, false
 	}
 	c.mu.Lock()

@@ -222,7 +222,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		for j, i := range idx {
 			out[i] = decs[j]
-			ok = ok && decs[j].Allowed
+			ok = ok && (decs[j].Allowed || remote[j].Settle) // a settle refuses nothing
 			s.deny.learn(&remote[j], &decs[j], now)
 		}
 	}
@@ -260,6 +260,11 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 	// Peeks, dry runs and refunds of leased or synced keys go to the store
 	// as they are: they consume nothing locally.
 	if (p.mode == sluice.SyncLease || p.mode == sluice.SyncPeriodic) && (tk.Cost <= 0 || tk.DryRun) {
+		p.mode = sluice.SyncExact
+	}
+	// Reservations live in the shared store, whatever the rule's mode: any
+	// gateway may settle them.
+	if tk.Hold != "" {
 		p.mode = sluice.SyncExact
 	}
 	return p

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,11 @@ func (s *Store) settle(t anyTable, tk *sluice.Take, now int64, d *sluice.Decisio
 // of an admitted call are opened.
 func (s *Store) takeHolding(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	now := s.clock.Now()
+	for i := range takes {
+		if len(takes[i].Hold) > sluice.MaxHoldLen {
+			return fmt.Errorf("memory: rule %q: reservation id longer than %d bytes", takes[i].Rule, sluice.MaxHoldLen)
+		}
+	}
 	var rest []sluice.Take
 	var idx []int
 	for i := range takes {

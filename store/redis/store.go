@@ -53,7 +53,7 @@ func takeScript(algs ...string) string {
 			continue
 		}
 		b.WriteString(luaFile(a.file))
-		fmt.Fprintf(&table, "  [%q] = {%s_decide, %s_write, %s_refund},\n", a.name, a.fn, a.fn, a.fn)
+		fmt.Fprintf(&table, "  [%q] = {%s_decide, %s_write, %s_refund, %s_charge},\n", a.name, a.fn, a.fn, a.fn, a.fn)
 	}
 	b.WriteString(strings.Replace(luaFile("take"), "--ALGOS--\n", table.String(), 1))
 	return b.String()
@@ -308,6 +308,12 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		if err != nil {
 			return fmt.Errorf("redis: rule %q: %w", tk.Rule, err)
 		}
+		if len(tk.Hold) > sluice.MaxHoldLen {
+			return fmt.Errorf("redis: rule %q: reservation id longer than %d bytes", tk.Rule, sluice.MaxHoldLen)
+		}
+		if tk.Settle && tk.Cost > maxExact/max(p.t, p.w, 1) {
+			return fmt.Errorf("redis: rule %q: settling %d units is beyond microsecond arithmetic in Lua", tk.Rule, tk.Cost)
+		}
 		ps[i] = p
 	}
 	now := ""
@@ -348,8 +354,8 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 			return err
 		}
 		allowed := true
-		for _, i := range idx {
-			allowed = allowed && out[i].Allowed
+		for _, i := range idx { // a settle that finds nothing refuses nothing
+			allowed = allowed && (out[i].Allowed || takes[i].Settle)
 		}
 		if !allowed && !refused {
 			refused = true
@@ -369,7 +375,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	if dry {
 		hold = "1"
 	}
-	args := make([]string, 2, 2+7*len(idx))
+	args := make([]string, 2, 2+9*len(idx))
 	args[0], args[1] = now, hold
 	for j, i := range idx {
 		tk, p := &takes[i], &ps[i]
@@ -378,7 +384,15 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if tk.DryRun {
 			d = "1"
 		}
-		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(tk.Cost), d)
+		holdUS := "0"
+		switch {
+		case tk.Hold == "":
+		case tk.Settle:
+			holdUS = "-1"
+		case tk.HoldFor > 0:
+			holdUS = itoa(max(int64(tk.HoldFor+999)/1000, 1))
+		}
+		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(tk.Cost), d, tk.Hold, holdUS)
 	}
 	script := s.scripts[ps[idx[0]].alg]
 	for _, i := range idx[1:] {
@@ -416,7 +430,7 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string
 		back := make([]sluice.Take, len(takes))
 		copy(back, takes)
 		for _, i := range groups[g] {
-			if takes[i].Cost > 0 && !takes[i].DryRun {
+			if takes[i].Cost > 0 && !takes[i].DryRun && !takes[i].Settle {
 				back[i].Cost = -takes[i].Cost
 				idx = append(idx, i)
 			}

@@ -70,7 +70,13 @@ local function fw_load(key, p, now)
   local idx, start = fw_index(p, now)
   if not v then return start, idx, 0, now end
   local k = fw_digits(p)
-  local sidx, c = tonumber(string.sub(v, 1, -k - 1)), tonumber(string.sub(v, -k)) or 0
+  local sidx, c
+  local colon = string.find(v, ':', 1, true)
+  if colon then -- a count beyond the limit, after a charge: index:count
+    sidx, c = tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1)) or 0
+  else
+    sidx, c = tonumber(string.sub(v, 1, -k - 1)), tonumber(string.sub(v, -k)) or 0
+  end
   if sidx == nil or idx > sidx then return start, idx, 0, now end
   if idx < sidx then -- time went back into an earlier window: no time has elapsed
     start = fw_start(p, sidx)
@@ -87,13 +93,19 @@ local function fw_decide(key, p, now, cost)
   if c == 0 then reset = 0 end
   if cost == 0 then return allowed(p.L - c, reset), nil end
   if cost > p.L then return toolarge(p.L - c, reset), nil end
-  if c + cost > p.L then return limited(p.L - c, left, reset), nil end
+  if cost > p.L - c then return limited(p.L - c, left, reset), nil end
   return allowed(p.L - c - cost, left), {idx, c + cost, p}
 end
 
 local function fw_write(key, st, ttl)
   local v = string.format('%.0f', st[1]) .. string.format('%0' .. fw_digits(st[3]) .. '.0f', st[2])
+  if st[2] > st[3].L then v = string.format('%.0f:%.0f', st[1], st[2]) end
   redis.call('SET', key, v, 'PX', ttl)
+end
+
+local function fw_charge(key, p, now, units)
+  local s, idx, c = fw_load(key, p, now)
+  return {idx, c + units, p}
 end
 
 local function fw_refund(key, p, now, units)

@@ -20,6 +20,11 @@ local function gcra_write(key, st, ttl)
   redis.call('SET', key, string.format('%.0f', st[1]), 'PX', ttl)
 end
 
+local function gcra_charge(key, p, now, units)
+  local tat = tonumber(redis.call('GET', key) or '0') or 0
+  return {math.max(tat, now) + units * p.T}
+end
+
 local function gcra_refund(key, p, now, units)
   local tat = tonumber(redis.call('GET', key) or '0') or 0
   if tat <= now then return nil end

@@ -2,12 +2,13 @@
 -- the instant e (microseconds) at which the bucket was, or will be, full to
 -- the brim: at now its level is D - min(D, now - e) (microseconds of drain),
 -- exactly what draining the two words (level, last) to now gives. A missing
--- key is empty. A clock that steps back makes the bucket look fuller, never
--- emptier. Mirrors algo/leakymeter.go.
+-- key is empty. Above D (e after now) it is in debt, after a charge beyond
+-- full. A clock that steps back makes the bucket look fuller, never emptier.
+-- Mirrors algo/leakymeter.go.
 local function lm_load(key, p, now)
   local e = tonumber(redis.call('GET', key) or '')
   if e == nil then return 0 end
-  return p.D - math.max(math.min(now - e, p.D), 0)
+  return p.D - math.min(now - e, p.D)
 end
 
 local function lm_decide(key, p, now, cost)
@@ -23,6 +24,10 @@ end
 
 local function lm_write(key, st, ttl)
   redis.call('SET', key, string.format('%.0f', st[1]), 'PX', ttl)
+end
+
+local function lm_charge(key, p, now, units)
+  return {now - (p.D - (lm_load(key, p, now) + units * p.T))}
 end
 
 local function lm_refund(key, p, now, units)

@@ -29,6 +29,11 @@ local function lq_write(key, st, ttl)
   redis.call('SET', key, string.format('%.0f', st[1]), 'PX', ttl)
 end
 
+local function lq_charge(key, p, now, units)
+  local nxt = tonumber(redis.call('GET', key) or '') or now
+  return {math.max(nxt, now) + units * p.T}
+end
+
 local function lq_refund(key, p, now, units)
   local v = redis.call('GET', key)
   if not v or tonumber(v) <= now then return nil end

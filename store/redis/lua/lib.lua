@@ -10,6 +10,7 @@ end
 
 -- result: allowed (0/1), reason, remaining, retry, reset, delay.
 -- Reasons: 0 ok, 1 limited, 2 cost exceeds the limit.
-local function allowed(rem, reset) return {1, 0, rem, 0, reset, 0} end
-local function limited(rem, retry, reset) return {0, 1, rem, retry, reset, 0} end
-local function toolarge(rem, reset) return {0, 2, rem, 0, reset, 0} end
+-- A key in debt (see the charges) has less than nothing left: it reports 0.
+local function allowed(rem, reset) return {1, 0, math.max(rem, 0), 0, reset, 0} end
+local function limited(rem, retry, reset) return {0, 1, math.max(rem, 0), retry, reset, 0} end
+local function toolarge(rem, reset) return {0, 2, math.max(rem, 0), 0, reset, 0} end

@@ -33,6 +33,13 @@ local function sl_write(key, st, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 
+-- A log holds at most L entries: a charge logs as many as fit.
+local function sl_charge(key, p, now, units)
+  local entries, drop
+  entries, drop, now = sl_load(key, p, now)
+  return {drop, now, math.max(0, math.min(units, p.L - (#entries - drop)))}
+end
+
 local function sl_refund(key, p, now, units)
   local entries, drop
   entries, drop, now = sl_load(key, p, now)

@@ -56,6 +56,11 @@ local function sw_write(key, st, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 
+local function sw_charge(key, p, now, units)
+  local s, prev, cur = sw_roll(key, p, now)
+  return {s, prev, cur + units}
+end
+
 local function sw_refund(key, p, now, units)
   local s, prev, cur = sw_roll(key, p, now)
   return {s, prev, math.max(0, cur - units)}

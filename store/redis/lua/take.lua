@@ -8,8 +8,15 @@
 -- ARGV[1]: now in microseconds, or "" for the server's TIME.
 -- ARGV[2]: "1" to decide without writing anything (a caller's other key
 --   already refused), else "0".
--- ARGV[3 + 7*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
---   units), cost (negative: give -cost units back), dry run (0 or 1).
+-- ARGV[3 + 9*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
+--   units), cost (negative: give -cost units back), dry run (0 or 1),
+--   reservation id ("" for none), and for a reservation: its lifetime in
+--   microseconds to open it, or -1 to settle it at cost.
+-- A reservation is a key beside the take's key (same hash slot) holding the
+-- units reserved, expiring at the deadline: opened only if every take is
+-- admitted, deleted by its settle, which then refunds or charges the
+-- difference, so a settle applies at most once. Giving back a take with a
+-- reservation id deletes it too (a cancel, or a cluster's give-back).
 -- Returns 6 integers per take: allowed, reason, remaining, retry, reset,
 -- delay (microseconds). When nothing is written, an allowed take reports its
 -- key as it stands.
@@ -24,6 +31,15 @@ local hold = ARGV[2] == '1'
 local algos = {
 --ALGOS--
 }
+-- rewrite writes a refunded or charged state (nil: unchanged) and returns
+-- the key's decision after it. Its TTL follows the time back to idle, which
+-- a debt can push beyond D + W.
+local function rewrite(alg, key, p, now, nst)
+  if nst then alg[2](key, nst, 1000) end
+  local r = alg[1](key, p, now, 0)
+  if nst then redis.call('PEXPIRE', key, ceildiv(r[5], 1000) + 1000) end
+  return r
+end
 local seen, sequential = {}, false
 for _, key in ipairs(KEYS) do
   if seen[key] then sequential = true end
@@ -32,21 +48,45 @@ end
 sequential = sequential and not hold
 local out, pending, ok, snaps = {}, {}, not hold, {}
 for i, key in ipairs(KEYS) do
-  local a = 2 + (i - 1) * 7
+  local a = 2 + (i - 1) * 9
   local alg = algos[ARGV[a + 1]]
   local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5])}
   local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
+  local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
   local r, st
-  if cost < 0 then
+  if hid ~= '' and hold_us < 0 then
+    -- A settle applies whatever the other takes decide.
+    local mk = key .. '~' .. hid
+    -- The marker holds the units and the deadline in the script's time, so
+    -- that a deadline follows the same clock as the decisions (PX only
+    -- collects it).
+    local v = redis.call('GET', mk) or ''
+    local sp = string.find(v, ' ', 1, true)
+    local est, untl = nil, nil
+    if sp then est, untl = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1)) end
+    if est ~= nil and untl ~= nil and now >= untl then
+      redis.call('DEL', mk)
+      est = nil
+    end
+    if est == nil then
+      r = alg[1](key, p, now, 0)
+      r[1], r[2] = 0, 6 -- no reservation
+    else
+      redis.call('DEL', mk)
+      local nst = nil
+      if cost < est then nst = alg[3](key, p, now, est - cost) end
+      if cost > est then nst = alg[4](key, p, now, cost - est) end
+      r = rewrite(alg, key, p, now, nst)
+    end
+  elseif cost < 0 then
     -- A refund applies whatever the other takes decide.
-    local nst = alg[3](key, p, now, -cost)
-    if nst then alg[2](key, nst, ceildiv(p.D + p.W, 1000) + 1000) end
-    r = alg[1](key, p, now, 0)
+    if hid ~= '' then redis.call('DEL', key .. '~' .. hid) end
+    r = rewrite(alg, key, p, now, alg[3](key, p, now, -cost))
   else
     r, st = alg[1](key, p, now, cost)
     if r[1] == 0 then ok = false end
     if st and not dry then
-      pending[#pending + 1] = {alg, key, st, r[5], p, #out}
+      pending[#pending + 1] = {alg, key, st, r[5], p, #out, hid, hold_us, cost}
       if sequential and r[1] == 1 then
         if snaps[key] == nil then snaps[key] = {redis.call('DUMP', key), redis.call('PTTL', key)} end
         alg[2](key, st, ceildiv(r[5], 1000) + 1000)
@@ -69,6 +109,9 @@ for _, w in ipairs(pending) do
     -- The TTL outlives the time back to idle by a second, so an expired key
     -- answers as a fresh one would.
     if not sequential then w[1][2](w[2], w[3], ceildiv(w[4], 1000) + 1000) end
+    if w[7] ~= '' and w[8] > 0 then
+      redis.call('SET', w[2] .. '~' .. w[7], string.format('%.0f %.0f', w[9], now + w[8]), 'PX', ceildiv(w[8], 1000))
+    end
   else
     local peek = w[1][1](w[2], w[5], now, 0)
     out[w[6] + 3], out[w[6] + 5] = peek[3], peek[5]

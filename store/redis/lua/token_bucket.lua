@@ -1,14 +1,15 @@
 -- token_bucket.lua: the token bucket. State: one integer string, the
 -- instant e (microseconds) at which the bucket was, or would have been,
 -- empty: at now it holds min(D, now - e) tokens (microseconds of refill),
--- exactly what refilling the two words (tokens, last) to now gives. A
--- missing key is full. One integer is the smallest value Redis keeps (held
+-- exactly what refilling the two words (tokens, last) to now gives; below 0
+-- (e after now) it is in debt, after a charge beyond empty. A missing key
+-- is full. One integer is the smallest value Redis keeps (held
 -- in the object itself, no allocation). A clock that steps back makes the
 -- bucket look emptier, never fuller. Mirrors algo/tokenbucket.go.
 local function tb_load(key, p, now)
   local e = tonumber(redis.call('GET', key) or '')
   if e == nil then return p.D end
-  return math.max(math.min(now - e, p.D), 0)
+  return math.min(now - e, p.D)
 end
 
 local function tb_decide(key, p, now, cost)
@@ -24,6 +25,10 @@ end
 
 local function tb_write(key, st, ttl)
   redis.call('SET', key, string.format('%.0f', st[1]), 'PX', ttl)
+end
+
+local function tb_charge(key, p, now, units)
+  return {now - (tb_load(key, p, now) - units * p.T)}
 end
 
 local function tb_refund(key, p, now, units)
