@@ -81,6 +81,10 @@ type Rule struct {
 	// CountOn, when set, charges a request only if its response status is
 	// listed: the rule rejects once exhausted, but only such responses count.
 	CountOn []int
+	// Reserve, when set, makes the rule count a cost known only after the
+	// response (tokens, bytes): a request reserves an estimate, settled
+	// later at the real cost.
+	Reserve *Reserve
 	// Penalty, when set, locks a key out after repeated rejections.
 	Penalty *Penalty
 	// RejectMissingKey rejects a request that lacks a key source instead of
@@ -135,6 +139,35 @@ type Rule struct {
 
 	replacesNodes []*yaml.Node // where each replaces name was, while decoding
 }
+
+// Reserve is how a rule reserves an estimate and settles the real cost.
+//
+// A check reserves the estimate (the caller's, or the request header
+// EstimateHeader, or Estimate); the settle charges the real cost instead:
+// the difference comes back if it was less, and is charged if it was more,
+// even beyond the limit, leaving the key in debt so later requests wait.
+// A reservation not settled within Deadline stands at its estimate.
+type Reserve struct {
+	// Estimate is the units reserved when the request names none.
+	Estimate int64
+	// EstimateHeader names a request header that gives the estimate (the
+	// gateway and middleware read it; at most the rule's burst).
+	EstimateHeader string
+	// ActualHeader names a response header, and ActualJSON a field of a
+	// JSON response body (a dotted path such as usage.total_tokens), that
+	// gives the real cost: the gateway settles from it. Without either, the
+	// caller settles (the JSON API's /v1/settle, or the library).
+	ActualHeader string
+	ActualJSON   []string
+	// Deadline is how long a reservation stays open (default 1m).
+	Deadline time.Duration
+}
+
+// DefaultReserveDeadline is how long a reservation stays open by default.
+const DefaultReserveDeadline = time.Minute
+
+// MaxReserveDeadline bounds Reserve.Deadline.
+const MaxReserveDeadline = 24 * time.Hour
 
 // Penalty locks a key for Block after After rejections within the rule's
 // period.

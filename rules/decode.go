@@ -531,6 +531,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 				d.fail(v, f+".status", "list the response statuses that count")
 			}
 		},
+		"reserve":  func(v *yaml.Node, f string) { r.Reserve = d.reserve(v, f) },
 		"sync":     func(v *yaml.Node, f string) { d.sharing(&r.Sync, v, f) },
 		"regions":  func(v *yaml.Node, f string) { r.Regions = d.regions(v, f) },
 		"showKeys": func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
@@ -676,6 +677,20 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			r.also[i].limit.Algorithm = r.Limit.Algorithm
 		}
 	}
+	if rv := r.Reserve; rv != nil {
+		switch {
+		case len(r.CountOn) > 0:
+			d.fail(n, field+".reserve", "a rule counts either on a status (countOn) or a settled cost (reserve), not both")
+		case r.Shadow:
+			d.fail(n, field+".reserve", "shadow rules count nothing to settle: drop reserve or mode: shadow")
+		case r.Envoy != nil:
+			d.fail(n, field+".reserve", "reserve applies to HTTP rules, not Envoy descriptors")
+		case r.Sync.Shards > 1:
+			d.fail(n, field+".reserve", "a reservation is settled on the key it was taken from: reserve cannot use shards")
+		case r.Limit.Rate > 0 && r.Limit.Period > 0 && r.Limit.Validate() == nil && rv.Estimate > r.Limit.Capacity():
+			d.fail(n, field+".reserve.estimate", "estimate %d is more than the burst %d: no request could ever pass", rv.Estimate, r.Limit.Capacity())
+		}
+	}
 	switch a := r.Limit.Algorithm; {
 	case (r.Sync.Mode == sluice.SyncLease || r.Sync.Mode == sluice.SyncAuto) &&
 		a != sluice.GCRA && a != sluice.TokenBucket && a != sluice.LeakyMeter && a != sluice.FixedWindow:
@@ -690,6 +705,63 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		d.fail(n, field+".sync.shards", "%d shards of a rate of %d would give each shard less than one unit", r.Sync.Shards, r.Limit.Rate)
 	}
 	return r
+}
+
+// reserve decodes a rule's reserve section.
+func (d *decoder) reserve(v *yaml.Node, f string) *Reserve {
+	rv := &Reserve{Deadline: DefaultReserveDeadline}
+	d.fields(v, f, map[string]func(*yaml.Node, string){
+		"estimate": func(v *yaml.Node, f string) {
+			if x, ok := d.integer(v, f); ok {
+				if x <= 0 {
+					d.fail(v, f, "must be > 0, got %d", x)
+				}
+				rv.Estimate = x
+			}
+		},
+		"estimateHeader": func(v *yaml.Node, f string) { rv.EstimateHeader = d.headerName(v, f) },
+		"actualHeader":   func(v *yaml.Node, f string) { rv.ActualHeader = d.headerName(v, f) },
+		"actualJSON": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				parts := strings.Split(s, ".")
+				for _, p := range parts {
+					if p == "" {
+						d.fail(v, f, "want a dotted path to a number such as usage.total_tokens, got %q", s)
+						return
+					}
+				}
+				rv.ActualJSON = parts
+			}
+		},
+		"deadline": func(v *yaml.Node, f string) {
+			if p, ok := d.period(v, f); ok {
+				if p > MaxReserveDeadline {
+					d.fail(v, f, "at most %v, got %v", MaxReserveDeadline, p)
+				}
+				rv.Deadline = p
+			}
+		},
+	})
+	if rv.Estimate == 0 && !d.failedUnder(f+".estimate") {
+		d.fail(v, f+".estimate", "missing: the units to reserve when a request names none")
+	}
+	if rv.ActualHeader != "" && rv.ActualJSON != nil {
+		d.fail(v, f, "give actualHeader or actualJSON, not both")
+	}
+	return rv
+}
+
+// headerName decodes an HTTP header name.
+func (d *decoder) headerName(v *yaml.Node, f string) string {
+	s, ok := d.str(v, f)
+	if !ok {
+		return ""
+	}
+	if s == "" || strings.ContainsFunc(s, func(c rune) bool { return c <= ' ' || c >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", c) }) {
+		d.fail(v, f, "%q is not an HTTP header name", s)
+		return ""
+	}
+	return http.CanonicalHeaderKey(s)
 }
 
 func (d *decoder) failedUnder(field string) bool {

@@ -49,6 +49,16 @@ func (r *Rule) Summary() string {
 	if len(r.CountOn) > 0 {
 		fmt.Fprintf(&b, "; only responses %v count", r.CountOn)
 	}
+	if rv := r.Reserve; rv != nil {
+		fmt.Fprintf(&b, "; reserves %d up front and settles at the real cost", rv.Estimate)
+		switch {
+		case rv.ActualHeader != "":
+			fmt.Fprintf(&b, " (response header %s)", rv.ActualHeader)
+		case rv.ActualJSON != nil:
+			fmt.Fprintf(&b, " (response field %s)", strings.Join(rv.ActualJSON, "."))
+		}
+		fmt.Fprintf(&b, " within %s", periodWords(rv.Deadline))
+	}
 	if r.Penalty != nil {
 		fmt.Fprintf(&b, "; locked for %s after %d rejections", periodWords(r.Penalty.Block), r.Penalty.After)
 	}
