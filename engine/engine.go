@@ -177,6 +177,13 @@ type CheckOptions struct {
 	Cost int64
 	// DryRun decides without consuming anything.
 	DryRun bool
+	// Estimate, when > 0, is what the rules with a reserve section take
+	// (times their cost), instead of their own estimate.
+	Estimate int64
+	// Reserve opens a reservation on the reserve rules, to settle at the
+	// real cost with Settle once it is known (see Result.Reservation).
+	// Without it they take the estimate for good.
+	Reserve bool
 }
 
 // Check evaluates req against the rule set and fills res (which may be
@@ -187,12 +194,16 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	if opt.Cost < 0 {
 		return fmt.Errorf("engine: cost must be >= 0, got %d", opt.Cost)
 	}
+	if opt.Estimate < 0 {
+		return fmt.Errorf("engine: estimate must be >= 0, got %d", opt.Estimate)
+	}
 	mult := opt.Cost
 	if mult == 0 {
 		mult = 1
 	}
 	rs := e.set.Load()
 	res.reset(rs)
+	res.estimate, res.reserve = opt.Estimate, opt.Reserve && !opt.DryRun
 	req.Path = rs.cfg.Paths.Normalize(req.Path)
 
 	// Match the rules and build their keys into one buffer.
@@ -232,6 +243,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	}
 	e.shadowed(ctx, res, mult, opt.DryRun)
 	res.combine()
+	e.reserved(res)
 	for i := range res.Statuses {
 		res.Statuses[i].count(res.Allowed)
 	}
@@ -326,10 +338,17 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 			continue
 		}
 		cost := mulCost(m.r.Cost, mult)
-		res.takes = append(res.takes, sluice.Take{
+		tk := sluice.Take{
 			Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
-		})
+		}
+		if rv := m.r.Reserve; rv != nil {
+			tk.Cost = mulCost(m.r.Cost, res.estimateFor(rv))
+			if res.reserve {
+				tk.Hold, tk.HoldFor = res.holdID(), rv.Deadline
+			}
+		}
+		res.takes = append(res.takes, tk)
 		res.idx = append(res.idx, i)
 	}
 	if len(res.takes) == 0 {
@@ -349,6 +368,7 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 			st.charge = res.takes[j].Cost
 		default:
 			st.taken = res.takes[j].Cost
+			st.hold = res.takes[j].Hold != ""
 			e.mirror(ctx, m.r, m.r.Limit, &res.takes[j])
 		}
 	}
@@ -382,6 +402,9 @@ func (e *Engine) Refund(ctx context.Context, res *Result) {
 			continue
 		}
 		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: -st.taken}
+		if st.hold { // the reservation closes with it
+			takes[0].Hold = res.hold
+		}
 		e.call(ctx, takes[:], out[:])
 		st.taken = 0
 	}

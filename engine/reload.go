@@ -39,6 +39,8 @@ func copyCounters(dst, src *counters) {
 	dst.skipped.Store(src.skipped.Load())
 	dst.locked.Store(src.locked.Load())
 	dst.charged.Store(src.charged.Load())
+	dst.settled.Store(src.settled.Load())
+	dst.unsettled.Store(src.unsettled.Load())
 	dst.nearLimit.Store(src.nearLimit.Load())
 	dst.overruled.Store(src.overruled.Load())
 }

@@ -33,11 +33,21 @@ type Result struct {
 	// the answer is then degraded (see Degraded).
 	StoreError error
 
-	matched []matched
-	keyBuf  []byte
-	takes   []sluice.Take
-	idx     []int
-	decs    []sluice.Decision
+	// Reservation names the reservations the check opened (with
+	// CheckOptions.Reserve, on admitted reserve rules), to pass to Settle;
+	// "" if none. ReservationDeadline is when the first of them closes at
+	// its estimate.
+	Reservation         string
+	ReservationDeadline time.Time
+
+	estimate int64
+	reserve  bool
+	hold     string // the reservations' store id, made on first use
+	matched  []matched
+	keyBuf   []byte
+	takes    []sluice.Take
+	idx      []int
+	decs     []sluice.Decision
 }
 
 // Degraded reports whether the store failed and the enforced rules were
@@ -61,6 +71,7 @@ type Status struct {
 	key    string
 	charge int64 // units a countOn rule will charge after the response
 	taken  int64 // units the check took, which Refund gives back
+	hold   bool  // the take opened a reservation
 }
 
 // Key returns the key the rule counted the request under (a copy: the
@@ -98,6 +109,7 @@ type Skip struct {
 func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
 	res.Skipped, res.StoreError = 0, nil
+	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
 	res.MissingKey = res.MissingKey[:0]
 	clear(res.Statuses) // drop references to keys and rules of the last check
 	res.Statuses = res.Statuses[:0]
@@ -160,6 +172,7 @@ func rejectsHarder(a, b *Status) bool {
 // counters are one rule's outcome counts, for metrics.
 type counters struct {
 	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
+	settled, unsettled                                                                                        atomic.Uint64
 }
 
 // count adds the status to its rule's counts. admitted is the request's
@@ -202,6 +215,10 @@ type RuleStats struct {
 	// NearLimit counts allowed requests that left the key within 10% of its
 	// burst.
 	NearLimit uint64
+	// Settled counts reservations settled; Unsettled settles that found no
+	// reservation (settled already, or past the deadline: then the
+	// estimate stood).
+	Settled, Unsettled uint64
 }
 
 // Stats returns the counts of every rule being served.
@@ -215,6 +232,7 @@ func (e *Engine) Stats() []RuleStats {
 			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),
 			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(),
 			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(), Overruled: c.overruled.Load(),
+			Settled: c.settled.Load(), Unsettled: c.unsettled.Load(),
 		}
 	}
 	return out

@@ -94,6 +94,9 @@ var (
 	descDecisions = prometheus.NewDesc("sluice_decisions_total",
 		"Decisions by rule and outcome: allowed (the request passed), limited, overruled (the rule had room, another rule refused the request, nothing was charged), shadow_limited, failed_open, failed_closed, skipped (key missing), locked (penalty applied).",
 		[]string{"rule", "outcome"}, nil)
+	descSettles = prometheus.NewDesc("sluice_settles_total",
+		"Settles of reservations by rule and outcome: settled, or unsettled (no open reservation: settled already, or past its deadline, when the estimate stood).",
+		[]string{"rule", "outcome"}, nil)
 	descNearLimit = prometheus.NewDesc("sluice_near_limit_total",
 		"Allowed requests that left their key within 10% of its burst.", []string{"rule"}, nil)
 	descBreaker = prometheus.NewDesc("sluice_store_breaker_state",
@@ -144,7 +147,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
 		ch <- d
 	}
 }
@@ -173,6 +176,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDecisions, s.Skipped, s.Rule, "skipped")
 		counter(descDecisions, s.Locked, s.Rule, "locked")
 		counter(descNearLimit, s.NearLimit, s.Rule)
+		if s.Settled+s.Unsettled > 0 {
+			counter(descSettles, s.Settled, s.Rule, "settled")
+			counter(descSettles, s.Unsettled, s.Rule, "unsettled")
+		}
 		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
