@@ -38,6 +38,10 @@ type CheckRequest struct {
 	// Status, for POST /v1/charge only, is the response status to charge
 	// countOn rules for.
 	Status int `json:"status"`
+	// Estimate is what the rules with a reserve section take (times their
+	// cost) instead of their own estimate: for POST /v1/reserve, and for
+	// /v1/check, which takes it for good.
+	Estimate *int64 `json:"estimate"`
 }
 
 // RequestInfo is the request a check is about.
@@ -63,6 +67,12 @@ type CheckResponse struct {
 	// DegradedReason says why.
 	Degraded       bool   `json:"degraded,omitempty"`
 	DegradedReason string `json:"degradedReason,omitempty"`
+	// ID names the reservations POST /v1/reserve opened (none if the
+	// request was refused or no reserve rule applied), for POST
+	// /v1/settle; Deadline is when the first of them stands at its
+	// estimate if not settled (RFC 3339).
+	ID       string `json:"id,omitempty"`
+	Deadline string `json:"deadline,omitempty"`
 }
 
 // StatusJSON is one rule's part of a CheckResponse.
@@ -231,6 +241,12 @@ func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 		}
 		opt.Cost = *req.Cost
 	}
+	if req.Estimate != nil {
+		if *req.Estimate < 1 {
+			return nil, opt, &badRequest{"estimate", fmt.Sprintf("must be >= 1, got %d", *req.Estimate)}
+		}
+		opt.Estimate = *req.Estimate
+	}
 	return &rr, opt, nil
 }
 
@@ -258,6 +274,9 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 	for _, sk := range res.MissingKey {
 		resp.Statuses = append(resp.Statuses, StatusJSON{Rule: sk.Rule, Allowed: true, Reason: sluice.ReasonMissingKey.String(),
 			Limit: sk.Limit.Rate, PeriodSeconds: sk.Limit.Period.Seconds(), Burst: sk.Limit.Capacity(), Remaining: -1})
+	}
+	if res.Reservation != "" {
+		resp.ID, resp.Deadline = res.Reservation, res.ReservationDeadline.UTC().Format(time.RFC3339Nano)
 	}
 	h := http.Header{}
 	s.limiter.Headers(h, res)

@@ -82,6 +82,8 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
+	s.mux.HandleFunc("POST /v1/reserve", s.reserve)
+	s.mux.HandleFunc("POST /v1/settle", s.settle)
 	s.mux.HandleFunc("GET /v1/auth", s.auth)
 	s.mux.HandleFunc("POST /v1/auth", s.auth)
 	s.mux.HandleFunc("/v1/auth/", s.auth) // Envoy ext_authz: /v1/auth + the original path
