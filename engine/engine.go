@@ -239,7 +239,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	}
 
 	if !e.checkLocks(ctx, res, opt.DryRun) {
-		e.enforced(ctx, res, mult, opt.DryRun)
+		e.enforced(ctx, req, res, mult, opt.DryRun)
 	}
 	e.shadowed(ctx, res, mult, opt.DryRun)
 	res.combine()
@@ -329,7 +329,7 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 const maxLocalLocks = 8
 
 // enforced takes from every matched enforced rule in one store call.
-func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool) {
+func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, mult int64, dry bool) {
 	res.takes = res.takes[:0]
 	res.idx = res.idx[:0]
 	for i := range res.matched {
@@ -343,7 +343,7 @@ func (e *Engine) enforced(ctx context.Context, res *Result, mult int64, dry bool
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
 		}
 		if rv := m.r.Reserve; rv != nil {
-			tk.Cost = mulCost(m.r.Cost, res.estimateFor(rv))
+			tk.Cost = mulCost(m.r.Cost, res.estimateFor(rv, req))
 			if res.reserve {
 				tk.Hold, tk.HoldFor = res.holdID(), rv.Deadline
 			}
@@ -406,7 +406,7 @@ func (e *Engine) Refund(ctx context.Context, res *Result) {
 			takes[0].Hold = res.hold
 		}
 		e.call(ctx, takes[:], out[:])
-		st.taken = 0
+		st.taken, st.hold = 0, false
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -35,10 +36,19 @@ const MaxReservationLen = 4096
 // ErrBadReservation is returned by Settle for an id it did not make.
 var ErrBadReservation = errors.New("engine: not a reservation id")
 
-// estimateFor returns the units a reserve rule takes for this check.
-func (res *Result) estimateFor(rv *rules.Reserve) int64 {
+// estimateFor returns the units a reserve rule takes for this check: the
+// caller's estimate, else the request's estimate header (a whole number
+// above 0), else the rule's.
+func (res *Result) estimateFor(rv *rules.Reserve, req *rules.Request) int64 {
 	if res.estimate > 0 {
 		return res.estimate
+	}
+	if rv.EstimateHeader != "" && req.Header != nil {
+		if v := req.Header.Get(rv.EstimateHeader); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
 	}
 	return rv.Estimate
 }
@@ -180,3 +190,47 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 	}
 	return out, nil
 }
+
+// SettleResult settles the reservations a check opened in this process
+// (Result.Reservation), each reserve rule at actual(rule), or at its
+// estimate when actual reports false (the reservation closes unchanged):
+// the gateway's settlement from the upstream's response. Call it at most
+// once per result; it reports the store's error, if any.
+func (e *Engine) SettleResult(ctx context.Context, res *Result, actual func(*rules.Reserve) (int64, bool)) error {
+	if res.hold == "" {
+		return nil
+	}
+	var takes []sluice.Take
+	var rs []*rule
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		if !st.hold {
+			continue
+		}
+		st.hold = false
+		cost := st.taken
+		if n, ok := actual(st.r.Reserve); ok && n >= 0 {
+			cost = mulCost(st.r.Cost, n)
+		}
+		takes = append(takes, sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: cost, Hold: res.hold, Settle: true})
+		rs = append(rs, st.r)
+	}
+	if len(takes) == 0 {
+		return nil
+	}
+	decs := make([]sluice.Decision, len(takes))
+	if err := e.call(context.WithoutCancel(ctx), takes, decs); err != nil {
+		return err
+	}
+	for j, d := range decs {
+		if d.Allowed {
+			rs[j].stats.settled.Add(1)
+		} else {
+			rs[j].stats.unsettled.Add(1)
+		}
+	}
+	return nil
+}
+
+// Settles reports whether the result holds reservations to settle.
+func (res *Result) Settles() bool { return res.Reservation != "" }

@@ -83,6 +83,17 @@ func (st *Status) Key() string { return strings.Clone(st.key) }
 // (a countOn rule): the caller must then call Engine.Charge.
 func (st *Status) Charging() bool { return st.charge > 0 }
 
+// Charges reports whether a countOn rule will be charged after the
+// response: the caller must then call Engine.Charge with its status.
+func (res *Result) Charges() bool {
+	for i := range res.Statuses {
+		if res.Statuses[i].Charging() {
+			return true
+		}
+	}
+	return false
+}
+
 // RuleDef returns the rule's definition (nil for a status the engine made
 // without one).
 func (st *Status) RuleDef() *rules.Rule {

@@ -128,7 +128,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		st.req.Body = readBody(r)
 	}
 	res := &st.res
-	l.e.Check(r.Context(), &st.req, engine.CheckOptions{}, res)
+	l.e.Check(r.Context(), &st.req, engine.CheckOptions{Reserve: cfg.SettlesFromResponses()}, res)
 	if l.o.RewritePath && st.req.Path != escaped {
 		setPath(r.URL, st.req.Path) // serve what was limited
 	}
@@ -160,16 +160,24 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}()
 		w = sw
 	}
-	if !hasCharges(res) {
+	if !res.Charges() && !res.Settles() {
 		next.ServeHTTP(w, r)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, keep: res.Settles() && cfg.SettlesFromJSON()}
 	next.ServeHTTP(sw, r)
 	if sw.status == 0 {
 		sw.status = http.StatusOK
 	}
-	l.e.Charge(context.WithoutCancel(r.Context()), res, sw.status) // charged even if the client left
+	ctx := context.WithoutCancel(r.Context()) // charged and settled even if the client left
+	if res.Charges() {
+		l.e.Charge(ctx, res, sw.status)
+	}
+	if res.Settles() {
+		l.e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) {
+			return ActualFrom(rv, w.Header().Get, sw.body)
+		})
+	}
 }
 
 // setPath sets u's path to p, a normalised escaped path.
@@ -277,15 +285,6 @@ func (l *Limiter) Headers(h http.Header, res *engine.Result) {
 // fail-closed rule lost its store, 400 for a missing key.
 func Status(res *engine.Result) int { return ProblemFor(res).Status }
 
-func hasCharges(res *engine.Result) bool {
-	for i := range res.Statuses {
-		if res.Statuses[i].Charging() {
-			return true
-		}
-	}
-	return false
-}
-
 // readBody reads up to rules.MaxBodyBytes of r's body for body key sources
 // and puts it back in front of the rest, so the handler reads it all.
 func readBody(r *http.Request) []byte {
@@ -304,10 +303,13 @@ type replayBody struct {
 	io.Closer
 }
 
-// statusWriter remembers the status the handler wrote.
+// statusWriter remembers the status the handler wrote and, with keep, the
+// first MaxSettleBody bytes of the body (for a reserve rule's actualJSON).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	keep   bool
+	body   []byte
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -320,6 +322,11 @@ func (s *statusWriter) WriteHeader(code int) {
 func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
+	}
+	if s.keep {
+		if room := MaxSettleBody + 1 - len(s.body); room > 0 {
+			s.body = append(s.body, b[:min(len(b), room)]...)
+		}
 	}
 	return s.ResponseWriter.Write(b)
 }

@@ -58,6 +58,9 @@ func (c *Config) ReadsHeader(canonical string) bool {
 					c.headers["Content-Type"] = true
 				}
 			}
+			if r.Reserve != nil && r.Reserve.EstimateHeader != "" {
+				c.headers[r.Reserve.EstimateHeader] = true
+			}
 		}
 	})
 	return c.headers[canonical]
@@ -161,6 +164,29 @@ type Reserve struct {
 	ActualJSON   []string
 	// Deadline is how long a reservation stays open (default 1m).
 	Deadline time.Duration
+}
+
+// SettlesFromResponses reports whether a rule settles its reservations
+// from the response (actualHeader or actualJSON): a proxy in front of the
+// service then reserves and settles. SettlesFromJSON reports whether one
+// reads the response body.
+func (c *Config) SettlesFromResponses() bool {
+	for _, r := range c.Rules {
+		if rv := r.Reserve; rv != nil && (rv.ActualHeader != "" || rv.ActualJSON != nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// SettlesFromJSON reports whether a rule settles from a JSON response body.
+func (c *Config) SettlesFromJSON() bool {
+	for _, r := range c.Rules {
+		if rv := r.Reserve; rv != nil && rv.ActualJSON != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultReserveDeadline is how long a reservation stays open by default.

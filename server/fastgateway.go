@@ -47,11 +47,14 @@ type FastGateway struct {
 	o        httplimit.Options
 	upstream *url.URL
 	client   *fasthttp.HostClient
-	timeout  time.Duration
-	log      *slog.Logger
-	panics   *panics
-	server   *fasthttp.Server
-	pool     sync.Pool // of *fastState
+	// whole reads responses whole, up to httplimit.MaxSettleBody, for the
+	// requests a reserve rule settles from a JSON field of the response.
+	whole   *fasthttp.HostClient
+	timeout time.Duration
+	log     *slog.Logger
+	panics  *panics
+	server  *fasthttp.Server
+	pool    sync.Pool // of *fastState
 
 	concurrency *concurrency.Limiter // nil: no bound on what is in flight
 }
@@ -102,6 +105,12 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGat
 			DisableHeaderNamesNormalizing: true,
 		},
 		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, out: http.Header{}} }},
+	}
+	g.whole = &fasthttp.HostClient{
+		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
+		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
+		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
+		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
 	}
 	g.server = &fasthttp.Server{
 		Handler: g.serve, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
@@ -187,7 +196,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		st.req.Body = g.peekBody(ctx)
 	}
 	res := &st.res
-	g.e.Check(ctx, &st.req, engine.CheckOptions{}, res)
+	g.e.Check(ctx, &st.req, engine.CheckOptions{Reserve: cfg.SettlesFromResponses()}, res)
 	path := st.req.Path
 	st.req = rules.Request{}
 	if !res.Allowed {
@@ -224,7 +233,29 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 			}
 		}()
 	}
-	g.forward(ctx, peer, trusted, path, res, st)
+	whole := res.Settles() && cfg.SettlesFromJSON()
+	g.forward(ctx, peer, trusted, path, res, st, whole)
+	g.afterResponse(ctx, res, whole)
+}
+
+// afterResponse charges the countOn rules for the response's status and
+// settles the reservations from its header or JSON body (read whole by
+// forward when whole is set; otherwise the estimate stands for a JSON
+// field). The response is already complete here: both run before it is
+// written to the client, and neither delays it beyond one store call.
+func (g *FastGateway) afterResponse(ctx *fasthttp.RequestCtx, res *engine.Result, whole bool) {
+	if res.Charges() {
+		g.e.Charge(ctx, res, ctx.Response.StatusCode())
+	}
+	if !res.Settles() {
+		return
+	}
+	var body []byte
+	if whole && !ctx.Response.IsBodyStream() {
+		body = ctx.Response.Body()
+	}
+	header := func(k string) string { return string(ctx.Response.Header.Peek(k)) }
+	g.e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) { return httplimit.ActualFrom(rv, header, body) })
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
@@ -331,7 +362,7 @@ func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detai
 }
 
 // forward sends an admitted request to the upstream and its answer back.
-func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState) {
+func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
 	upgrade := isUpgrade(&req.Header)
 	upgradeTo := string(req.Header.Peek("Upgrade"))
@@ -368,8 +399,15 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	}
 	clear(st.out)
 	g.limiter.Headers(st.out, res)
-	err := g.client.DoTimeout(req, &ctx.Response, g.timeout)
+	client := g.client
+	if whole {
+		client = g.whole
+	}
+	err := client.DoTimeout(req, &ctx.Response, g.timeout)
 	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", fmt.Sprintf("the upstream's answer is larger than the %d bytes read to settle its cost", httplimit.MaxSettleBody))
+		return
 	case errors.Is(err, fasthttp.ErrTimeout):
 		g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
 		return
