@@ -70,3 +70,30 @@ func TestReservationsAcrossProcessesAndSlots(t *testing.T) {
 		t.Fatal("an overlong reservation id was accepted")
 	}
 }
+
+// A settle at an absurd cost is a debt that never ends, not a store error
+// (which would count towards the circuit breaker).
+func TestAHugeSettleIsADebtNotAnError(t *testing.T) {
+	s, err := redis.New(redis.Options{URL: redistest.Start(t).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: a}
+		if a.IsBucket() {
+			l.Burst = 10
+		}
+		out := make([]sluice.Decision, 1)
+		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1, Hold: "h", HoldFor: time.Minute}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1 << 62, Hold: "h", Settle: true}}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("%v: settle at 2^62: %v %+v", a, err, out[0])
+		}
+		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1}}, out); err != nil || out[0].Allowed {
+			t.Fatalf("%v: after a huge settle: %v %+v", a, err, out[0])
+		}
+	}
+}

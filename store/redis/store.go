@@ -311,9 +311,6 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		if len(tk.Hold) > sluice.MaxHoldLen {
 			return fmt.Errorf("redis: rule %q: reservation id longer than %d bytes", tk.Rule, sluice.MaxHoldLen)
 		}
-		if tk.Settle && tk.Cost > maxExact/max(p.t, p.w, 1) {
-			return fmt.Errorf("redis: rule %q: settling %d units is beyond microsecond arithmetic in Lua", tk.Rule, tk.Cost)
-		}
 		ps[i] = p
 	}
 	now := ""
@@ -392,7 +389,13 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		case tk.HoldFor > 0:
 			holdUS = itoa(max(int64(tk.HoldFor+999)/1000, 1))
 		}
-		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(tk.Cost), d, tk.Hold, holdUS)
+		cost := tk.Cost
+		if tk.Settle {
+			// A debt of 2^52 microseconds (142 years) is as good as any
+			// larger one, and keeps the script's arithmetic exact.
+			cost = min(cost, maxExact/2/max(p.t, p.w, 1))
+		}
+		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS)
 	}
 	script := s.scripts[ps[idx[0]].alg]
 	for _, i := range idx[1:] {
