@@ -37,8 +37,8 @@ const MaxReservationLen = 4096
 var ErrBadReservation = errors.New("engine: not a reservation id")
 
 // estimateFor returns the units a reserve rule takes for this check: the
-// caller's estimate, else the request's estimate header (a whole number
-// above 0), else the rule's.
+// caller's estimate, else the request's estimate header or body field (a
+// whole number above 0), else the rule's.
 func (res *Result) estimateFor(rv *rules.Reserve, req *rules.Request) int64 {
 	if res.estimate > 0 {
 		return res.estimate
@@ -48,6 +48,11 @@ func (res *Result) estimateFor(rv *rules.Reserve, req *rules.Request) int64 {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
 				return n
 			}
+		}
+	}
+	if rv.EstimateBody != "" {
+		if n, ok := rules.BodyNumber(req, rv.EstimateBody); ok {
+			return n
 		}
 	}
 	return rv.Estimate

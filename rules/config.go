@@ -58,8 +58,11 @@ func (c *Config) ReadsHeader(canonical string) bool {
 					c.headers["Content-Type"] = true
 				}
 			}
-			if r.Reserve != nil && r.Reserve.EstimateHeader != "" {
-				c.headers[r.Reserve.EstimateHeader] = true
+			if rv := r.Reserve; rv != nil && rv.EstimateHeader != "" {
+				c.headers[rv.EstimateHeader] = true
+			}
+			if rv := r.Reserve; rv != nil && rv.EstimateBody != "" {
+				c.headers["Content-Type"] = true
 			}
 		}
 	})
@@ -153,9 +156,12 @@ type Rule struct {
 type Reserve struct {
 	// Estimate is the units reserved when the request names none.
 	Estimate int64
-	// EstimateHeader names a request header that gives the estimate (the
-	// gateway and middleware read it; at most the rule's burst).
+	// EstimateHeader names a request header, and EstimateBody a field of a
+	// JSON or form request body (such as max_tokens), that gives the
+	// estimate: a whole number above 0, read by the gateway and the
+	// middleware. The header wins when both are given.
 	EstimateHeader string
+	EstimateBody   string
 	// ActualHeader names a response header, and ActualJSON a field of a
 	// JSON response body (a dotted path such as usage.total_tokens), that
 	// gives the real cost: the gateway settles from it. Without either, the
@@ -257,6 +263,9 @@ func (c *Config) NeedsBody() bool {
 				if r.Envoy == nil && s.Kind == FromBody {
 					c.needsBody = true
 				}
+			}
+			if r.Reserve != nil && r.Reserve.EstimateBody != "" {
+				c.needsBody = true
 			}
 		}
 	})

@@ -720,7 +720,15 @@ func (d *decoder) reserve(v *yaml.Node, f string) *Reserve {
 			}
 		},
 		"estimateHeader": func(v *yaml.Node, f string) { rv.EstimateHeader = d.headerName(v, f) },
-		"actualHeader":   func(v *yaml.Node, f string) { rv.ActualHeader = d.headerName(v, f) },
+		"estimateBody": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				if s == "" {
+					d.fail(v, f, "name a field of the request body, such as max_tokens")
+				}
+				rv.EstimateBody = s
+			}
+		},
+		"actualHeader": func(v *yaml.Node, f string) { rv.ActualHeader = d.headerName(v, f) },
 		"actualJSON": func(v *yaml.Node, f string) {
 			if s, ok := d.str(v, f); ok {
 				parts := strings.Split(s, ".")

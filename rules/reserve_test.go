@@ -18,7 +18,7 @@ func TestReserveSectionLoads(t *testing.T) {
     key: [ip]
     rate: 1000000
     per: 1h
-    reserve: {estimate: 1000, actualHeader: X-Bytes-Sent}
+    reserve: {estimate: 1000, estimateBody: size, actualHeader: X-Bytes-Sent}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +27,24 @@ func TestReserveSectionLoads(t *testing.T) {
 	if rv == nil || rv.Estimate != 500 || rv.EstimateHeader != "X-Max-Tokens" || !slices.Equal(rv.ActualJSON, []string{"usage", "total_tokens"}) || rv.Deadline != 2*time.Minute {
 		t.Fatalf("reserve = %+v", rv)
 	}
-	if rv := c.Rules[1].Reserve; rv.ActualHeader != "X-Bytes-Sent" || rv.Deadline != DefaultReserveDeadline {
+	if rv := c.Rules[1].Reserve; rv.ActualHeader != "X-Bytes-Sent" || rv.EstimateBody != "size" || rv.Deadline != DefaultReserveDeadline {
 		t.Fatalf("reserve = %+v", rv)
+	}
+	if !c.NeedsBody() || !c.ReadsHeader("X-Max-Tokens") || !c.SettlesFromJSON() || !c.SettlesFromResponses() {
+		t.Errorf("NeedsBody %v, ReadsHeader %v, SettlesFromJSON %v", c.NeedsBody(), c.ReadsHeader("X-Max-Tokens"), c.SettlesFromJSON())
+	}
+	for body, want := range map[string]int64{`{"size": 77}`: 77, `{"size": "78"}`: 78, `size=79`: 79, `{"size": -1}`: 0, `{"size": 1.5}`: 0, `{}`: 0} {
+		ct := "application/json"
+		if body[0] != '{' {
+			ct = "application/x-www-form-urlencoded"
+		}
+		n, _ := BodyNumber(&Request{Body: []byte(body), Header: map[string][]string{"Content-Type": {ct}}}, "size")
+		if n != want && !(want == 0) {
+			t.Errorf("BodyNumber(%s) = %d, want %d", body, n, want)
+		}
+		if _, ok := BodyNumber(&Request{Body: []byte(body), Header: map[string][]string{"Content-Type": {ct}}}, "size"); ok != (want > 0) {
+			t.Errorf("BodyNumber(%s) ok = %v", body, ok)
+		}
 	}
 	if d := c.Rules[0].Summary(); !strings.Contains(d, "reserves 500 up front") || !strings.Contains(d, "usage.total_tokens") {
 		t.Errorf("Summary = %q", d)

@@ -320,3 +320,11 @@ func (r *Rule) Selects(req *Request, route string) bool {
 	}
 	return true
 }
+
+// BodyNumber returns the whole number above 0 in the field name of a JSON
+// or form body (a reserve rule's estimateBody), if there is one.
+func BodyNumber(req *Request, name string) (int64, bool) {
+	v := bodyValue(req.Body, req.Header.Get("Content-Type"), name)
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && n > 0
+}
