@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 const reserveRules = `
@@ -153,5 +155,33 @@ func TestForgedReservationsSettleNothing(t *testing.T) {
 	}
 	if _, err := f.e.Settle(context.Background(), mine.Reservation, -1); err == nil {
 		t.Fatal("a negative actual was accepted")
+	}
+}
+
+// A plain check of the two rules, against a check that reserves and its
+// settle: what reserve-now-settle-later costs on the embedded store.
+func BenchmarkReserveAndSettle(b *testing.B) {
+	for _, mode := range []string{"check", "reserve+settle"} {
+		b.Run("op="+mode, func(b *testing.B) {
+			clock := sluice.NewManualClock(epoch)
+			e, err := New(mustRules(b, reserveRules), Options{Store: memory.New(memory.WithClock(clock)), Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := userReq("u42")
+			var res Result
+			ctx := context.Background()
+			opt := CheckOptions{Reserve: mode != "check", Estimate: 10}
+			for b.Loop() {
+				clock.Advance(time.Second)
+				e.Check(ctx, req, opt, &res)
+				if opt.Reserve {
+					e.SettleResult(ctx, &res, func(*rules.Reserve) (int64, bool) { return 7, true })
+				}
+			}
+			if !res.Allowed {
+				b.Fatalf("refused: %+v", res.Decision)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,5 +96,41 @@ func TestAHugeSettleIsADebtNotAnError(t *testing.T) {
 		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1}}, out); err != nil || out[0].Allowed {
 			t.Fatalf("%v: after a huge settle: %v %+v", a, err, out[0])
 		}
+	}
+}
+
+// One take against a reservation and its settle, on a real redis-server:
+// the reservation costs one more key write, the settle one script call.
+func BenchmarkReserveAndSettle(b *testing.B) {
+	s, err := redis.New(redis.Options{URL: redistest.Start(b).URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 1000000, Period: time.Second, Burst: 1 << 20}
+	out := make([]sluice.Decision, 1)
+	for _, mode := range []string{"take", "reserve+settle"} {
+		b.Run("op="+mode, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				tk := sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 10}
+				if mode == "take" {
+					if err := s.Take(ctx, []sluice.Take{tk}, out); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				tk.Hold, tk.HoldFor = strconv.Itoa(i), time.Minute
+				if err := s.Take(ctx, []sluice.Take{tk}, out); err != nil {
+					b.Fatal(err)
+				}
+				tk.Cost, tk.Settle = 7, true
+				if s.Take(ctx, []sluice.Take{tk}, out); !out[0].Allowed {
+					b.Fatalf("settle: %+v", out[0])
+				}
+			}
+		})
 	}
 }
