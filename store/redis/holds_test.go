@@ -82,9 +82,9 @@ func TestAHugeSettleIsADebtNotAnError(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for _, a := range sluice.Algorithms() {
-		l := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: a}
+		l := sluice.Limit{Rate: 100000, Period: 24 * time.Hour, Algorithm: a}
 		if a.IsBucket() {
-			l.Burst = 10
+			l.Burst = 100000
 		}
 		out := make([]sluice.Decision, 1)
 		if err := s.Take(ctx, []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1, Hold: "h", HoldFor: time.Minute}}, out); err != nil {

@@ -365,6 +365,20 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	return nil
 }
 
+// settleCap bounds the units of a settle so that the script's arithmetic
+// stays exact (below 2^53): a debt of 2^52 microseconds (142 years), or a
+// window count of 2^52 (for a sliding window, of 2^53 / W, which already
+// refuses everything), is as good as any larger one.
+func settleCap(p *params) int64 {
+	switch p.alg {
+	case "fixed-window", "sliding-log":
+		return maxExact / 2
+	case "sliding-window":
+		return maxExact / max(p.w, 1)
+	}
+	return maxExact / 2 / max(p.t, 1)
+}
+
 // exec runs the script for the takes idx (all in one slot).
 func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
 	sent := make([]string, len(idx))
@@ -391,9 +405,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 		cost := tk.Cost
 		if tk.Settle {
-			// A debt of 2^52 microseconds (142 years) is as good as any
-			// larger one, and keeps the script's arithmetic exact.
-			cost = min(cost, maxExact/2/max(p.t, p.w, 1))
+			cost = min(cost, settleCap(p))
 		}
 		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS)
 	}
