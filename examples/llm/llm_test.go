@@ -127,7 +127,9 @@ func (c completion) body() string {
 	return string(b)
 }
 
-func (c completion) estimate() int64 { return map[bool]int64{true: c.maxTokens, false: 1000}[c.maxTokens > 0] }
+func (c completion) estimate() int64 {
+	return map[bool]int64{true: c.maxTokens, false: 1000}[c.maxTokens > 0]
+}
 
 func (c completion) actual() int64 {
 	var req llm.ChatRequest
@@ -190,7 +192,7 @@ func TestTheTokenBudgetIsHeldExactly(t *testing.T) {
 
 	const key, budget = "sk-careful", 10000
 	steps := []completion{
-		{maxTokens: 2000, promptBytes: 40, answer: 50},  // over-estimated: 60 used
+		{maxTokens: 2000, promptBytes: 40, answer: 50},   // over-estimated: 60 used
 		{maxTokens: 100, promptBytes: 4000, answer: 500}, // under: 1,100 used
 		{maxTokens: 0, promptBytes: 400, answer: 300},    // the rule's 1,000: 400 used
 		{maxTokens: 500, promptBytes: 8000, answer: 900}, // under: 2,500 used
