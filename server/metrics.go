@@ -107,6 +107,10 @@ var (
 		"Keys held by the embedded store, by rule (dead keys not yet reused included).", []string{"rule"}, nil)
 	descEvictions = prometheus.NewDesc("sluice_memory_store_evictions_total",
 		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
+	descHolds = prometheus.NewDesc("sluice_memory_store_reservations",
+		"Reservations the embedded store keeps open (some may be past their deadline, not yet dropped).", nil, nil)
+	descHoldsDropped = prometheus.NewDesc("sluice_memory_store_reservations_dropped_total",
+		"Reservations the embedded store took unrecorded because it held its bound of open ones: they stand at their estimates.", nil, nil)
 	descOverflows = prometheus.NewDesc("sluice_memory_store_overflows_total",
 		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
 	descDegraded = prometheus.NewDesc("sluice_degraded_decisions_total",
@@ -147,7 +151,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
 		ch <- d
 	}
 }
@@ -226,6 +230,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.mem == nil {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descHolds, prometheus.GaugeValue, float64(c.mem.OpenHolds()))
+	counter(descHoldsDropped, c.mem.DroppedHolds())
 	keys, evictions, overflows := map[string]int{}, map[string]uint64{}, map[string]uint64{}
 	for _, st := range c.mem.Stats() {
 		keys[st.Rule] += st.Keys

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -567,5 +568,44 @@ func TestEvictionTakesTheMostIdleKeysFirst(t *testing.T) {
 				t.Fatalf("%d busy keys evicted against %d nearly idle ones: eviction does not take the most idle first", busy, light)
 			}
 		})
+	}
+}
+
+// The open reservations are bounded: at the bound, expired ones make room;
+// when the open ones fill it, a new reservation takes its estimate
+// unrecorded (it stands) and is counted.
+func TestReservationsAreBounded(t *testing.T) {
+	clock := sluice.NewManualClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	s := New(WithClock(clock), WithMaxHolds(2))
+	l := sluice.Limit{Rate: 100, Period: time.Minute}
+	out := make([]sluice.Decision, 1)
+	hold := func(id string, cost int64, settle bool) sluice.Decision {
+		t.Helper()
+		tk := sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: cost, Hold: id, HoldFor: time.Second, Settle: settle}
+		if err := s.Take(context.Background(), []sluice.Take{tk}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	hold("a", 5, false)
+	hold("b", 5, false)
+	hold("c", 5, false) // the bound is full: taken, not recorded
+	if s.OpenHolds() != 2 || s.DroppedHolds() != 1 {
+		t.Fatalf("open %d, dropped %d: want 2, 1", s.OpenHolds(), s.DroppedHolds())
+	}
+	if d := hold("c", 0, true); d.Reason != sluice.ReasonNoReservation || d.Remaining != 85 {
+		t.Fatalf("the unrecorded reservation: %+v, want no reservation and its estimate standing", d)
+	}
+	clock.Advance(2 * time.Second) // a and b expire
+	hold("d", 5, false)
+	if s.OpenHolds() != 1 || s.DroppedHolds() != 1 {
+		t.Fatalf("after the deadline: open %d, dropped %d: want 1, 1", s.OpenHolds(), s.DroppedHolds())
+	}
+	if d := hold("d", 1, true); !d.Allowed {
+		t.Fatalf("settle d: %+v", d)
+	}
+	long := sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 1, Hold: strings.Repeat("x", sluice.MaxHoldLen+1), HoldFor: time.Second}
+	if err := s.Take(context.Background(), []sluice.Take{long}, out); err == nil {
+		t.Fatal("an overlong reservation id was accepted")
 	}
 }
