@@ -44,6 +44,14 @@ type Take struct {
 	Hold    string
 	HoldFor time.Duration
 	Settle  bool
+
+	// Floor, when above 0, makes the take leave at least Floor units: it
+	// is allowed only if a take of Cost + Floor would be, and consumes
+	// Cost. Priority tiers share a limit this way, each lower tier kept
+	// off the share of the tiers above it. The decision's Remaining is
+	// what is left above the floor, its RetryAfter the time until Cost +
+	// Floor units are there.
+	Floor int64
 }
 
 // MaxHoldLen bounds a reservation id ([Take.Hold]).

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"math"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -265,7 +266,7 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		ps = append(ps, pending{t: t, shard: sh, fp: fp})
 	}
 	now := s.clock.Now()
-	if len(ps) == 1 {
+	if len(ps) == 1 && takes[0].Floor <= 0 {
 		p := &ps[0]
 		p.r = p.t.take(takes[0].Key, now, takes[0].Cost, takes[0].DryRun)
 		decide(&out[0], p.t.meta(), &p.r)
@@ -280,7 +281,20 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	ok := true
 	for i := range ps {
 		p := &ps[i]
+		if f := takes[i].Floor; f > 0 && takes[i].Cost > 0 {
+			// Decide as cost + floor, under the same locks: a lock-free
+			// take cannot run on a busy shard in between (wordtable.go).
+			p.r, _ = p.t.takeLocked(p.shard, p.fp, now, addSat(takes[i].Cost, f), true)
+			p.r.Remaining = max(p.r.Remaining-f, 0)
+			if !p.r.Allowed {
+				ok = false
+				continue
+			}
+		}
 		p.r, p.sv = p.t.takeLocked(p.shard, p.fp, now, takes[i].Cost, takes[i].DryRun)
+		if f := takes[i].Floor; f > 0 && takes[i].Cost > 0 {
+			p.r.Remaining = max(p.r.Remaining-f, 0)
+		}
 		ok = ok && p.r.Allowed
 	}
 	if !ok { // dry runs were never committed; refunds stand
@@ -292,7 +306,7 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		for i := range ps { // report the state that stands after the undo
 			if p := &ps[i]; p.r.Allowed && takes[i].Cost > 0 && !takes[i].DryRun {
 				peek, _ := p.t.takeLocked(p.shard, p.fp, now, 0, false)
-				p.r.Remaining, p.r.ResetAfter = peek.Remaining, peek.ResetAfter
+				p.r.Remaining, p.r.ResetAfter = max(peek.Remaining-max(takes[i].Floor, 0), 0), peek.ResetAfter
 			}
 		}
 	}
@@ -489,4 +503,12 @@ func (l *Limiter) Allow(key string) bool {
 	var r algo.Result
 	l.take(key, 1, &r)
 	return r.Allowed
+}
+
+// addSat returns a+b for b >= 0, saturated at MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
