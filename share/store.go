@@ -263,8 +263,9 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 		p.mode = sluice.SyncExact
 	}
 	// Reservations live in the shared store, whatever the rule's mode: any
-	// gateway may settle them.
-	if tk.Hold != "" {
+	// gateway may settle them. A take above a floor (a priority tier) is
+	// decided where the whole count is.
+	if tk.Hold != "" || tk.Floor > 0 {
 		p.mode = sluice.SyncExact
 	}
 	return p

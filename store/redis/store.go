@@ -386,7 +386,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	if dry {
 		hold = "1"
 	}
-	args := make([]string, 2, 2+9*len(idx))
+	args := make([]string, 2, 2+10*len(idx))
 	args[0], args[1] = now, hold
 	for j, i := range idx {
 		tk, p := &takes[i], &ps[i]
@@ -407,7 +407,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if tk.Settle {
 			cost = min(cost, settleCap(p))
 		}
-		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS)
+		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
 	}
 	script := s.scripts[ps[idx[0]].alg]
 	for _, i := range idx[1:] {
@@ -456,7 +456,7 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string
 		scratch := make([]sluice.Decision, len(takes))
 		if s.exec(ctx, back, keys, ps, idx, now, false, scratch) == nil {
 			for _, i := range idx { // report the state that stands after the refund
-				out[i].Remaining, out[i].ResetAfter = scratch[i].Remaining, scratch[i].ResetAfter
+				out[i].Remaining, out[i].ResetAfter = max(scratch[i].Remaining-max(takes[i].Floor, 0), 0), scratch[i].ResetAfter
 			}
 		}
 	}

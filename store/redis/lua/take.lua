@@ -8,10 +8,11 @@
 -- ARGV[1]: now in microseconds, or "" for the server's TIME.
 -- ARGV[2]: "1" to decide without writing anything (a caller's other key
 --   already refused), else "0".
--- ARGV[3 + 9*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
+-- ARGV[3 + 10*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
 --   units), cost (negative: give -cost units back), dry run (0 or 1),
 --   reservation id ("" for none), and for a reservation: its lifetime in
---   microseconds to open it, or -1 to settle it at cost.
+--   microseconds to open it, or -1 to settle it at cost; the floor (units
+--   the take must leave: it decides as cost + floor, and takes cost).
 -- A reservation is a key beside the take's key (same hash slot) holding the
 -- units reserved, expiring at the deadline: opened only if every take is
 -- admitted, deleted by its settle, which then refunds or charges the
@@ -48,11 +49,12 @@ end
 sequential = sequential and not hold
 local out, pending, ok, snaps = {}, {}, not hold, {}
 for i, key in ipairs(KEYS) do
-  local a = 2 + (i - 1) * 9
+  local a = 2 + (i - 1) * 10
   local alg = algos[ARGV[a + 1]]
   local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5])}
   local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
   local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
+  local floor = tonumber(ARGV[a + 10])
   local r, st
   if hid ~= '' and hold_us < 0 then
     -- A settle applies whatever the other takes decide.
@@ -83,10 +85,16 @@ for i, key in ipairs(KEYS) do
     if hid ~= '' then redis.call('DEL', key .. '~' .. hid) end
     r = rewrite(alg, key, p, now, alg[3](key, p, now, -cost))
   else
-    r, st = alg[1](key, p, now, cost)
+    if floor > 0 and cost > 0 then
+      r = alg[1](key, p, now, cost + floor)
+      if r[1] == 1 then r, st = alg[1](key, p, now, cost) end
+      r[3] = math.max(r[3] - floor, 0)
+    else
+      r, st = alg[1](key, p, now, cost)
+    end
     if r[1] == 0 then ok = false end
     if st and not dry then
-      pending[#pending + 1] = {alg, key, st, r[5], p, #out, hid, hold_us, cost}
+      pending[#pending + 1] = {alg, key, st, r[5], p, #out, hid, hold_us, cost, floor}
       if sequential and r[1] == 1 then
         if snaps[key] == nil then snaps[key] = {redis.call('DUMP', key), redis.call('PTTL', key)} end
         alg[2](key, st, ceildiv(r[5], 1000) + 1000)
@@ -114,7 +122,7 @@ for _, w in ipairs(pending) do
     end
   else
     local peek = w[1][1](w[2], w[5], now, 0)
-    out[w[6] + 3], out[w[6] + 5] = peek[3], peek[5]
+    out[w[6] + 3], out[w[6] + 5] = math.max(peek[3] - w[10], 0), peek[5]
   end
 end
 return out
