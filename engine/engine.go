@@ -342,6 +342,9 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 			Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
 		}
+		if m.r.Tiers != nil {
+			tk.Floor = m.r.Tiers.Floor(res.levelOf(req), m.r.Limit.Capacity())
+		}
 		if rv := m.r.Reserve; rv != nil {
 			tk.Cost = mulCost(m.r.Cost, res.estimateFor(rv, req))
 			if res.reserve {
@@ -362,6 +365,9 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 	for j, d := range decs {
 		m := &res.matched[res.idx[j]]
 		st := res.add(m.r, m.key, d)
+		if m.r.Tiers != nil {
+			st.Tier = res.level
+		}
 		switch {
 		case dry || !d.Allowed:
 		case len(m.r.CountOn) > 0:

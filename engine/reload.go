@@ -40,6 +40,10 @@ func copyCounters(dst, src *counters) {
 	dst.locked.Store(src.locked.Load())
 	dst.charged.Store(src.charged.Load())
 	dst.settled.Store(src.settled.Load())
+	for i := range dst.tierAllowed {
+		dst.tierAllowed[i].Store(src.tierAllowed[i].Load())
+		dst.tierLimited[i].Store(src.tierLimited[i].Load())
+	}
 	dst.unsettled.Store(src.unsettled.Load())
 	dst.nearLimit.Store(src.nearLimit.Load())
 	dst.overruled.Store(src.overruled.Load())

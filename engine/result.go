@@ -42,6 +42,9 @@ type Result struct {
 
 	estimate int64
 	reserve  bool
+	priority *rules.Priority
+	level    int // the request's priority tier, once known (leveled)
+	leveled  bool
 	hold     string // the reservations' store id, made on first use
 	matched  []matched
 	keyBuf   []byte
@@ -66,6 +69,9 @@ type Status struct {
 	// Unlimited marks an Envoy descriptor whose limit is unlimited: always
 	// allowed, nothing counted.
 	Unlimited bool
+	// Tier is the request's priority tier (an index into the priority
+	// section's levels, 0 the highest) for a rule with tiers; 0 otherwise.
+	Tier int
 
 	r      *rule
 	key    string
@@ -121,6 +127,7 @@ func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
 	res.Skipped, res.StoreError = 0, nil
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
+	res.priority, res.leveled = rs.cfg.Priority, false
 	res.MissingKey = res.MissingKey[:0]
 	clear(res.Statuses) // drop references to keys and rules of the last check
 	res.Statuses = res.Statuses[:0]
@@ -184,6 +191,9 @@ func rejectsHarder(a, b *Status) bool {
 type counters struct {
 	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
 	settled, unsettled                                                                                        atomic.Uint64
+	// Of a rule with tiers, the requests each tier had admitted and
+	// refused (by level index).
+	tierAllowed, tierLimited [rules.MaxLevels]atomic.Uint64
 }
 
 // count adds the status to its rule's counts. admitted is the request's
@@ -195,6 +205,14 @@ func (st *Status) count(admitted bool) {
 		return
 	}
 	c := &st.r.stats
+	if st.r.Tiers != nil && !st.Shadow && !st.FailedOpen && !st.FailedClosed {
+		switch {
+		case st.Allowed && admitted:
+			c.tierAllowed[st.Tier].Add(1)
+		case !st.Allowed:
+			c.tierLimited[st.Tier].Add(1)
+		}
+	}
 	switch {
 	case st.FailedOpen:
 		c.failedOpen.Add(1)
@@ -230,6 +248,15 @@ type RuleStats struct {
 	// reservation (settled already, or past the deadline: then the
 	// estimate stood).
 	Settled, Unsettled uint64
+	// Tiers counts, for a rule with tiers, each tier's admitted and
+	// refused requests, highest tier first.
+	Tiers []TierStats
+}
+
+// TierStats are one priority tier's counts under one rule.
+type TierStats struct {
+	Tier              string
+	Allowed, Limited uint64
 }
 
 // Stats returns the counts of every rule being served.
@@ -245,6 +272,20 @@ func (e *Engine) Stats() []RuleStats {
 			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(), Overruled: c.overruled.Load(),
 			Settled: c.settled.Load(), Unsettled: c.unsettled.Load(),
 		}
+		if r.Tiers != nil && rs.cfg.Priority != nil {
+			for level, name := range rs.cfg.Priority.Levels {
+				out[i].Tiers = append(out[i].Tiers, TierStats{Tier: name, Allowed: c.tierAllowed[level].Load(), Limited: c.tierLimited[level].Load()})
+			}
+		}
 	}
 	return out
+}
+
+// levelOf returns the request's priority tier under cfg, computed once per
+// check.
+func (res *Result) levelOf(req *rules.Request) int {
+	if !res.leveled {
+		res.level, res.leveled = res.priority.Level(req), true
+	}
+	return res.level
 }

@@ -33,7 +33,10 @@ type Config struct {
 	EnvoyDomains []string
 	// Paths say how request paths are normalised before matching.
 	Paths PathOptions
-	Rules []*Rule
+	// Priority places requests in tiers, for rules with Tiers (nil: no
+	// file section; every request is then of the default level).
+	Priority *Priority
+	Rules    []*Rule
 
 	needsBody     bool
 	needsBodyOnce sync.Once // a Config is immutable once loaded: compute once
@@ -52,6 +55,16 @@ func (c *Config) ReadsHeader(canonical string) bool {
 				switch s.Kind {
 				case FromHeader:
 					c.headers[s.Param] = true
+				case FromCookie:
+					c.headers["Cookie"] = true
+				case FromBody:
+					c.headers["Content-Type"] = true
+				}
+			}
+			if r.Tiers != nil && c.Priority != nil && c.Priority.Source != nil {
+				switch src := c.Priority.Source; src.Kind {
+				case FromHeader:
+					c.headers[src.Param] = true
 				case FromCookie:
 					c.headers["Cookie"] = true
 				case FromBody:
@@ -87,6 +100,9 @@ type Rule struct {
 	// CountOn, when set, charges a request only if its response status is
 	// listed: the rule rejects once exhausted, but only such responses count.
 	CountOn []int
+	// Tiers, when set, share the limit among priority tiers (see
+	// Config.Priority): each keeps its share from the tiers below it.
+	Tiers Tiers
 	// Reserve, when set, makes the rule count a cost known only after the
 	// response (tokens, bytes): a request reserves an estimate, settled
 	// later at the real cost.
@@ -265,6 +281,9 @@ func (c *Config) NeedsBody() bool {
 				}
 			}
 			if r.Reserve != nil && r.Reserve.EstimateBody != "" {
+				c.needsBody = true
+			}
+			if r.Tiers != nil && c.Priority != nil && c.Priority.Source != nil && c.Priority.Source.Kind == FromBody {
 				c.needsBody = true
 			}
 		}

@@ -170,7 +170,7 @@ func (d *decoder) config(data []byte) *Config {
 		d.envoyFile(c, root)
 		return c
 	}
-	var rulesNode *yaml.Node
+	var rulesNode, priorityNode *yaml.Node
 	allowNone := false
 	d.fields(root, "", map[string]func(*yaml.Node, string){
 		"keys": func(v *yaml.Node, f string) { d.keys(c, v, f) },
@@ -224,6 +224,7 @@ func (d *decoder) config(data []byte) *Config {
 			d.paths = c.Paths
 		},
 		"rules":        func(v *yaml.Node, f string) { rulesNode = v },
+		"priority":     func(v *yaml.Node, f string) { priorityNode = v },
 		"allowNoRules": func(v *yaml.Node, f string) { allowNone, _ = d.boolean(v, f) },
 	})
 	if root.Kind != yaml.MappingNode {
@@ -233,7 +234,11 @@ func (d *decoder) config(data []byte) *Config {
 		d.fail(root, "rules", "missing: a rule file needs a rules list")
 		return c
 	}
-	// Rules come last so that every named key source is known.
+	// The priority section and the rules come last, so that every named
+	// key source is known.
+	if priorityNode != nil {
+		c.Priority = d.priority(c, priorityNode, "priority")
+	}
 	if rulesNode.Kind != yaml.SequenceNode {
 		d.fail(rulesNode, "rules", "want a list, got %s", describe(rulesNode))
 		return c
@@ -532,6 +537,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			}
 		},
 		"reserve":  func(v *yaml.Node, f string) { r.Reserve = d.reserve(v, f) },
+		"tiers":    func(v *yaml.Node, f string) { r.Tiers = d.tiers(c, v, f) },
 		"sync":     func(v *yaml.Node, f string) { d.sharing(&r.Sync, v, f) },
 		"regions":  func(v *yaml.Node, f string) { r.Regions = d.regions(v, f) },
 		"showKeys": func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
@@ -691,6 +697,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 			d.fail(n, field+".reserve.estimate", "estimate %d is more than the burst %d: no request could ever pass", rv.Estimate, r.Limit.Capacity())
 		}
 	}
+	if r.Tiers != nil && r.Sync.Shards > 1 {
+		d.fail(n, field+".tiers", "tiers share one count: they cannot use shards")
+	}
 	switch a := r.Limit.Algorithm; {
 	case (r.Sync.Mode == sluice.SyncLease || r.Sync.Mode == sluice.SyncAuto) &&
 		a != sluice.GCRA && a != sluice.TokenBucket && a != sluice.LeakyMeter && a != sluice.FixedWindow:
@@ -705,6 +714,96 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		d.fail(n, field+".sync.shards", "%d shards of a rate of %d would give each shard less than one unit", r.Sync.Shards, r.Limit.Rate)
 	}
 	return r
+}
+
+// priority decodes the priority section.
+func (d *decoder) priority(c *Config, n *yaml.Node, field string) *Priority {
+	p := &Priority{Levels: DefaultLevels, Default: -1}
+	var defNode *yaml.Node
+	var def string
+	var routes *yaml.Node
+	d.fields(n, field, map[string]func(*yaml.Node, string){
+		"levels": func(v *yaml.Node, f string) {
+			names, nodes := d.strings(v, f)
+			seen := map[string]bool{}
+			for i, s := range names {
+				if !validID(s) || seen[strings.ToLower(s)] {
+					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%q: a level is 1-64 letters, digits, '-', '_' or '.', once", s)
+				}
+				seen[strings.ToLower(s)] = true
+			}
+			if len(names) < 2 || len(names) > MaxLevels {
+				d.fail(v, f, "name 2 to %d levels, highest first", MaxLevels)
+			}
+			p.Levels = names
+		},
+		"from": func(v *yaml.Node, f string) {
+			if name, ok := d.str(v, f); ok {
+				s, err := c.source(name)
+				if err != nil {
+					d.fail(v, f, "%v", err)
+					return
+				}
+				p.Source = s
+			}
+		},
+		"routes":  func(v *yaml.Node, f string) { routes = v },
+		"default": func(v *yaml.Node, f string) { defNode = v; def, _ = d.str(v, f) },
+	})
+	level := func(v *yaml.Node, f, name string) int {
+		for i, l := range p.Levels {
+			if strings.EqualFold(l, name) {
+				return i
+			}
+		}
+		d.fail(v, f, "%q is not one of the levels %v", name, p.Levels)
+		return 0
+	}
+	if defNode != nil {
+		p.Default = level(defNode, field+".default", def)
+	} else if p.Default = slices.Index(p.Levels, "default"); p.Default < 0 {
+		p.Default = len(p.Levels) - 1 // no level named default: the lowest
+	}
+	if routes != nil {
+		if routes.Kind != yaml.MappingNode {
+			d.fail(routes, field+".routes", "want a mapping of path patterns to levels, got %s", describe(routes))
+		} else {
+			for i := 0; i+1 < len(routes.Content); i += 2 {
+				k, v := routes.Content[i], routes.Content[i+1]
+				f := field + ".routes." + k.Value
+				pat, err := ParsePattern(d.paths.Normalize(k.Value))
+				if err != nil {
+					d.fail(k, f, "%v", err)
+					continue
+				}
+				p.Routes = append(p.Routes, PriorityRoute{Pattern: pat, Level: level(v, f, v.Value)})
+			}
+		}
+	}
+	if p.Source == nil && len(p.Routes) == 0 {
+		d.fail(n, field, "say where a request's tier comes from: from (a key source such as header:X-Priority), routes, or both")
+	}
+	return p
+}
+
+// tiers decodes a rule's shares per tier: level name to a percentage of the
+// limit kept for it, such as {critical: 20%, default: 30%}.
+func (d *decoder) tiers(c *Config, n *yaml.Node, field string) Tiers {
+	if c.Priority == nil {
+		d.fail(n, field, "tiers need a priority section saying where a request's tier comes from")
+		return nil
+	}
+	shares := d.shares(n, field, "level", "critical: 20%")
+	t := make(Tiers, len(c.Priority.Levels))
+	for name, x := range shares {
+		i := slices.IndexFunc(c.Priority.Levels, func(l string) bool { return strings.EqualFold(l, name) })
+		if i < 0 {
+			d.fail(n, field+"."+name, "%q is not one of the levels %v", name, c.Priority.Levels)
+			continue
+		}
+		t[i] = x
+	}
+	return t
 }
 
 // reserve decodes a rule's reserve section.
@@ -875,8 +974,13 @@ func (d *decoder) sharing(sh *sluice.Sharing, n *yaml.Node, field string) {
 // limit, such as {eu: 50%, us: 30%}. The shares may not add up to more than
 // 100%.
 func (d *decoder) regions(n *yaml.Node, field string) map[string]float64 {
+	return d.shares(n, field, "region", "eu: 50%")
+}
+
+// shares reads names (of what) to percentages adding up to at most 100%.
+func (d *decoder) shares(n *yaml.Node, field, what, example string) map[string]float64 {
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, field, "want a mapping of region names to shares (eu: 50%%), got %s", describe(n))
+		d.fail(n, field, "want a mapping of %s names to shares (%s), got %s", what, example, describe(n))
 		return nil
 	}
 	out := map[string]float64{}
@@ -891,7 +995,7 @@ func (d *decoder) regions(n *yaml.Node, field string) map[string]float64 {
 			continue
 		}
 		if !validID(k.Value) {
-			d.fail(k, f, "%q: a region name is 1-64 letters, digits, '-', '_' or '.'", k.Value)
+			d.fail(k, f, "%q: a %s name is 1-64 letters, digits, '-', '_' or '.'", k.Value, what)
 			continue
 		}
 		out[k.Value] = x / 100

@@ -49,6 +49,14 @@ func (r *Rule) Summary() string {
 	if len(r.CountOn) > 0 {
 		fmt.Fprintf(&b, "; only responses %v count", r.CountOn)
 	}
+	if len(r.Tiers) > 0 {
+		b.WriteString("; tiers keep")
+		for i, x := range r.Tiers {
+			if x > 0 {
+				fmt.Fprintf(&b, " %g%% for level %d", x*100, i)
+			}
+		}
+	}
 	if rv := r.Reserve; rv != nil {
 		fmt.Fprintf(&b, "; reserves %d up front and settles at the real cost", rv.Estimate)
 		switch {

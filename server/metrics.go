@@ -97,6 +97,9 @@ var (
 	descSettles = prometheus.NewDesc("sluice_settles_total",
 		"Settles of reservations by rule and outcome: settled, or unsettled (no open reservation: settled already, or past its deadline, when the estimate stood).",
 		[]string{"rule", "outcome"}, nil)
+	descTiers = prometheus.NewDesc("sluice_tier_decisions_total",
+		"Decisions of rules with priority tiers, by rule, tier and outcome: allowed, or limited (refused, the lowest tiers first as the limit fills).",
+		[]string{"rule", "tier", "outcome"}, nil)
 	descNearLimit = prometheus.NewDesc("sluice_near_limit_total",
 		"Allowed requests that left their key within 10% of its burst.", []string{"rule"}, nil)
 	descBreaker = prometheus.NewDesc("sluice_store_breaker_state",
@@ -151,7 +154,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
 		ch <- d
 	}
 }
@@ -180,6 +183,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDecisions, s.Skipped, s.Rule, "skipped")
 		counter(descDecisions, s.Locked, s.Rule, "locked")
 		counter(descNearLimit, s.NearLimit, s.Rule)
+		for _, t := range s.Tiers {
+			counter(descTiers, t.Allowed, s.Rule, t.Tier, "allowed")
+			counter(descTiers, t.Limited, s.Rule, t.Tier, "limited")
+		}
 		if s.Settled+s.Unsettled > 0 {
 			counter(descSettles, s.Settled, s.Rule, "settled")
 			counter(descSettles, s.Unsettled, s.Rule, "unsettled")
