@@ -1,0 +1,84 @@
+package concurrency
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeTime struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeTime) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeTime) add(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+// The factor follows latency against the target and failures against the
+// tolerated rate, never below the floor, and recovers with the service.
+func TestPressureFollowsLatencyAndFailures(t *testing.T) {
+	clock := &fakeTime{t: time.Unix(1_800_000_000, 0)}
+	p := NewPressure(PressureOptions{Target: 100 * time.Millisecond, Floor: 0.2, Window: time.Second, Now: clock.now})
+	run := func(d time.Duration, latency time.Duration, failEvery int) float64 {
+		for elapsed := time.Duration(0); elapsed < d; elapsed += 10 * time.Millisecond {
+			for i := range 10 {
+				p.Observe(latency, failEvery > 0 && i%failEvery == 0)
+			}
+			clock.add(10 * time.Millisecond)
+			p.Factor()
+		}
+		return p.Factor()
+	}
+	if f := run(5*time.Second, 50*time.Millisecond, 0); f != 1 {
+		t.Fatalf("healthy: factor %v, want 1", f)
+	}
+	if f := run(10*time.Second, 200*time.Millisecond, 0); math.Abs(f-0.5) > 0.01 {
+		t.Fatalf("twice the target latency: factor %v, want 0.5", f)
+	}
+	if f := run(10*time.Second, 2*time.Second, 0); f != 0.2 {
+		t.Fatalf("twenty times the target: factor %v, want the floor 0.2", f)
+	}
+	if f := run(10*time.Second, 50*time.Millisecond, 2); math.Abs(f-0.5/0.95) > 0.01 {
+		t.Fatalf("half the answers failing: factor %v, want %v", f, 0.5/0.95)
+	}
+	if f := run(10*time.Second, 50*time.Millisecond, 0); f != 1 {
+		t.Fatalf("recovered: factor %v, want 1", f)
+	}
+	// Smoothing: one bad tick moves the factor only part of the way.
+	for range 10 {
+		p.Observe(time.Second, false)
+	}
+	clock.add(100 * time.Millisecond)
+	if f := p.Factor(); f <= 0.5 || f >= 1 {
+		t.Fatalf("after 100 ms of slow answers, factor %v: want it between 0.5 and 1", f)
+	}
+}
+
+func TestPressureIsSafeForConcurrentUse(t *testing.T) {
+	p := NewPressure(PressureOptions{Target: time.Millisecond, Tick: time.Microsecond})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 2000 {
+				p.Observe(time.Duration(i)*time.Millisecond, i%2 == 0)
+				if f := p.Factor(); f < 0.1 || f > 1 {
+					t.Errorf("factor %v out of [0.1, 1]", f)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestObserveAllocatesNothing(t *testing.T) {
+	p := NewPressure(PressureOptions{Target: time.Millisecond})
+	if n := testing.AllocsPerRun(1000, func() { p.Observe(time.Millisecond, false); p.Factor() }); n != 0 {
+		t.Fatalf("%v allocations per observe and factor", n)
+	}
+}
