@@ -22,7 +22,8 @@ import (
 //     requests a concurrency limit shed all count as failed).
 //
 // The factor is the smaller of the two, never below Floor, and it recovers
-// as the averages do. Observe costs three atomic additions; the averages
+// as the averages do; a tick with no answers at all lets them decay, so a
+// factor low enough to refuse everything cannot stay low for good. Observe costs three atomic additions; the averages
 // and the factor are recomputed at most every Tick, by one caller.
 type Pressure struct {
 	o PressureOptions
@@ -100,15 +101,19 @@ func (p *Pressure) recompute(dt time.Duration) {
 	n, failed, sum := p.n.Swap(0), p.failed.Swap(0), p.sumNs.Swap(0)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n > 0 {
-		w := 1 - math.Exp(-float64(dt)/float64(p.o.Window))
-		lat, fails := float64(sum)/float64(n), float64(failed)/float64(n)
-		if !p.seen {
-			p.latency, p.fails, p.seen = lat, fails, true
-		} else {
-			p.latency += w * (lat - p.latency)
-			p.fails += w * (fails - p.fails)
-		}
+	w := 1 - math.Exp(-float64(dt)/float64(p.o.Window))
+	switch {
+	case n > 0 && !p.seen:
+		p.latency, p.fails, p.seen = float64(sum)/float64(n), float64(failed)/float64(n), true
+	case n > 0:
+		p.latency += w * (float64(sum)/float64(n) - p.latency)
+		p.fails += w * (float64(failed)/float64(n) - p.fails)
+	default:
+		// No answers: nothing says the service is still strained (the
+		// limits may be refusing everything), so the averages decay and
+		// the factor recovers within a few Windows.
+		p.latency -= w * p.latency
+		p.fails -= w * p.fails
 	}
 	f := 1.0
 	if t := float64(p.o.Target); t > 0 && p.latency > t {

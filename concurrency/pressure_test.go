@@ -49,9 +49,21 @@ func TestPressureFollowsLatencyAndFailures(t *testing.T) {
 	if f := run(10*time.Second, 50*time.Millisecond, 0); f != 1 {
 		t.Fatalf("recovered: factor %v, want 1", f)
 	}
+	// No answers at all (the limits refuse everything): the factor recovers.
+	run(10*time.Second, 10*time.Second, 0)
+	if f := p.Factor(); f != 0.2 {
+		t.Fatalf("very slow: factor %v", f)
+	}
+	for range 100 {
+		clock.add(100 * time.Millisecond)
+		p.Factor()
+	}
+	if f := p.Factor(); f != 1 {
+		t.Fatalf("after 10 s without answers: factor %v, want 1", f)
+	}
 	// Smoothing: one bad tick moves the factor only part of the way.
 	for range 10 {
-		p.Observe(time.Second, false)
+		p.Observe(2*time.Second, false)
 	}
 	clock.add(100 * time.Millisecond)
 	if f := p.Factor(); f <= 0.5 || f >= 1 {

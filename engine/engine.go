@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,10 @@ type Options struct {
 	// for a live view (server's /ui). key is only valid during the call.
 	OnReject func(rule, key string)
 	OnLock   func(rule, key string, d time.Duration)
+	// Pressure, if set, is the protected service's pressure factor in
+	// (0, 1] (concurrency.Pressure.Factor): rules marked adaptive admit
+	// their rate times it. Without it they admit their rate.
+	Pressure func() float64
 }
 
 // Engine evaluates requests against the current rule set. It is safe for
@@ -82,6 +87,7 @@ type Engine struct {
 	decisions *DecisionLog
 	onReject  func(rule, key string)
 	onLock    func(rule, key string, d time.Duration)
+	pressure  func() float64
 
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
@@ -103,7 +109,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 		return nil, errors.New("engine: no rule set")
 	}
 	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog,
-		onReject: o.OnReject, onLock: o.OnLock}
+		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.log == nil {
@@ -146,6 +152,9 @@ type ruleSet struct {
 
 type rule struct {
 	*rules.Rule
+	// store is the limit counted in the store: the rule's, or for an
+	// adaptive rule the same in 1/rules.AdaptiveScale units.
+	store                         sluice.Limit
 	lockID, rejectsID, fallbackID string
 	lockLimit, rejectsLimit       sluice.Limit
 	stats                         counters
@@ -154,7 +163,10 @@ type rule struct {
 func compile(cfg *rules.Config) *ruleSet {
 	rs := &ruleSet{cfg: cfg}
 	for _, r := range cfg.Rules {
-		c := &rule{Rule: r, fallbackID: r.ID + "#fallback"}
+		c := &rule{Rule: r, fallbackID: r.ID + "#fallback", store: r.Limit}
+		if r.Adaptive {
+			c.store = rules.AdaptiveLimit(r.Limit)
+		}
 		if p := r.Penalty; p != nil {
 			c.lockID, c.rejectsID = r.ID+"#lock", r.ID+"#rejections"
 			c.lockLimit = sluice.Limit{Rate: 1, Period: p.Block, Burst: 1}
@@ -339,11 +351,20 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		}
 		cost := mulCost(m.r.Cost, mult)
 		tk := sluice.Take{
-			Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: cost,
+			Rule: m.r.ID, Key: m.key, Limit: m.r.store, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
 		}
+		if m.r.Adaptive {
+			tk.Cost = inflate(cost, res.factorOf(e.pressure))
+		}
 		if m.r.Tiers != nil {
-			tk.Floor = m.r.Tiers.Floor(res.levelOf(req), m.r.Limit.Capacity())
+			capacity := m.r.store.Capacity()
+			tk.Floor = m.r.Tiers.Floor(res.levelOf(req), capacity)
+			if f := res.factor; m.r.Adaptive && f < 1 {
+				// The tiers above keep their share in requests at the
+				// reduced price: the pressure falls on the lowest first.
+				tk.Floor = min(capacity, int64(math.Ceil(float64(tk.Floor)/f)))
+			}
 		}
 		if rv := m.r.Reserve; rv != nil {
 			tk.Cost = mulCost(m.r.Cost, res.estimateFor(rv, req))
@@ -364,7 +385,12 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 	}
 	for j, d := range decs {
 		m := &res.matched[res.idx[j]]
+		reduced := false
+		if m.r.Adaptive {
+			reduced = unscale(&d, m.r, res.factor)
+		}
 		st := res.add(m.r, m.key, d)
+		st.Reduced = reduced
 		if m.r.Tiers != nil {
 			st.Tier = res.level
 		}
@@ -375,7 +401,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		default:
 			st.taken = res.takes[j].Cost
 			st.hold = res.takes[j].Hold != ""
-			e.mirror(ctx, m.r, m.r.Limit, &res.takes[j])
+			e.mirror(ctx, m.r, m.r.store, &res.takes[j])
 		}
 	}
 }
@@ -407,7 +433,7 @@ func (e *Engine) Refund(ctx context.Context, res *Result) {
 		if st.taken == 0 || st.FailedOpen {
 			continue
 		}
-		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: -st.taken}
+		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.store, Cost: -st.taken}
 		if st.hold { // the reservation closes with it
 			takes[0].Hold = res.hold
 		}
@@ -430,7 +456,10 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error) {
 			st.FailedClosed = true
 			continue
 		}
-		d = e.fallbackTake(ctx, m.r, m.r.Limit, tk)
+		d = e.fallbackTake(ctx, m.r, tk.Limit, tk)
+		if m.r.Adaptive {
+			unscale(&d, m.r, res.factor)
+		}
 		st := res.add(m.r, m.key, d)
 		st.FailedOpen = true
 	}
@@ -600,8 +629,11 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 	}
 	key = StoreKey(key)
 	out := make([]sluice.Decision, 1)
-	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.Limit}}, out); err != nil {
+	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.store}}, out); err != nil {
 		return sluice.Decision{}, 0, err
+	}
+	if r.Adaptive {
+		unscale(&out[0], r, 1)
 	}
 	var locked time.Duration
 	if r.Penalty != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ type Result struct {
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
+	// Reduced reports a refusal by adaptive rules alone while they admit
+	// less than their rate, the service being under pressure: it is
+	// answered 503 (temporary reduced capacity), not 429.
+	Reduced bool
 
 	// Reservation names the reservations the check opened (with
 	// CheckOptions.Reserve, on admitted reserve rules), to pass to Settle;
@@ -43,6 +48,8 @@ type Result struct {
 	estimate int64
 	reserve  bool
 	priority *rules.Priority
+	factor   float64 // the pressure factor, once read (factored)
+	factored bool
 	level    int // the request's priority tier, once known (leveled)
 	leveled  bool
 	hold     string // the reservations' store id, made on first use
@@ -72,6 +79,9 @@ type Status struct {
 	// Tier is the request's priority tier (an index into the priority
 	// section's levels, 0 the highest) for a rule with tiers; 0 otherwise.
 	Tier int
+	// Reduced marks a refusal by an adaptive rule admitting less than its
+	// rate (its Limit is then the reduced one).
+	Reduced bool
 
 	r      *rule
 	key    string
@@ -128,6 +138,7 @@ func (res *Result) reset(rs *ruleSet) {
 	res.Skipped, res.StoreError = 0, nil
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
 	res.priority, res.leveled = rs.cfg.Priority, false
+	res.factored, res.Reduced = false, false
 	res.MissingKey = res.MissingKey[:0]
 	clear(res.Statuses) // drop references to keys and rules of the last check
 	res.Statuses = res.Statuses[:0]
@@ -172,6 +183,14 @@ func (res *Result) combine() {
 	if decider != nil {
 		res.Decision = decider.Decision
 		res.Reason = decider.Reason
+	}
+	if !res.Allowed {
+		res.Reduced = true
+		for i := range res.Statuses {
+			if st := &res.Statuses[i]; !st.Shadow && st.r != nil && !st.Allowed && !st.Reduced {
+				res.Reduced = false // refused for the client's own use too
+			}
+		}
 	}
 	if !res.Allowed {
 		res.Delay = 0
@@ -255,7 +274,7 @@ type RuleStats struct {
 
 // TierStats are one priority tier's counts under one rule.
 type TierStats struct {
-	Tier              string
+	Tier             string
 	Allowed, Limited uint64
 }
 
@@ -288,4 +307,50 @@ func (res *Result) levelOf(req *rules.Request) int {
 		res.level, res.leveled = res.priority.Level(req), true
 	}
 	return res.level
+}
+
+// factorOf returns the pressure factor for this check, read once.
+func (res *Result) factorOf(pressure func() float64) float64 {
+	if !res.factored {
+		res.factor, res.factored = 1, true
+		if pressure != nil {
+			if f := pressure(); f > 0 && f < 1 {
+				res.factor = f
+			}
+		}
+	}
+	return res.factor
+}
+
+// inflate returns what cost takes from an adaptive rule's store limit at
+// factor f: cost * AdaptiveScale / f, rounded up, so the rule admits its
+// rate times f.
+func inflate(cost int64, f float64) int64 {
+	scaled := mulCost(cost, rules.AdaptiveScale)
+	if f >= 1 {
+		return scaled
+	}
+	x := math.Ceil(float64(scaled) / f)
+	if x >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(x)
+}
+
+// unscale turns a decision on adaptive rule r's store limit into the
+// rule's units at factor f: what is left at the current price of a unit,
+// and the rule's limit reduced by f. It reports whether it is a refusal
+// under a reduced limit.
+func unscale(d *sluice.Decision, r *rule, f float64) bool {
+	unit := inflate(1, f)
+	reduced := !d.Allowed && d.Reason == sluice.ReasonLimited && f < 1
+	d.Remaining /= unit
+	d.Limit = r.Limit
+	if f < 1 {
+		d.Limit.Rate = max(int64(float64(r.Limit.Rate)*f), 1)
+		if r.Limit.Burst > 0 {
+			d.Limit.Burst = max(int64(float64(r.Limit.Burst)*f), 1)
+		}
+	}
+	return reduced
 }

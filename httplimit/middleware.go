@@ -68,6 +68,11 @@ type Options struct {
 	// (temporary-reduced-capacity) at once. Its latency and outcome move
 	// an adaptive limit: a 5xx answer counts as dropped.
 	Concurrency *concurrency.Limiter
+	// Pressure, if set, is told how long each admitted request took in
+	// next and whether it failed (a 5xx, or shed by Concurrency): the
+	// signal that the engine's adaptive rules follow (engine.Options.Pressure
+	// set to its Factor).
+	Pressure *concurrency.Pressure
 }
 
 // Limiter is the middleware: an http.Handler wrapper built from an engine.
@@ -143,6 +148,14 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if l.sendAllowedHeaders(res) {
 		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf, &l.policies)
+	}
+	if l.o.Pressure != nil {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			l.o.Pressure.Observe(time.Since(start), sw.status >= 500)
+		}()
+		w = sw
 	}
 	if l.o.Concurrency != nil {
 		p, err := l.o.Concurrency.Acquire(r.Context())

@@ -59,6 +59,13 @@ func ProblemFor(res *engine.Result) *Problem {
 		p.Detail = fmt.Sprintf("This request lacks what the %q limit counts by.", d.Rule)
 	case sluice.ReasonTooLarge:
 		p.Detail = detailNeverAdmissible
+	case sluice.ReasonLimited:
+		if res.Reduced { // only the service's pressure refused it
+			p.Type, p.Title, p.Status = ProblemReducedCapacity, titleReducedCapacity, http.StatusServiceUnavailable
+			p.Detail = "The service is under load: the limit is " + limitWords(d.Limit) + " for now. Try again in about " + about(d.RetryAfter) + "."
+			break
+		}
+		fallthrough
 	default:
 		p.Detail = "Limit is " + limitWords(d.Limit) + ". Try again in about " + about(d.RetryAfter) + "."
 	}

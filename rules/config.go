@@ -100,6 +100,10 @@ type Rule struct {
 	// CountOn, when set, charges a request only if its response status is
 	// listed: the rule rejects once exhausted, but only such responses count.
 	CountOn []int
+	// Adaptive rules follow the protected service's pressure: their rate
+	// is multiplied by the factor the gateway or middleware measures
+	// (concurrency.Pressure), 1 while the service is healthy.
+	Adaptive bool
 	// Tiers, when set, share the limit among priority tiers (see
 	// Config.Priority): each keeps its share from the tiers below it.
 	Tiers Tiers

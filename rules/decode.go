@@ -538,6 +538,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		},
 		"reserve":  func(v *yaml.Node, f string) { r.Reserve = d.reserve(v, f) },
 		"tiers":    func(v *yaml.Node, f string) { r.Tiers = d.tiers(c, v, f) },
+		"adaptive": func(v *yaml.Node, f string) { r.Adaptive, _ = d.boolean(v, f) },
 		"sync":     func(v *yaml.Node, f string) { d.sharing(&r.Sync, v, f) },
 		"regions":  func(v *yaml.Node, f string) { r.Regions = d.regions(v, f) },
 		"showKeys": func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
@@ -699,6 +700,16 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 	}
 	if r.Tiers != nil && r.Sync.Shards > 1 {
 		d.fail(n, field+".tiers", "tiers share one count: they cannot use shards")
+	}
+	if r.Adaptive {
+		switch a := r.Limit.Algorithm; {
+		case a != sluice.GCRA && a != sluice.TokenBucket && a != sluice.LeakyMeter:
+			d.fail(n, field+".adaptive", "an adaptive rate needs gcra, token-bucket or leaky-meter (a rate that can shrink smoothly), not %s", a)
+		case r.Reserve != nil || len(r.CountOn) > 0 || r.Shadow || r.Envoy != nil:
+			d.fail(n, field+".adaptive", "adaptive rules count each request as it comes: not with reserve, countOn, mode: shadow or Envoy descriptors")
+		case r.Limit.Rate > 0 && r.Limit.Period > 0 && r.Limit.Validate() == nil && AdaptiveLimit(r.Limit).Validate() != nil:
+			d.fail(n, field+".adaptive", "%d per %v is too fine to shrink in steps of 1/%d", r.Limit.Rate, r.Limit.Period, AdaptiveScale)
+		}
 	}
 	switch a := r.Limit.Algorithm; {
 	case (r.Sync.Mode == sluice.SyncLease || r.Sync.Mode == sluice.SyncAuto) &&

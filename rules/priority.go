@@ -1,6 +1,10 @@
 package rules
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sluice-rl/sluice"
+)
 
 // Priority says which tier a request belongs to, for rules whose limit is
 // shared by tiers (Rule.Tiers). A request's tier comes from the first of
@@ -69,3 +73,17 @@ func (t Tiers) Floor(level int, capacity int64) int64 {
 // Tiers are the shares of a limit kept for each tier (by level index, the
 // highest first): a tier may not take the shares of the tiers above it.
 type Tiers []float64
+
+// AdaptiveScale is how finely an adaptive rule's rate can shrink: its
+// limit is counted in 1/AdaptiveScale units, so a request of cost c under
+// factor f takes ceil(c * AdaptiveScale / f) of them.
+const AdaptiveScale = 64
+
+// AdaptiveLimit is the limit an adaptive rule counts in the store: l in
+// 1/AdaptiveScale units, the same rate and burst.
+func AdaptiveLimit(l sluice.Limit) sluice.Limit {
+	s := l
+	s.Rate = l.Rate * AdaptiveScale
+	s.Burst = l.Capacity() * AdaptiveScale
+	return s
+}

@@ -57,6 +57,7 @@ type FastGateway struct {
 	pool    sync.Pool // of *fastState
 
 	concurrency *concurrency.Limiter // nil: no bound on what is in flight
+	pressure    *concurrency.Pressure
 }
 
 // FastOptions configure a FastGateway.
@@ -71,6 +72,10 @@ type FastOptions struct {
 	// Concurrency, if set, bounds the requests in flight to the upstream
 	// (see httplimit.Options.Concurrency): beyond it, 503 at once.
 	Concurrency *concurrency.Limiter
+	// Pressure, if set, is told each upstream answer's latency and whether
+	// it failed (a 5xx, an unreachable or slow upstream, or a request the
+	// concurrency limit shed): see httplimit.Options.Pressure.
+	Pressure *concurrency.Pressure
 }
 
 type fastState struct {
@@ -96,7 +101,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGat
 		o.Timeout = 30 * time.Second
 	}
 	g := &FastGateway{
-		e: e, o: o.HTTP, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout, concurrency: o.Concurrency,
+		e: e, o: o.HTTP, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout, concurrency: o.Concurrency, pressure: o.Pressure,
 		log: o.Logger, panics: &o.Metrics.panics,
 		client: &fasthttp.HostClient{
 			Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
@@ -212,6 +217,10 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		time.Sleep(res.Delay)
+	}
+	if g.pressure != nil {
+		start := time.Now()
+		defer func() { g.pressure.Observe(time.Since(start), ctx.Response.StatusCode() >= 500) }()
 	}
 	if c := g.concurrency; c != nil {
 		p, err := c.Acquire(ctx)

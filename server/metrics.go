@@ -70,6 +70,10 @@ func (m *Metrics) ObserveStoreCall(d time.Duration, err error) {
 // requests in flight and those it shed.
 func (m *Metrics) WatchConcurrency(l *concurrency.Limiter) { m.collector.conc = l }
 
+// WatchPressure adds the pressure factor adaptive rules follow to the
+// metrics.
+func (m *Metrics) WatchPressure(p *concurrency.Pressure) { m.collector.pressure = p }
+
 func (m *Metrics) watch(e *engine.Engine, mem *memory.Store, sh *share.Store) {
 	m.collector.e, m.collector.mem, m.collector.share = e, mem, sh
 }
@@ -77,14 +81,17 @@ func (m *Metrics) watch(e *engine.Engine, mem *memory.Store, sh *share.Store) {
 // collector reads the engine's and the store's counters at scrape time, so
 // requests pay nothing for metrics.
 type collector struct {
-	e      *engine.Engine
-	mem    *memory.Store
-	share  *share.Store
-	panics *panics
-	conc   *concurrency.Limiter
+	e        *engine.Engine
+	mem      *memory.Store
+	share    *share.Store
+	panics   *panics
+	conc     *concurrency.Limiter
+	pressure *concurrency.Pressure
 }
 
 var (
+	descPressure = prometheus.NewDesc("sluice_pressure_factor",
+		"The share of their rate that rules marked adaptive admit now: 1 while the upstream is healthy, less as its answers slow down or fail (--adaptive).", nil, nil)
 	descConcLimit = prometheus.NewDesc("sluice_concurrency_limit",
 		"The adaptive concurrency limit in front of the upstream (--adaptive).", nil, nil)
 	descConcInFlight = prometheus.NewDesc("sluice_concurrency_in_flight",
@@ -154,7 +161,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descPressure} {
 		ch <- d
 	}
 }
@@ -169,6 +176,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(l.Limit()))
 		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(l.InFlight()))
 		counter(descConcShed, l.Shed())
+	}
+	if p := c.pressure; p != nil {
+		ch <- prometheus.MustNewConstMetric(descPressure, prometheus.GaugeValue, p.Factor())
 	}
 	if c.e == nil {
 		return

@@ -21,8 +21,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
 	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
-	adaptive := fs.Bool("adaptive", false, "also bound the requests in flight to the upstream by a limit that follows its latency (Gradient2, 4 to --adaptive-max): beyond it, 503 at once")
-	adaptiveMax := fs.Int("adaptive-max", 1000, "the adaptive limit's largest value")
+	adaptive := fs.Bool("adaptive", false, "follow the upstream's health: bound the requests in flight to it by a limit that follows its latency (Gradient2, 4 to --adaptive-max; beyond it, 503 at once), and shrink the rate of rules marked adaptive when its answers fail or slow down")
+	adaptiveMax := fs.Int("adaptive-max", 1000, "the adaptive concurrency limit's largest value")
+	adaptiveLatency := fs.Duration("adaptive-latency", 0, "with --adaptive, the upstream latency above which adaptive rules shrink their rate (target / latency); 0: only failures count (over 5% of answers failing, shed or 5xx)")
+	adaptiveFloor := fs.Float64("adaptive-floor", 0.1, "with --adaptive, the smallest share of their rate adaptive rules keep under pressure")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8000] [--admin-listen 127.0.0.1:9091]")
@@ -40,6 +42,12 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(positional) > 0 {
 		return errUsage{errors.New("want --upstream http://HOST:PORT")}
 	}
+	if *adaptiveFloor <= 0 || *adaptiveFloor > 1 {
+		return errUsage{fmt.Errorf("--adaptive-floor %v: want a share in (0, 1]", *adaptiveFloor)}
+	}
+	if *adaptive {
+		c.pressure = concurrency.NewPressure(concurrency.PressureOptions{Target: *adaptiveLatency, Floor: *adaptiveFloor})
+	}
 	s, err := c.build(stderr)
 	if err != nil {
 		return err
@@ -49,6 +57,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *adaptive {
 		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax})
 		s.metrics.WatchConcurrency(conc)
+		s.metrics.WatchPressure(c.pressure)
 	}
 	var front *listening
 	switch *plane {
@@ -58,10 +67,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		ln = s.tls.wrap(ln, "http/1.1") // fasthttp speaks HTTP/1.1 only
-		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics, Concurrency: conc})
+		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics, Concurrency: conc, Pressure: c.pressure})
 		front = &listening{ln: ln, srv: fastServer{g}}
 	case "net/http":
-		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc}, s.log, s.metrics), s.tls)
+		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure}, s.log, s.metrics), s.tls)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net"
@@ -64,6 +65,10 @@ type common struct {
 	decisionLog     *string
 	decisionRate    *int
 	decisionSample  *int
+
+	// pressure, when set (gateway --adaptive), is the factor adaptive
+	// rules follow.
+	pressure *concurrency.Pressure
 }
 
 func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
@@ -195,6 +200,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		Logger: s.log, DecisionLog: dl,
 		OnStoreCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
 		OnReject:    s.live.Rejected, OnLock: s.live.Locked,
+		Pressure: c.pressureFactor(),
 	})
 	if err != nil {
 		return nil, err
@@ -439,4 +445,12 @@ func (s *setup) scheme(plain string) string {
 		return plain + "s"
 	}
 	return plain
+}
+
+// pressureFactor is the engine's pressure source: none without --adaptive.
+func (c *common) pressureFactor() func() float64 {
+	if c.pressure == nil {
+		return nil
+	}
+	return c.pressure.Factor
 }
