@@ -59,6 +59,12 @@ type Options struct {
 	QueueTimeout time.Duration
 	// Now reads the time (default time.Now), for tests.
 	Now func() time.Time
+	// Tiers, when set, keep a share of the limit for each priority level
+	// (by index, 0 the highest) from the levels below it: a request of
+	// level i takes a permit only while fewer than limit x (1 - the shares
+	// of levels 0..i-1) are held (see AcquireAt). As the limit falls, the
+	// lowest levels are shed first.
+	Tiers []float64
 }
 
 // Limiter hands out permits while fewer than its limit are held.
@@ -69,6 +75,8 @@ type Limiter struct {
 	inflight atomic.Int64
 	limit    atomic.Int64  // the integer limit Acquire compares with
 	shed     atomic.Uint64 // requests refused
+
+	above []float64 // per level, the shares of the levels above it
 
 	mu      sync.Mutex
 	exact   float64       // the algorithm's limit, before rounding
@@ -93,6 +101,12 @@ func New(alg Algorithm, o Options) *Limiter {
 		o.Now = time.Now
 	}
 	l := &Limiter{alg: alg, o: o, wake: make(chan struct{}, max(o.Queue, 1))}
+	sum := 0.0
+	for _, s := range o.Tiers {
+		l.above = append(l.above, sum)
+		sum += s
+	}
+	l.above = append(l.above, sum) // a level past the last named
 	l.set(alg.Initial())
 	return l
 }
@@ -119,8 +133,13 @@ type Permit struct {
 
 // Acquire takes a permit if fewer than the limit are held, or waits in the
 // queue (if any) for one, within ctx.
-func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
-	if p, ok := l.tryAcquire(); ok {
+func (l *Limiter) Acquire(ctx context.Context) (Permit, error) { return l.AcquireAt(ctx, 0) }
+
+// AcquireAt is Acquire for a request of priority level (0 the highest; see
+// Options.Tiers): it takes a permit only while the shares kept for the
+// levels above it are free.
+func (l *Limiter) AcquireAt(ctx context.Context, level int) (Permit, error) {
+	if p, ok := l.tryAcquire(level); ok {
 		return p, nil
 	}
 	if l.o.Queue <= 0 {
@@ -138,7 +157,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	for {
 		select {
 		case <-l.wake:
-			if p, ok := l.tryAcquire(); ok {
+			if p, ok := l.tryAcquire(level); ok {
 				return p, nil
 			}
 		case <-timer.C:
@@ -150,10 +169,13 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	}
 }
 
-func (l *Limiter) tryAcquire() (Permit, bool) {
+func (l *Limiter) tryAcquire(level int) (Permit, bool) {
 	for {
-		n := l.inflight.Load()
-		if n >= l.limit.Load() {
+		n, limit := l.inflight.Load(), l.limit.Load()
+		if level > 0 && len(l.o.Tiers) > 0 {
+			limit -= int64(float64(limit) * l.above[min(level, len(l.above)-1)])
+		}
+		if n >= limit {
 			return Permit{}, false
 		}
 		if l.inflight.CompareAndSwap(n, n+1) {

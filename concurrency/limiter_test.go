@@ -193,3 +193,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	})
 }
+
+// With tiers, a lower level stops at its share while a higher one takes
+// the rest of the limit.
+func TestTiersKeepTheirShareOfTheLimit(t *testing.T) {
+	l := New(Fixed{N: 10}, Options{Tiers: []float64{0.2, 0.3}}) // critical keeps 2, default 3
+	var held []Permit
+	take := func(level int) int {
+		n := 0
+		for range 20 {
+			if p, err := l.AcquireAt(context.Background(), level); err == nil {
+				held = append(held, p)
+				n++
+			}
+		}
+		return n
+	}
+	if got := []int{take(2), take(1), take(0)}; got[0] != 5 || got[1] != 3 || got[2] != 2 {
+		t.Fatalf("sheddable, default, critical took %v permits of 10: want 5, 3, 2", got)
+	}
+	held[0].Release(Success)
+	if _, err := l.AcquireAt(context.Background(), 2); err == nil {
+		t.Fatal("a released permit went to the lowest level while the levels above held their shares")
+	}
+	if _, err := l.AcquireAt(context.Background(), 0); err != nil {
+		t.Fatal("critical could not take the released permit")
+	}
+}
