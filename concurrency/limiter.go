@@ -79,9 +79,13 @@ type Limiter struct {
 	above []float64 // per level, the shares of the levels above it
 
 	mu      sync.Mutex
-	exact   float64       // the algorithm's limit, before rounding
-	waiting atomic.Int64  // requests in the queue
-	wake    chan struct{} // a token per permit released while some wait
+	exact   float64 // the algorithm's limit, before rounding
+	waiting atomic.Int64
+	// Per priority level, the requests in the queue, and a token per
+	// permit released while some wait: a released permit wakes the
+	// highest level waiting.
+	waitingAt []atomic.Int64
+	wake      []chan struct{}
 }
 
 // New returns a Limiter moving its limit with alg (Fixed{N} for a fixed
@@ -100,7 +104,13 @@ func New(alg Algorithm, o Options) *Limiter {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	l := &Limiter{alg: alg, o: o, wake: make(chan struct{}, max(o.Queue, 1))}
+	l := &Limiter{alg: alg, o: o}
+	levels := len(o.Tiers) + 1
+	l.waitingAt = make([]atomic.Int64, levels)
+	l.wake = make([]chan struct{}, levels)
+	for i := range l.wake {
+		l.wake[i] = make(chan struct{}, max(o.Queue, 1))
+	}
 	sum := 0.0
 	for _, s := range o.Tiers {
 		l.above = append(l.above, sum)
@@ -152,11 +162,14 @@ func (l *Limiter) AcquireAt(ctx context.Context, level int) (Permit, error) {
 		return Permit{}, ErrLimited
 	}
 	defer l.waiting.Add(-1)
+	at := min(max(level, 0), len(l.wake)-1)
+	l.waitingAt[at].Add(1)
+	defer l.waitingAt[at].Add(-1)
 	timer := time.NewTimer(l.o.QueueTimeout)
 	defer timer.Stop()
 	for {
 		select {
-		case <-l.wake:
+		case <-l.wake[at]:
 			if p, ok := l.tryAcquire(level); ok {
 				return p, nil
 			}
@@ -199,9 +212,14 @@ func (p Permit) Release(o Outcome) {
 	}
 	l.inflight.Add(-1)
 	if l.waiting.Load() > 0 {
-		select {
-		case l.wake <- struct{}{}: // a waiter tries again
-		default:
+		for i := range l.wake { // the highest level waiting tries again
+			if l.waitingAt[i].Load() > 0 {
+				select {
+				case l.wake[i] <- struct{}{}:
+					return
+				default:
+				}
+			}
 		}
 	}
 }

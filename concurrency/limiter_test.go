@@ -220,3 +220,33 @@ func TestTiersKeepTheirShareOfTheLimit(t *testing.T) {
 		t.Fatal("critical could not take the released permit")
 	}
 }
+
+// A released permit goes to the highest level waiting in the queue, even
+// one that came later.
+func TestTheQueueWakesTheHighestLevelFirst(t *testing.T) {
+	l := New(Fixed{N: 1}, Options{Queue: 4, QueueTimeout: 5 * time.Second, Tiers: []float64{0, 0}})
+	held, _ := l.AcquireAt(context.Background(), 0)
+	order := make(chan int, 2)
+	wait := func(level int) {
+		p, err := l.AcquireAt(context.Background(), level)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- level
+		time.Sleep(10 * time.Millisecond)
+		p.Release(Success)
+	}
+	go wait(2)
+	for l.waitingAt[2].Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	go wait(0)
+	for l.waitingAt[0].Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	held.Release(Success)
+	if first, second := <-order, <-order; first != 0 || second != 2 {
+		t.Fatalf("permits went to levels %d then %d: want the critical waiter first", first, second)
+	}
+}
