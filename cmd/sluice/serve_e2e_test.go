@@ -43,13 +43,13 @@ var buildOnce struct {
 
 // start builds the binary once per test run and starts it with args; the
 // first line it prints names its address.
-func start(t *testing.T, args ...string) (string, *exec.Cmd) {
+func start(t testing.TB, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	return startTo(t, os.Stderr, args...)
 }
 
 // startTo is start with the process's stderr (its log) sent to stderr.
-func startTo(t *testing.T, stderr io.Writer, args ...string) (string, *exec.Cmd) {
+func startTo(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sluice-e2e")
