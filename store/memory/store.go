@@ -2,10 +2,10 @@ package memory
 
 import (
 	"context"
-	"math"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
