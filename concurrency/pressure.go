@@ -35,6 +35,11 @@ type Pressure struct {
 	mu             sync.Mutex // the averages, under recompute
 	latency, fails float64    // smoothed: ns, share
 	seen           bool
+
+	// An operator's factor (Set), applied while it lasts: the factor is
+	// then the smaller of it and the measured one.
+	set      atomic.Uint64
+	setUntil atomic.Int64
 }
 
 // PressureOptions configure a Pressure.
@@ -92,7 +97,37 @@ func (p *Pressure) Factor() float64 {
 	if last := p.last.Load(); now-last >= int64(p.o.Tick) && p.last.CompareAndSwap(last, now) {
 		p.recompute(time.Duration(now - last))
 	}
+	f := math.Float64frombits(p.factor.Load())
+	if now < p.setUntil.Load() {
+		f = min(f, math.Float64frombits(p.set.Load()))
+	}
+	return f
+}
+
+// Measured returns the factor from the answers observed, without Set's.
+func (p *Pressure) Measured() float64 {
+	p.Factor()
 	return math.Float64frombits(p.factor.Load())
+}
+
+// Set applies factor f (clamped to [Floor, 1]) for d, from a signal that
+// Observe cannot see (a database's load, an operator): the factor is the
+// smaller of it and the measured one until then. It returns the factor set.
+func (p *Pressure) Set(f float64, d time.Duration) float64 {
+	f = min(max(f, p.o.Floor), 1)
+	p.set.Store(math.Float64bits(f))
+	p.setUntil.Store(p.o.Now().Add(d).UnixNano())
+	return f
+}
+
+// SetUntil returns the factor Set applied and until when (a zero time if
+// none applies now).
+func (p *Pressure) SetUntil() (float64, time.Time) {
+	until := p.setUntil.Load()
+	if p.o.Now().UnixNano() >= until {
+		return 1, time.Time{}
+	}
+	return math.Float64frombits(p.set.Load()), time.Unix(0, until)
 }
 
 // recompute folds the samples since the last call, dt ago, into the

@@ -94,3 +94,24 @@ func TestObserveAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per observe and factor", n)
 	}
 }
+
+// An operator's factor applies for its time, as a ceiling on the measured
+// one, within [Floor, 1].
+func TestASetFactorLastsItsTime(t *testing.T) {
+	clock := &fakeTime{t: time.Unix(1_800_000_000, 0)}
+	p := NewPressure(PressureOptions{Floor: 0.2, Now: clock.now})
+	if got := p.Set(0.01, time.Minute); got != 0.2 {
+		t.Fatalf("Set below the floor gave %v", got)
+	}
+	p.Set(0.5, time.Minute)
+	if f := p.Factor(); f != 0.5 {
+		t.Fatalf("factor %v while 0.5 is set", f)
+	}
+	if f, until := p.SetUntil(); f != 0.5 || !until.Equal(clock.now().Add(time.Minute)) {
+		t.Fatalf("SetUntil = %v, %v", f, until)
+	}
+	clock.add(time.Minute)
+	if f := p.Factor(); f != 1 {
+		t.Fatalf("factor %v after the set one ran out", f)
+	}
+}

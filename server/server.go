@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice/concurrency"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,6 +47,9 @@ type Options struct {
 	// (engine.Options.OnStoreCall = m.ObserveStoreCall).
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// Pressure, if set, is the factor rules marked adaptive follow: GET and
+	// PUT /v1/pressure (admin) read it and set an operator's factor.
+	Pressure *concurrency.Pressure
 	// Live, if set, feeds the live page (/ui) and its JSON (/v1/ui/state):
 	// see Live.
 	Live *Live
@@ -94,6 +98,8 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))
 	s.mux.HandleFunc("GET /v1/admin/hot", s.admin(s.hot))
+	s.mux.HandleFunc("GET /v1/pressure", s.admin(s.getPressure))
+	s.mux.HandleFunc("PUT /v1/pressure", s.admin(s.putPressure))
 	// The page holds no data: it fetches it from /v1/ui/state, an admin
 	// endpoint, with the token from the page's #token= fragment, which never
 	// reaches a server or a log.

@@ -61,7 +61,9 @@ func (c *denyCache) check(tk *sluice.Take, now int64) (sluice.Decision, bool) {
 
 // learn records the store's answer to tk.
 func (c *denyCache) learn(tk *sluice.Take, d *sluice.Decision, now int64) {
-	if c.off || tk.DryRun || tk.Cost == 0 {
+	if c.off || tk.DryRun || tk.Cost == 0 || tk.Floor > 0 {
+		// A refusal above a floor (a lower priority tier) says nothing of
+		// the tiers above it: not learnt.
 		return
 	}
 	k := leaseKey{tk.Rule, tk.Key, tk.Limit}

@@ -359,3 +359,30 @@ func TestAutoLeasesHotKeysOnly(t *testing.T) {
 		t.Fatalf("hot keys: %+v", top)
 	}
 }
+
+// A lower tier refused at its floor says nothing of the tiers above it:
+// the deny cache does not learn from it, and a higher tier is decided by
+// the store.
+func TestDenyCacheLearnsNothingFromAFloor(t *testing.T) {
+	lim := sluice.Limit{Rate: 10, Period: time.Hour}
+	f := newFleet(t, 1, sluice.Sharing{})
+	take := func(floor int64) sluice.Decision {
+		var out [1]sluice.Decision
+		if err := f.gws[0].Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 1, Floor: floor}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	low := 0
+	for range 10 {
+		if take(5).Allowed {
+			low++
+		}
+	}
+	if low != 5 {
+		t.Fatalf("the low tier took %d above a floor of 5", low)
+	}
+	if d := take(0); !d.Allowed {
+		t.Fatalf("the top tier after the low tier's refusals: %+v, want admitted (the share kept for it)", d)
+	}
+}

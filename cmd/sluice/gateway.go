@@ -57,7 +57,6 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *adaptive {
 		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax})
 		s.metrics.WatchConcurrency(conc)
-		s.metrics.WatchPressure(c.pressure)
 	}
 	var front *listening
 	switch *plane {
@@ -82,7 +81,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		adm, err := server.New(server.Options{
 			Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen),
-			Upstream: server.UpstreamCheck(u), Live: s.live,
+			Upstream: server.UpstreamCheck(u), Live: s.live, Pressure: c.pressure,
 		})
 		if err != nil {
 			return err

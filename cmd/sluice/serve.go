@@ -206,6 +206,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		return nil, err
 	}
 	s.live.Attach(s.eng)
+	s.metrics.WatchPressure(c.pressure)
 	return s, nil
 }
 
@@ -372,7 +373,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
-		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live,
+		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
 	})
 	if err != nil {
 		return err
@@ -447,10 +448,12 @@ func (s *setup) scheme(plain string) string {
 	return plain
 }
 
-// pressureFactor is the engine's pressure source: none without --adaptive.
+// pressureFactor is the engine's pressure source: the gateway's measured
+// one with --adaptive, else one that only an operator sets (PUT
+// /v1/pressure).
 func (c *common) pressureFactor() func() float64 {
 	if c.pressure == nil {
-		return nil
+		c.pressure = concurrency.NewPressure(concurrency.PressureOptions{})
 	}
 	return c.pressure.Factor
 }
