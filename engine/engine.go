@@ -244,6 +244,9 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 		}
 		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
 	}
+	if rs.cfg.Priority != nil {
+		res.levelOf(req) // for Tier, whether a rule has tiers or not
+	}
 	// The buffer is complete: keys may now point into it.
 	for i := range res.matched {
 		m := &res.matched[i]

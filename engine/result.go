@@ -137,7 +137,7 @@ func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
 	res.Skipped, res.StoreError = 0, nil
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
-	res.priority, res.leveled = rs.cfg.Priority, false
+	res.priority, res.leveled, res.level = rs.cfg.Priority, false, 0
 	res.factored, res.Reduced = false, false
 	res.MissingKey = res.MissingKey[:0]
 	clear(res.Statuses) // drop references to keys and rules of the last check
@@ -308,6 +308,11 @@ func (res *Result) levelOf(req *rules.Request) int {
 	}
 	return res.level
 }
+
+// Tier returns the request's priority tier (an index into the priority
+// section's levels, 0 the highest), or 0 without a priority section: for
+// a concurrency limit with tiers (concurrency.Limiter.AcquireAt).
+func (res *Result) Tier() int { return res.level }
 
 // factorOf returns the pressure factor for this check, read once.
 func (res *Result) factorOf(pressure func() float64) float64 {

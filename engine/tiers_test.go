@@ -64,3 +64,18 @@ func TestTiersShedFromTheLowestUp(t *testing.T) {
 		t.Fatalf("no tier named: %+v", res.Statuses[0])
 	}
 }
+
+// A request's tier is known whenever the file has a priority section, for
+// the concurrency limit in front of the service.
+func TestTierIsKnownWithoutTieredRules(t *testing.T) {
+	f := newFixture(t, "priority: {from: header:X-Priority}\nrules:\n  - {id: a, key: [ip], rate: 10, per: 1s}\n", Options{})
+	for tier, want := range map[string]int{"critical": 0, "sheddable": 2, "": 1} {
+		req := userReq("u")
+		req.Header = http.Header{"X-Priority": {tier}}
+		var res Result
+		f.e.Check(context.Background(), req, CheckOptions{}, &res)
+		if res.Tier() != want {
+			t.Errorf("X-Priority %q: tier %d, want %d", tier, res.Tier(), want)
+		}
+	}
+}

@@ -158,7 +158,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		w = sw
 	}
 	if l.o.Concurrency != nil {
-		p, err := l.o.Concurrency.Acquire(r.Context())
+		p, err := l.o.Concurrency.AcquireAt(r.Context(), res.Tier())
 		if err != nil {
 			shed(w)
 			return

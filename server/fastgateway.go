@@ -223,7 +223,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		defer func() { g.pressure.Observe(time.Since(start), ctx.Response.StatusCode() >= 500) }()
 	}
 	if c := g.concurrency; c != nil {
-		p, err := c.Acquire(ctx)
+		p, err := c.AcquireAt(ctx, res.Tier())
 		if err != nil {
 			p := httplimit.ShedProblem()
 			st.body = appendProblem(st.body[:0], p)

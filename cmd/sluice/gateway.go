@@ -55,7 +55,15 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer s.close()
 	var conc *concurrency.Limiter
 	if *adaptive {
-		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax})
+		// With a priority section, each level keeps a tenth of the limit
+		// from the levels below: the lowest is shed first.
+		var tiers []float64
+		if p := s.eng.Config().Priority; p != nil {
+			for range len(p.Levels) - 1 {
+				tiers = append(tiers, 0.1)
+			}
+		}
+		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax, Tiers: tiers})
 		s.metrics.WatchConcurrency(conc)
 	}
 	var front *listening
