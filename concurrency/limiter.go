@@ -86,6 +86,7 @@ type Limiter struct {
 	// highest level waiting.
 	waitingAt []atomic.Int64
 	wake      []chan struct{}
+	shedAt    []atomic.Uint64 // requests refused, by level
 }
 
 // New returns a Limiter moving its limit with alg (Fixed{N} for a fixed
@@ -107,6 +108,7 @@ func New(alg Algorithm, o Options) *Limiter {
 	l := &Limiter{alg: alg, o: o}
 	levels := len(o.Tiers) + 1
 	l.waitingAt = make([]atomic.Int64, levels)
+	l.shedAt = make([]atomic.Uint64, levels)
 	l.wake = make([]chan struct{}, levels)
 	for i := range l.wake {
 		l.wake[i] = make(chan struct{}, max(o.Queue, 1))
@@ -134,6 +136,19 @@ func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }
 // Shed returns how many requests Acquire has refused.
 func (l *Limiter) Shed() uint64 { return l.shed.Load() }
 
+// ShedAt returns how many requests of priority level AcquireAt has refused
+// (levels past the last of Options.Tiers count as the last).
+func (l *Limiter) ShedAt(level int) uint64 {
+	return l.shedAt[min(max(level, 0), len(l.shedAt)-1)].Load()
+}
+
+// refuse counts a refusal at level.
+func (l *Limiter) refuse(level int) error {
+	l.shed.Add(1)
+	l.shedAt[min(max(level, 0), len(l.shedAt)-1)].Add(1)
+	return ErrLimited
+}
+
 // Permit is a held place under the limit; release it once.
 type Permit struct {
 	l        *Limiter
@@ -153,13 +168,11 @@ func (l *Limiter) AcquireAt(ctx context.Context, level int) (Permit, error) {
 		return p, nil
 	}
 	if l.o.Queue <= 0 {
-		l.shed.Add(1)
-		return Permit{}, ErrLimited
+		return Permit{}, l.refuse(level)
 	}
 	if l.waiting.Add(1) > int64(l.o.Queue) {
 		l.waiting.Add(-1)
-		l.shed.Add(1)
-		return Permit{}, ErrLimited
+		return Permit{}, l.refuse(level)
 	}
 	defer l.waiting.Add(-1)
 	at := min(max(level, 0), len(l.wake)-1)
@@ -174,8 +187,7 @@ func (l *Limiter) AcquireAt(ctx context.Context, level int) (Permit, error) {
 				return p, nil
 			}
 		case <-timer.C:
-			l.shed.Add(1)
-			return Permit{}, ErrLimited
+			return Permit{}, l.refuse(level)
 		case <-ctx.Done():
 			return Permit{}, ctx.Err()
 		}

@@ -250,3 +250,15 @@ func TestTheQueueWakesTheHighestLevelFirst(t *testing.T) {
 		t.Fatalf("permits went to levels %d then %d: want the critical waiter first", first, second)
 	}
 }
+
+func TestShedIsCountedByLevel(t *testing.T) {
+	l := New(Fixed{N: 1}, Options{Tiers: []float64{0.5}})
+	p, _ := l.AcquireAt(context.Background(), 0)
+	for _, level := range []int{0, 1, 1, 7} {
+		l.AcquireAt(context.Background(), level)
+	}
+	if l.ShedAt(0) != 1 || l.ShedAt(1) != 3 || l.Shed() != 4 {
+		t.Fatalf("shed %d at 0, %d at 1, %d in all: want 1, 3, 4", l.ShedAt(0), l.ShedAt(1), l.Shed())
+	}
+	p.Release(Success)
+}

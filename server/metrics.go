@@ -92,6 +92,8 @@ type collector struct {
 var (
 	descPressure = prometheus.NewDesc("sluice_pressure_factor",
 		"The share of their rate that rules marked adaptive admit now: 1 while the upstream is healthy, less as its answers slow down or fail (--adaptive).", nil, nil)
+	descConcShedTier = prometheus.NewDesc("sluice_concurrency_shed_by_tier_total",
+		"Requests answered 503 because the concurrency limit was reached, by priority tier (with a priority section in the rule file).", []string{"tier"}, nil)
 	descConcLimit = prometheus.NewDesc("sluice_concurrency_limit",
 		"The adaptive concurrency limit in front of the upstream (--adaptive).", nil, nil)
 	descConcInFlight = prometheus.NewDesc("sluice_concurrency_in_flight",
@@ -161,7 +163,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -176,6 +178,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(l.Limit()))
 		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(l.InFlight()))
 		counter(descConcShed, l.Shed())
+		if c.e != nil {
+			if p := c.e.Config().Priority; p != nil {
+				for i, name := range p.Levels {
+					counter(descConcShedTier, l.ShedAt(i), name)
+				}
+			}
+		}
 	}
 	if p := c.pressure; p != nil {
 		ch <- prometheus.MustNewConstMetric(descPressure, prometheus.GaugeValue, p.Factor())
