@@ -109,3 +109,63 @@ func orF(v, def float64) float64 {
 	}
 	return def
 }
+
+// MinRTT moves the limit by the ratio of the least latency seen to the
+// recent one, as Envoy's adaptive concurrency filter does: the least
+// latency is what a request takes when nothing queues, so the limit settles
+// where requests queue no more than Buffer (default 10%) beyond it.
+//
+//	gradient = clamp(min x (1 + Buffer) / short, 0.5, 1)
+//	limit'   = limit x (1 - Smoothing) + (limit x gradient + headroom) x Smoothing
+//
+// with headroom 1 while the gradient is 1 (the service keeps up: grow), 0
+// otherwise. short is the mean of recent latencies (over ShortWindow
+// samples). Envoy re-measures its minimum by pinning the limit low now and
+// then; here the minimum forgets instead, rising by Forget (default 0.1%)
+// per sample toward what requests take now, so a service that became
+// slower for good (its service time doubled) is followed within a few
+// thousand samples, without a measuring pause.
+type MinRTT struct {
+	Start       int     // the first limit (default 20)
+	Buffer      float64 // the queueing tolerated beyond the least latency (default 0.1)
+	Smoothing   float64 // how fast the limit moves (default 0.1)
+	ShortWindow int     // samples of the recent average (default 10)
+	Forget      float64 // the least latency's rise per sample (default 0.001)
+
+	state *minRTTState
+}
+
+type minRTTState struct{ min, short float64 }
+
+// NewMinRTT returns a MinRTT with its state (share it with one Limiter
+// only).
+func NewMinRTT(m MinRTT) *MinRTT {
+	m.state = &minRTTState{}
+	return &m
+}
+
+func (m *MinRTT) Initial() float64 { return float64(cmpOr(m.Start, 20)) }
+
+func (m *MinRTT) Update(limit float64, rtt time.Duration, inflight int, dropped bool) float64 {
+	if m.state == nil {
+		m.state = &minRTTState{}
+	}
+	st := m.state
+	buf, sm := orF(m.Buffer, 0.1), orF(m.Smoothing, 0.1)
+	sw, forget := float64(cmpOr(m.ShortWindow, 10)), orF(m.Forget, 0.001)
+	x := float64(rtt)
+	if st.min == 0 {
+		st.min, st.short = x, x
+	}
+	st.min = math.Min(st.min*(1+forget), x)
+	st.short += (x - st.short) / sw
+	if dropped {
+		return limit * 0.9
+	}
+	gradient := math.Max(0.5, math.Min(1, st.min*(1+buf)/st.short))
+	headroom := 0.0
+	if gradient >= 1 && float64(inflight) >= limit/2 {
+		headroom = 1
+	}
+	return limit*(1-sm) + (limit*gradient+headroom)*sm
+}

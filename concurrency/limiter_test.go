@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +262,37 @@ func TestShedIsCountedByLevel(t *testing.T) {
 		t.Fatalf("shed %d at 0, %d at 1, %d in all: want 1, 3, 4", l.ShedAt(0), l.ShedAt(1), l.Shed())
 	}
 	p.Release(Success)
+}
+
+// MinRTT settles where latency is within its buffer of the least seen.
+// The model: 10 servers; of n requests in flight, the first 10 are served
+// at once and the rest wait a service time per 10 ahead of them, so a
+// request's latency depends on its place. The limit ends near 10; a drop
+// cuts it; a service twice as slow for good is followed as the least
+// latency forgets, and the limit comes back near 10 instead of sinking.
+func TestMinRTTSettlesAtTheKnee(t *testing.T) {
+	m := NewMinRTT(MinRTT{Start: 30, Buffer: 0.1, Smoothing: 0.1})
+	limit := m.Initial()
+	rng := rand.New(rand.NewPCG(1, 2))
+	sample := func(base time.Duration) {
+		n := max(int(limit), 1)
+		place := 1 + rng.IntN(n)
+		rtt := base * time.Duration(1+(place-1)/10)
+		limit = m.Update(limit, rtt, place, false)
+	}
+	for range 5000 {
+		sample(20 * time.Millisecond)
+	}
+	if limit < 8 || limit > 14 {
+		t.Fatalf("limit %v after 5000 samples, want about 10", limit)
+	}
+	if got := m.Update(limit, 20*time.Millisecond, int(limit), true); got >= limit {
+		t.Fatalf("a drop left the limit at %v (was %v)", got, limit)
+	}
+	for range 10000 {
+		sample(40 * time.Millisecond)
+	}
+	if limit < 8 || limit > 14 {
+		t.Fatalf("limit %v after the service slowed for good, want about 10", limit)
+	}
 }

@@ -36,7 +36,7 @@ const (
 	overStep     = 20 * time.Second // each load level lasts this long
 	// overWait is how long a concurrency limit's queue holds a request for
 	// a permit (the limiter's Queue and QueueTimeout; by tier with tiers).
-	overWait = 20 * time.Millisecond
+	overWait = 15 * time.Millisecond
 )
 
 var (
@@ -82,8 +82,8 @@ type overloadContender struct {
 // Overload offers a backend (see the constants above) Poisson traffic from
 // 0.5x to 3x its capacity, each level for overStep, then 1x and 3x with
 // the service time doubled, through no limiter, a fixed rate (a token
-// bucket at the capacity), a fixed concurrency limit (the servers), AIMD
-// and Gradient2, each also with tiers, and reports each one's goodput, what
+// bucket at the capacity), a fixed concurrency limit (the servers), AIMD,
+// Gradient2 and MinRTT, each also with tiers, and reports each one's goodput, what
 // it shed, its latencies and each tier's success. Simulated time, real
 // algorithms.
 func Overload() (*Report, error) {
@@ -108,6 +108,9 @@ func Overload() (*Report, error) {
 		}},
 		{"Gradient2", func(clock *sluice.ManualClock, tiers []float64) (overloadContender, error) {
 			return concurrencyContender(concurrency.NewGradient2(concurrency.Gradient2{Start: overC}), clock, tiers), nil
+		}},
+		{"MinRTT", func(clock *sluice.ManualClock, tiers []float64) (overloadContender, error) {
+			return concurrencyContender(concurrency.NewMinRTT(concurrency.MinRTT{Start: overC}), clock, tiers), nil
 		}},
 	}
 	rep := &Report{

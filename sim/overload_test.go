@@ -21,7 +21,7 @@ func TestOverloadShowsWhatBoundsInFlightDoes(t *testing.T) {
 	for _, r := range res.Rows {
 		at[fmt.Sprint(r.Contender, "@", r.Load, map[bool]string{true: " slow"}[r.Slow])] = r
 	}
-	contenders := []string{"no limiter", "fixed rate", "fixed rate with tiers", "fixed concurrency", "fixed concurrency with tiers", "AIMD", "AIMD with tiers", "Gradient2", "Gradient2 with tiers"}
+	contenders := []string{"no limiter", "fixed rate", "fixed rate with tiers", "fixed concurrency", "fixed concurrency with tiers", "AIMD", "AIMD with tiers", "Gradient2", "Gradient2 with tiers", "MinRTT", "MinRTT with tiers"}
 	if len(at) != len(contenders)*8 {
 		t.Fatalf("%d rows, want %d contenders x 8 loads", len(at), len(contenders))
 	}
@@ -46,12 +46,18 @@ func TestOverloadShowsWhatBoundsInFlightDoes(t *testing.T) {
 	// The targets at 3x, met by the fixed concurrency with tiers: goodput
 	// >= 90% of capacity, p99 <= 2x the unloaded p99, critical success >=
 	// 99% while the sheddable tier absorbs the shedding.
-	r := at["fixed concurrency with tiers@3"]
-	if r.Goodput < 0.9*capacity || r.P99Ms > 2*unloadedP99 || r.Success[0] < 99 || r.Success[2] > 5 {
-		t.Errorf("fixed concurrency with tiers at 3x: %+v; want goodput >= %.0f, p99 <= %.0f ms, critical >= 99%%, sheddable shed", r, 0.9*capacity, 2*unloadedP99)
+	// Met by the fixed limit with tiers, and by the adaptive MinRTT with
+	// tiers, which also follows a service time that doubles.
+	for _, c := range []string{"fixed concurrency with tiers", "MinRTT with tiers"} {
+		r := at[c+"@3"]
+		if r.Goodput < 0.9*capacity || r.P99Ms > 2*unloadedP99 || r.Success[0] < 99 || r.Success[2] > 5 {
+			t.Errorf("%s at 3x: %+v; want goodput >= %.0f, p99 <= %.0f ms, critical >= 99%%, sheddable shed", c, r, 0.9*capacity, 2*unloadedP99)
+		}
 	}
-	if r := at["fixed concurrency@1 slow"]; r.Goodput < 0.9*capacity/2 {
-		t.Errorf("fixed concurrency, service doubled: goodput %.0f/s, want it to follow the backend down to about %.0f", r.Goodput, capacity/2)
+	for _, c := range []string{"fixed concurrency", "MinRTT"} {
+		if r := at[c+"@3 slow"]; r.Goodput < 0.9*capacity/2 {
+			t.Errorf("%s at 3x, service doubled: goodput %.0f/s, want it to follow the backend down to about %.0f", c, r.Goodput, capacity/2)
+		}
 	}
 	for _, c := range []string{"AIMD", "Gradient2"} {
 		r, tiered := at[c+"@3"], at[c+" with tiers@3"]

@@ -21,7 +21,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	upstream := fs.String("upstream", "", "the service to protect, such as http://127.0.0.1:9000 (required)")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9091", "listener for /metrics, /healthz, /readyz and the admin endpoints (empty: none)")
 	legacy := fs.Bool("legacy-headers", false, "also send X-RateLimit-Limit, -Remaining and -Reset")
-	adaptive := fs.Bool("adaptive", false, "follow the upstream's health: bound the requests in flight to it by a limit that follows its latency (Gradient2, 4 to --adaptive-max; beyond it, 503 at once), and shrink the rate of rules marked adaptive when its answers fail or slow down")
+	adaptive := fs.Bool("adaptive", false, "follow the upstream's health: bound the requests in flight to it by a limit that follows its latency (MinRTT: within 10% of its least latency, 4 to --adaptive-max; beyond it, 503 at once), and shrink the rate of rules marked adaptive when its answers fail or slow down")
 	adaptiveMax := fs.Int("adaptive-max", 1000, "the adaptive concurrency limit's largest value")
 	adaptiveLatency := fs.Duration("adaptive-latency", 0, "with --adaptive, the upstream latency above which adaptive rules shrink their rate (target / latency); 0: only failures count (over 5% of answers failing, shed or 5xx)")
 	adaptiveFloor := fs.Float64("adaptive-floor", 0.1, "with --adaptive, the smallest share of their rate adaptive rules keep under pressure")
@@ -63,7 +63,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				tiers = append(tiers, 0.1)
 			}
 		}
-		conc = concurrency.New(concurrency.NewGradient2(concurrency.Gradient2{}), concurrency.Options{Min: 4, Max: *adaptiveMax, Tiers: tiers})
+		conc = concurrency.New(concurrency.NewMinRTT(concurrency.MinRTT{}), concurrency.Options{Min: 4, Max: *adaptiveMax, Tiers: tiers})
 		s.metrics.WatchConcurrency(conc)
 	}
 	var front *listening
