@@ -115,3 +115,62 @@ func TestASetFactorLastsItsTime(t *testing.T) {
 		t.Fatalf("factor %v after the set one ran out", f)
 	}
 }
+
+// The defaults: failures tolerated up to 5%, a floor of 0.1, a recompute
+// every 100 ms, smoothing over 2 s; the first samples are taken as they
+// are; failures decay when answers stop.
+func TestPressureDefaults(t *testing.T) {
+	clock := &fakeTime{t: time.Unix(1_800_000_000, 0)}
+	p := NewPressure(PressureOptions{Now: clock.now})
+	tick := func(n, failed int) float64 {
+		for i := range n {
+			p.Observe(time.Millisecond, i < failed)
+		}
+		clock.add(100 * time.Millisecond)
+		return p.Factor()
+	}
+	if f := tick(100, 50); math.Abs(f-0.5/0.95) > 1e-9 {
+		t.Fatalf("first tick, half failing: factor %v, want exactly %v (no smoothing yet)", f, 0.5/0.95)
+	}
+	// Not a tick yet: the samples wait.
+	for range 100 {
+		p.Observe(time.Millisecond, true)
+	}
+	clock.add(50 * time.Millisecond)
+	if f := p.Factor(); math.Abs(f-0.5/0.95) > 1e-9 {
+		t.Fatalf("within the tick: factor %v moved", f)
+	}
+	clock.add(50 * time.Millisecond)
+	w := 1 - math.Exp(-0.05) // 100 ms of a 2 s window
+	if f, want := p.Factor(), (1-(0.5+w*0.5))/0.95; math.Abs(f-want) > 1e-9 {
+		t.Fatalf("a tick of all failing: factor %v, want %v", f, want)
+	}
+	for range 100 {
+		tick(100, 100)
+	}
+	if f := p.Factor(); f != 0.1 {
+		t.Fatalf("all failing for 10 s: factor %v, want the default floor 0.1", f)
+	}
+	for range 100 { // no answers at all: the failures decay
+		clock.add(100 * time.Millisecond)
+		p.Factor()
+	}
+	if f := p.Factor(); f != 1 {
+		t.Fatalf("10 s without answers: factor %v, want 1", f)
+	}
+	q := NewPressure(PressureOptions{Now: clock.now})
+	if tick := func(failed int) float64 {
+		for i := range 100 {
+			q.Observe(time.Millisecond, i < failed)
+		}
+		clock.add(100 * time.Millisecond)
+		return q.Factor()
+	}; tick(4) != 1 {
+		t.Fatal("4% failing lowered the factor: 5% is tolerated")
+	}
+	q.Set(0.5, time.Second)
+	clock.add(time.Second)
+	if f, until := q.SetUntil(); f != 1 || !until.IsZero() {
+		t.Fatalf("at its end a set factor still applies: %v until %v", f, until)
+	}
+}
