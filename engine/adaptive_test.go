@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice"
 )
 
 type factor struct{ bits atomic.Uint64 }
@@ -103,5 +105,26 @@ func TestAdaptiveTiersShedTheLowestFirst(t *testing.T) {
 		if low != c.low || crit != c.critical {
 			t.Errorf("factor %v: default %d, critical %d; want %d, %d", c.factor, low, crit, c.low, c.critical)
 		}
+	}
+}
+
+// A cost that fits the rule's burst but not the reduced one is refused as
+// the pressure's (503, retry in a second), not as a cost that can never
+// pass.
+func TestACostTooLargeOnlyUnderPressureIsRetryable(t *testing.T) {
+	p := newFactor(0.5)
+	f := newFixture(t, adaptiveRules, Options{Pressure: p.get})
+	var res Result
+	if err := f.e.Check(context.Background(), userReq("u9"), CheckOptions{Cost: 80}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Allowed || res.Reason != sluice.ReasonLimited || !res.Reduced || res.Decision.RetryAfter != time.Second {
+		t.Fatalf("cost 80 of a burst of 100 at half rate: %+v (reduced %v)", res.Decision, res.Reduced)
+	}
+	if err := f.e.Check(context.Background(), userReq("u9"), CheckOptions{Cost: 101}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != sluice.ReasonTooLarge || res.Reduced {
+		t.Fatalf("cost 101 of a burst of 100: %+v, want too large", res.Decision)
 	}
 }

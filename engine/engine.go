@@ -391,6 +391,12 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		reduced := false
 		if m.r.Adaptive {
 			reduced = unscale(&d, m.r, res.factor)
+			if d.Reason == sluice.ReasonTooLarge && res.factor < 1 && mulCost(m.r.Cost, mult) <= m.r.Limit.Capacity() {
+				// Too large only at the reduced rate: the pressure's
+				// refusal, to retry once it lifts, not a cost that can
+				// never pass.
+				d.Reason, d.RetryAfter, reduced = sluice.ReasonLimited, time.Second, true
+			}
 		}
 		st := res.add(m.r, m.key, d)
 		st.Reduced = reduced
