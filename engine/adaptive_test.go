@@ -121,10 +121,34 @@ func TestACostTooLargeOnlyUnderPressureIsRetryable(t *testing.T) {
 	if res.Allowed || res.Reason != sluice.ReasonLimited || !res.Reduced || res.Decision.RetryAfter != time.Second {
 		t.Fatalf("cost 80 of a burst of 100 at half rate: %+v (reduced %v)", res.Decision, res.Reduced)
 	}
+	if err := f.e.Check(context.Background(), userReq("u8"), CheckOptions{Cost: 100}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Allowed || !res.Reduced {
+		t.Fatalf("cost 100, the whole burst, at half rate: %+v (reduced %v), want the pressure's refusal", res.Decision, res.Reduced)
+	}
 	if err := f.e.Check(context.Background(), userReq("u9"), CheckOptions{Cost: 101}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Reason != sluice.ReasonTooLarge || res.Reduced {
 		t.Fatalf("cost 101 of a burst of 100: %+v, want too large", res.Decision)
+	}
+}
+
+// A pressure source answering 0 or above 1 is taken as no pressure; a
+// reduced limit reduces a burst too.
+func TestOddFactorsAndReducedBursts(t *testing.T) {
+	for _, v := range []float64{0, 1.5, math.NaN()} {
+		p := newFactor(v)
+		f := newFixture(t, adaptiveRules, Options{Pressure: p.get})
+		if n, _ := admitted(t, f, 200, func() *Result { return f.check(t, userReq("u")) }); n != 100 {
+			t.Errorf("factor %v: %d admitted, want the full 100", v, n)
+		}
+	}
+	p := newFactor(0.5)
+	f := newFixture(t, "rules:\n  - {id: b, key: [user], rate: 100, per: 1h, burst: 40, adaptive: true}\n", Options{Pressure: p.get})
+	res := f.check(t, userReq("u"))
+	if l := res.Decision.Limit; l.Rate != 50 || l.Burst != 20 {
+		t.Fatalf("at half rate the limit is %v, want 50 per hour, burst 20", l)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -138,7 +139,9 @@ func TestForgedReservationsSettleNothing(t *testing.T) {
 	f := newFixture(t, reserveRules, Options{})
 	f.reserve(t, "victim", 500)
 	mine := f.reserve(t, "me", 500)
-	for _, bad := range []string{"", "!!", "AQ", base64.RawURLEncoding.EncodeToString(make([]byte, 40)), string(make([]byte, MaxReservationLen+1))} {
+	cut := append(append([]byte{1}, make([]byte, 16)...), 100, 'x') // a length beyond the id
+	for _, bad := range []string{"", "!!", "AQ", base64.RawURLEncoding.EncodeToString(make([]byte, 40)), string(make([]byte, MaxReservationLen+1)),
+		base64.RawURLEncoding.EncodeToString(cut)} {
 		if _, err := f.e.Settle(context.Background(), bad, 0); !errors.Is(err, ErrBadReservation) {
 			t.Errorf("Settle(%.20q): %v, want ErrBadReservation", bad, err)
 		}
@@ -183,5 +186,53 @@ func BenchmarkReserveAndSettle(b *testing.B) {
 				b.Fatalf("refused: %+v", res.Decision)
 			}
 		})
+	}
+}
+
+// The estimate comes from the caller, else the request's header or body
+// field (whole numbers above 0), else the rule; the reservation's deadline
+// is the first of its rules'.
+func TestEstimatesAndDeadlines(t *testing.T) {
+	f := newFixture(t, `
+keys:
+  user: {header: X-User-Id}
+rules:
+  - {id: a, key: [user], rate: 1000, per: 1h, reserve: {estimate: 100, estimateHeader: X-Estimate, estimateBody: size, deadline: 2m}}
+  - {id: b, key: [user], rate: 1000, per: 1h, reserve: {estimate: 7, deadline: 30s}}
+`, Options{})
+	reserve := func(user, header, body string, est int64) *Result {
+		req := userReq(user)
+		if header != "" {
+			req.Header.Set("X-Estimate", header)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+			req.Body = []byte(body)
+		}
+		var res Result
+		if err := f.e.Check(context.Background(), req, CheckOptions{Reserve: true, Estimate: est}, &res); err != nil {
+			t.Fatal(err)
+		}
+		return &res
+	}
+	for i, c := range []struct {
+		header, body string
+		est, want    int64
+	}{
+		{"", "", 0, 100},
+		{"40", "", 0, 40},
+		{"", `{"size": 30}`, 0, 30},
+		{"40", `{"size": 30}`, 0, 40}, // the header wins
+		{"-3", `{"size": "x"}`, 0, 100},
+		{"40", "", 5, 5}, // the caller's wins
+	} {
+		user := fmt.Sprint("u", i)
+		res := reserve(user, c.header, c.body, c.est)
+		if got := 1000 - f.remaining(t, "a", user); got != c.want {
+			t.Errorf("header %q body %q caller %d: reserved %d, want %d", c.header, c.body, c.est, got, c.want)
+		}
+		if d := time.Until(res.ReservationDeadline); d > 31*time.Second || d < 29*time.Second {
+			t.Errorf("deadline in %v, want the first of 2m and 30s", d)
+		}
 	}
 }
