@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -139,9 +140,11 @@ func TestForgedReservationsSettleNothing(t *testing.T) {
 	f := newFixture(t, reserveRules, Options{})
 	f.reserve(t, "victim", 500)
 	mine := f.reserve(t, "me", 500)
-	cut := append(append([]byte{1}, make([]byte, 16)...), 100, 'x') // a length beyond the id
+	nonce := append([]byte{1}, make([]byte, 16)...)
+	cut := append(slices.Clone(nonce), 2, 'x')   // a length one past the id
+	endless := append(slices.Clone(nonce), 0x80) // a length that never ends
 	for _, bad := range []string{"", "!!", "AQ", base64.RawURLEncoding.EncodeToString(make([]byte, 40)), string(make([]byte, MaxReservationLen+1)),
-		base64.RawURLEncoding.EncodeToString(cut)} {
+		base64.RawURLEncoding.EncodeToString(cut), base64.RawURLEncoding.EncodeToString(endless)} {
 		if _, err := f.e.Settle(context.Background(), bad, 0); !errors.Is(err, ErrBadReservation) {
 			t.Errorf("Settle(%.20q): %v, want ErrBadReservation", bad, err)
 		}
@@ -224,6 +227,7 @@ rules:
 		{"", `{"size": 30}`, 0, 30},
 		{"40", `{"size": 30}`, 0, 40}, // the header wins
 		{"-3", `{"size": "x"}`, 0, 100},
+		{"0", `{"size": 0}`, 0, 100},
 		{"40", "", 5, 5}, // the caller's wins
 	} {
 		user := fmt.Sprint("u", i)
