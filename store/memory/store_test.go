@@ -596,7 +596,7 @@ func TestReservationsAreBounded(t *testing.T) {
 	if d := hold("c", 0, true); d.Reason != sluice.ReasonNoReservation || d.Remaining != 85 {
 		t.Fatalf("the unrecorded reservation: %+v, want no reservation and its estimate standing", d)
 	}
-	clock.Advance(2 * time.Second) // a and b expire
+	clock.Advance(time.Second) // a and b expire: at, not after, their deadline
 	hold("d", 5, false)
 	if s.OpenHolds() != 1 || s.DroppedHolds() != 1 {
 		t.Fatalf("after the deadline: open %d, dropped %d: want 1, 1", s.OpenHolds(), s.DroppedHolds())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,5 +179,35 @@ func testDebtMakesLaterTakesWait(t *testing.T, newStore Factory) {
 	advance(clock, 1600*time.Millisecond)
 	if d := take1(t, s, "r", "k", l, 1); !d.Allowed {
 		t.Fatalf("after the debt is paid: %s", Describe(d))
+	}
+}
+
+// testReservationEdges: a reservation is open until, not at, its deadline;
+// a peek with a reservation id neither opens nor closes one; an id of
+// MaxHoldLen bytes is taken.
+func testReservationEdges(t *testing.T, newStore Factory) {
+	l := sluice.Limit{Rate: 100, Period: time.Hour, Burst: 100}
+	clock := sluice.NewManualClock(Epoch)
+	s := newStore(t, clock)
+	call1(t, s, holdTake("r", "k", l, 10, "edge", time.Second, false))
+	advance(clock, time.Second)
+	if d := call1(t, s, holdTake("r", "k", l, 0, "edge", 0, true)); d.Reason != sluice.ReasonNoReservation {
+		t.Fatalf("a settle at the deadline: %s, want no reservation (open until, not at, the deadline)", Describe(d))
+	}
+	call1(t, s, holdTake("r", "k", l, 0, "peek", time.Minute, false)) // opens nothing
+	if d := call1(t, s, holdTake("r", "k", l, 5, "peek", 0, true)); d.Reason != sluice.ReasonNoReservation {
+		t.Fatalf("a peek opened a reservation: settle answered %s", Describe(d))
+	}
+	call1(t, s, holdTake("r", "k", l, 10, "kept", time.Minute, false))
+	call1(t, s, holdTake("r", "k", l, 0, "kept", time.Minute, false)) // a peek does not close it
+	if d := call1(t, s, holdTake("r", "k", l, 0, "kept", 0, true)); !d.Allowed {
+		t.Fatalf("a peek closed a reservation: settle answered %s", Describe(d))
+	}
+	long := strings.Repeat("x", sluice.MaxHoldLen)
+	if d := call1(t, s, holdTake("r", "k2", l, 1, long, time.Minute, false)); !d.Allowed {
+		t.Fatalf("an id of MaxHoldLen bytes: %s", Describe(d))
+	}
+	if d := call1(t, s, holdTake("r", "k2", l, 0, long, 0, true)); !d.Allowed {
+		t.Fatalf("settling an id of MaxHoldLen bytes: %s", Describe(d))
 	}
 }
