@@ -87,10 +87,7 @@ func newWordTable(id uint64, rule string, l sluice.Limit, p algo.Params, seed ma
 // returns the next word and whether it must be written.
 func (t *wordTable) apply(v, now, units int64, o op, r *algo.Result) (int64, bool) {
 	if o == opRefund || o == opCharge {
-		next := t.refund(v, now, units)
-		if o == opCharge {
-			next = t.charge(v, now, units)
-		}
+		next := t.adjust(v, now, units, o == opCharge)
 		t.step(next, now, 0, r)
 		return next, next != v
 	}
@@ -98,32 +95,32 @@ func (t *wordTable) apply(v, now, units int64, o op, r *algo.Result) (int64, boo
 	return next, o == opTake && r.Allowed && units > 0
 }
 
-// refund gives units back to the state word v at now.
-func (t *wordTable) refund(v, now, units int64) int64 {
+// adjust gives units back to the state word v at now, or with charge takes
+// them whatever the limit says (algo's Charge): a GCRA TAT or a queue's next
+// departure moves on, a packed bucket's empty instant moves past now (a
+// bucket in debt).
+func (t *wordTable) adjust(v, now, units int64, charge bool) int64 {
 	p := &t.params
 	switch p.Algorithm {
 	case sluice.GCRA:
-		return max(algo.GCRA{TAT: v}.Refund(p, now, units).TAT, fresh)
+		g := algo.GCRA{TAT: v}
+		if charge {
+			return max(g.Charge(p, now, units).TAT, fresh)
+		}
+		return max(g.Refund(p, now, units).TAT, fresh)
 	case sluice.LeakyQueue:
-		return max(algo.LeakyQueue{Next: v}.Refund(p, now, units).Next, fresh)
-	default: // the packed buckets: a refund puts tokens back
-		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Refund(p, now, units)
-		return packBucket(tb.Last, tb.Tokens)
-	}
-}
-
-// charge takes units from the state word v at now, beyond the limit if need
-// be: a GCRA TAT or a queue's next departure moves on, a packed bucket's
-// empty instant moves past now (a bucket in debt).
-func (t *wordTable) charge(v, now, units int64) int64 {
-	p := &t.params
-	switch p.Algorithm {
-	case sluice.GCRA:
-		return max(algo.GCRA{TAT: v}.Charge(p, now, units).TAT, fresh)
-	case sluice.LeakyQueue:
-		return max(algo.LeakyQueue{Next: v}.Charge(p, now, units).Next, fresh)
-	default: // the packed buckets: a charge takes tokens out
-		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}.Charge(p, now, units)
+		q := algo.LeakyQueue{Next: v}
+		if charge {
+			return max(q.Charge(p, now, units).Next, fresh)
+		}
+		return max(q.Refund(p, now, units).Next, fresh)
+	default: // the packed buckets: tokens put back or taken out
+		tb := algo.TokenBucket{Tokens: bucketLevel(p, v, now), Last: now}
+		if charge {
+			tb = tb.Charge(p, now, units)
+		} else {
+			tb = tb.Refund(p, now, units)
+		}
 		return packBucket(tb.Last, tb.Tokens)
 	}
 }
