@@ -38,10 +38,12 @@ type Config struct {
 	Priority *Priority
 	Rules    []*Rule
 
-	needsBody     bool
-	needsBodyOnce sync.Once // a Config is immutable once loaded: compute once
-	headers       map[string]bool
-	headersOnce   sync.Once
+	// What the proxies ask on every request, computed once (a Config is
+	// immutable once loaded): see derive.
+	needsBody, settlesResp, settlesJSON bool
+	derivedOnce                         sync.Once
+	headers                             map[string]bool
+	headersOnce                         sync.Once
 }
 
 // ReadsHeader reports whether a rule can read the header of that canonical
@@ -194,25 +196,16 @@ type Reserve struct {
 
 // SettlesFromResponses reports whether a rule settles its reservations
 // from the response (actualHeader or actualJSON): a proxy in front of the
-// service then reserves and settles. SettlesFromJSON reports whether one
-// reads the response body.
+// service then reserves and settles. Computed once, like NeedsBody.
 func (c *Config) SettlesFromResponses() bool {
-	for _, r := range c.Rules {
-		if rv := r.Reserve; rv != nil && (rv.ActualHeader != "" || rv.ActualJSON != nil) {
-			return true
-		}
-	}
-	return false
+	c.derivedOnce.Do(c.derive)
+	return c.settlesResp
 }
 
 // SettlesFromJSON reports whether a rule settles from a JSON response body.
 func (c *Config) SettlesFromJSON() bool {
-	for _, r := range c.Rules {
-		if rv := r.Reserve; rv != nil && rv.ActualJSON != nil {
-			return true
-		}
-	}
-	return false
+	c.derivedOnce.Do(c.derive)
+	return c.settlesJSON
 }
 
 // DefaultReserveDeadline is how long a reservation stays open by default.
@@ -277,22 +270,28 @@ func Parse(name string, data []byte) (*Config, error) {
 // the caller knows whether to read it.
 // The answer is computed once: the middleware asks on every request.
 func (c *Config) NeedsBody() bool {
-	c.needsBodyOnce.Do(func() {
-		for _, r := range c.Rules {
-			for _, s := range r.sources() {
-				if r.Envoy == nil && s.Kind == FromBody {
-					c.needsBody = true
-				}
-			}
-			if r.Reserve != nil && r.Reserve.EstimateBody != "" {
-				c.needsBody = true
-			}
-			if r.Tiers != nil && c.Priority != nil && c.Priority.Source != nil && c.Priority.Source.Kind == FromBody {
+	c.derivedOnce.Do(c.derive)
+	return c.needsBody
+}
+
+// derive computes, once, what NeedsBody, SettlesFromResponses and
+// SettlesFromJSON answer.
+func (c *Config) derive() {
+	for _, r := range c.Rules {
+		for _, s := range r.sources() {
+			if r.Envoy == nil && s.Kind == FromBody {
 				c.needsBody = true
 			}
 		}
-	})
-	return c.needsBody
+		if r.Tiers != nil && c.Priority != nil && c.Priority.Source != nil && c.Priority.Source.Kind == FromBody {
+			c.needsBody = true
+		}
+		if rv := r.Reserve; rv != nil {
+			c.needsBody = c.needsBody || rv.EstimateBody != ""
+			c.settlesResp = c.settlesResp || rv.ActualHeader != "" || rv.ActualJSON != nil
+			c.settlesJSON = c.settlesJSON || rv.ActualJSON != nil
+		}
+	}
 }
 
 // sources are every key source the rule reads: its key's, its match
