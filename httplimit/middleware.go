@@ -149,13 +149,16 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if l.sendAllowedHeaders(res) {
 		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf, &l.policies)
 	}
+	// One writer remembers the status (and, for a reservation settled from
+	// a JSON field, the body) for all that reads it after the handler.
+	var sw *statusWriter
+	if l.o.Pressure != nil || l.o.Concurrency != nil || res.Charges() || res.Settles() {
+		sw = &statusWriter{ResponseWriter: w, keep: res.Settles() && cfg.SettlesFromJSON()}
+		w = sw
+	}
 	if l.o.Pressure != nil {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			l.o.Pressure.Observe(time.Since(start), sw.status >= 500)
-		}()
-		w = sw
+		defer func() { l.o.Pressure.Observe(time.Since(start), sw.status >= 500) }()
 	}
 	if l.o.Concurrency != nil {
 		p, err := l.o.Concurrency.AcquireAt(r.Context(), res.Tier())
@@ -163,7 +166,6 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			shed(w)
 			return
 		}
-		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			if sw.status >= 500 {
 				p.Release(concurrency.Dropped)
@@ -171,24 +173,22 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 				p.Release(concurrency.Success)
 			}
 		}()
-		w = sw
 	}
+	next.ServeHTTP(w, r)
 	if !res.Charges() && !res.Settles() {
-		next.ServeHTTP(w, r)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w, keep: res.Settles() && cfg.SettlesFromJSON()}
-	next.ServeHTTP(sw, r)
-	if sw.status == 0 {
-		sw.status = http.StatusOK
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK
 	}
 	ctx := context.WithoutCancel(r.Context()) // charged and settled even if the client left
 	if res.Charges() {
-		l.e.Charge(ctx, res, sw.status)
+		l.e.Charge(ctx, res, status)
 	}
 	if res.Settles() {
 		l.e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) {
-			return ActualFrom(rv, w.Header().Get, sw.body)
+			return ActualFrom(rv, sw.Header().Get, sw.body)
 		})
 	}
 }
