@@ -17,9 +17,13 @@ type Take struct {
 	// than a fresh one, and a refund is applied whatever the other takes of
 	// the call decide.
 	Cost int64
-	// DryRun decides the take as usual but consumes nothing: the decision
-	// is the one the real take would get (its Remaining as if taken).
-	DryRun bool
+	// Floor, when above 0, makes the take leave at least Floor units: it
+	// is allowed only if a take of Cost + Floor would be, and consumes
+	// Cost. Priority tiers share a limit this way, each lower tier kept
+	// off the share of the tiers above it. The decision's Remaining is
+	// what is left above the floor, its RetryAfter the time until Cost +
+	// Floor units are there.
+	Floor int64
 
 	// Hold names a reservation of (Rule, Key): an id the caller chose hard
 	// to guess, at most MaxHoldLen bytes. A reservation takes an estimate
@@ -44,14 +48,9 @@ type Take struct {
 	Hold    string
 	HoldFor time.Duration
 	Settle  bool
-
-	// Floor, when above 0, makes the take leave at least Floor units: it
-	// is allowed only if a take of Cost + Floor would be, and consumes
-	// Cost. Priority tiers share a limit this way, each lower tier kept
-	// off the share of the tiers above it. The decision's Remaining is
-	// what is left above the floor, its RetryAfter the time until Cost +
-	// Floor units are there.
-	Floor int64
+	// DryRun decides the take as usual but consumes nothing: the decision
+	// is the one the real take would get (its Remaining as if taken).
+	DryRun bool
 }
 
 // MaxHoldLen bounds a reservation id ([Take.Hold]).

@@ -353,10 +353,12 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 			continue
 		}
 		cost := mulCost(m.r.Cost, mult)
-		tk := sluice.Take{
+		// Built in place: a Take is large, and this is the hot path.
+		res.takes = append(res.takes, sluice.Take{
 			Rule: m.r.ID, Key: m.key, Limit: m.r.store, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
-		}
+		})
+		tk := &res.takes[len(res.takes)-1]
 		if m.r.Adaptive {
 			tk.Cost = inflate(cost, res.factorOf(e.pressure))
 		}
@@ -375,7 +377,6 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 				tk.Hold, tk.HoldFor = res.holdID(), rv.Deadline
 			}
 		}
-		res.takes = append(res.takes, tk)
 		res.idx = append(res.idx, i)
 	}
 	if len(res.takes) == 0 {
@@ -386,7 +387,8 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		e.failed(ctx, res, err)
 		return
 	}
-	for j, d := range decs {
+	for j := range decs {
+		d := decs[j]
 		m := &res.matched[res.idx[j]]
 		reduced := false
 		if m.r.Adaptive {

@@ -257,7 +257,8 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	var pbuf [maxLocks]pending
 	ps := pbuf[:0]
-	for _, tk := range takes {
+	for i := range takes {
+		tk := &takes[i] // not a copy: a Take is large, and this is the hot path
 		t, err := s.table(tk.Rule, tk.Limit)
 		if err != nil {
 			return err
