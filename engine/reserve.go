@@ -62,9 +62,8 @@ func (res *Result) estimateFor(rv *rules.Reserve, req *rules.Request) int64 {
 // first use.
 func (res *Result) holdID() string {
 	if res.hold == "" {
-		var b [16]byte
-		rand.Read(b[:])
-		res.hold = hex.EncodeToString(b[:])
+		rand.Read(res.nonce[:])
+		res.hold = hex.EncodeToString(res.nonce[:])
 	}
 	return res.hold
 }
@@ -74,8 +73,7 @@ func (e *Engine) reserved(res *Result) {
 	if !res.Allowed || res.hold == "" {
 		return
 	}
-	nonce, _ := hex.DecodeString(res.hold)
-	b := append([]byte{1}, nonce...) // version 1
+	b := append([]byte{1}, res.nonce[:]...) // version 1
 	var deadline time.Duration
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
@@ -167,6 +165,7 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 	out := make([]Settled, len(r.pairs))
 	var takes []sluice.Take
 	var idx []int
+	var reserving []*rule
 	for i, p := range r.pairs {
 		out[i] = Settled{Decision: sluice.Decision{Rule: p[0], Reason: sluice.ReasonNoReservation}, Key: p[1]}
 		rule := rs.find(p[0])
@@ -174,8 +173,8 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 			continue
 		}
 		out[i].Reserved, out[i].Limit = true, rule.Limit
-		takes = append(takes, sluice.Take{Rule: rule.ID, Key: p[1], Limit: rule.Limit, Cost: mulCost(rule.Cost, actual), Hold: r.hold, Settle: true})
-		idx = append(idx, i)
+		takes = append(takes, sluice.Take{Rule: rule.ID, Key: p[1], Limit: rule.store, Cost: mulCost(rule.Cost, actual), Hold: r.hold, Settle: true})
+		idx, reserving = append(idx, i), append(reserving, rule)
 	}
 	if len(takes) == 0 {
 		return out, nil
@@ -186,11 +185,10 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 	}
 	for j, i := range idx {
 		out[i].Decision = decs[j]
-		rule := rs.find(r.pairs[i][0])
 		if decs[j].Allowed {
-			rule.stats.settled.Add(1)
+			reserving[j].stats.settled.Add(1)
 		} else {
-			rule.stats.unsettled.Add(1)
+			reserving[j].stats.unsettled.Add(1)
 		}
 	}
 	return out, nil
@@ -217,7 +215,7 @@ func (e *Engine) SettleResult(ctx context.Context, res *Result, actual func(*rul
 		if n, ok := actual(st.r.Reserve); ok && n >= 0 {
 			cost = mulCost(st.r.Cost, n)
 		}
-		takes = append(takes, sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: cost, Hold: res.hold, Settle: true})
+		takes = append(takes, sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.store, Cost: cost, Hold: res.hold, Settle: true})
 		rs = append(rs, st.r)
 	}
 	if len(takes) == 0 {

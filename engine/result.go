@@ -52,7 +52,8 @@ type Result struct {
 	factored bool
 	level    int // the request's priority tier, once known (leveled)
 	leveled  bool
-	hold     string // the reservations' store id, made on first use
+	hold     string   // the reservations' store id, made on first use
+	nonce    [16]byte // its random bytes
 	matched  []matched
 	keyBuf   []byte
 	takes    []sluice.Take
