@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,55 +34,17 @@ func startServe(t *testing.T, args ...string) (string, *exec.Cmd) {
 	return start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0"}, args...)...)
 }
 
-var buildOnce struct {
-	sync.Once
-	bin string
-	err error
-	out []byte
-}
-
 // start builds the binary once per test run and starts it with args; the
 // first line it prints names its address.
 func start(t testing.TB, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	return startTo(t, os.Stderr, args...)
+	return proctest.Start(t, os.Stderr, args...)
 }
 
 // startTo is start with the process's stderr (its log) sent to stderr.
 func startTo(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-e2e")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.bin = filepath.Join(dir, "sluice")
-		buildOnce.out, buildOnce.err = exec.Command("go", "build", "-o", buildOnce.bin, ".").CombinedOutput()
-	})
-	if buildOnce.err != nil {
-		t.Fatalf("build: %v\n%s", buildOnce.err, buildOnce.out)
-	}
-	cmd := exec.Command(buildOnce.bin, args...)
-	// The child dies with the test process, even on a panic or -timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no banner from sluice serve: %v", err)
-	}
-	for _, f := range strings.Fields(line) { // sluice serving on http://127.0.0.1:PORT ...
-		if strings.HasPrefix(f, "http://127.0.0.1:") || strings.HasPrefix(f, "https://127.0.0.1:") {
-			return f, cmd
-		}
-	}
-	t.Fatalf("banner %q", line)
-	return "", nil
+	return proctest.Start(t, stderr, args...)
 }
 
 func TestServeEndToEnd(t *testing.T) {
@@ -247,9 +209,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildOnce.bin != "" {
-		os.RemoveAll(filepath.Dir(buildOnce.bin))
-	}
+	proctest.Remove()
 	os.Exit(code)
 }
 
@@ -360,24 +320,6 @@ func TestServeLegacyHeadersDescribeTheBurst(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer a child process and a test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The gateway, with its defaults, logs its 429s: one JSON line per rejection
 // (with --log-format json), the key hashed, and no more lines a second than
 // --decision-log-rate under a flood of rejected requests, the rest counted.
@@ -389,7 +331,7 @@ func TestGatewayLogsItsRejectionsBoundedly(t *testing.T) {
 	defer up.Close()
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-user, key: [user], rate: 1, per: 1h}\n"), 0o600)
-	var log lockedBuffer
+	var log proctest.Output
 	base, _ := startTo(t, &log, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", "",
 		"--watch", "0", "--log-format", "json", "--decision-log-rate", "5")
 	codes := map[int]int{}

@@ -1,7 +1,6 @@
 package llm_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,75 +8,57 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/examples/llm"
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
-// gateway builds sluice and runs `sluice gateway` with this example's rule
-// file as written, in front of upstream; it returns the gateway's and the
-// admin listener's base URLs.
+// gateway runs the built `sluice gateway` with this example's rule file
+// as written, with its default flags, in front of upstream; it returns the
+// gateway's and the admin listener's base URLs.
 func gateway(t *testing.T, upstream string) (string, string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sluice-rl/sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	admin := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, "gateway", "--config", "rules.yaml", "--upstream", upstream,
-		"--listen", "127.0.0.1:0", "--admin-listen", admin, "--watch", "0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var log lockedBuffer // the gateway's log (a line per refusal), shown if the test fails
-	cmd.Stderr = &log
+	var log proctest.Output // the gateway's log (a line per refusal), shown if the test fails
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", log.String())
 		}
 	})
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no banner: %v", err)
-	}
-	for _, f := range strings.Fields(line) {
-		if strings.HasPrefix(f, "http://127.0.0.1:") {
-			return f, "http://" + admin
-		}
-	}
-	t.Fatalf("banner %q", line)
-	return "", ""
+	base, _ := proctest.Start(t, &log, "gateway", "--config", "rules.yaml", "--upstream", upstream,
+		"--listen", "127.0.0.1:0", "--admin-listen", admin, "--watch", "0")
+	return base, "http://" + admin
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// setUp starts the fake completion API behind its ledger and the gateway
+// in front of it, and waits, if need be, for a minute with 20 s left.
+func setUp(t *testing.T) (led *ledger, base, admin string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary and waits for a fresh minute")
+	}
+	led = &ledger{tokens: map[string]int64{}, calls: map[string]int{}}
+	up := httptest.NewServer(led.handler())
+	t.Cleanup(up.Close)
+	base, admin = gateway(t, up.URL)
+	awayFromTheMinute(20 * time.Second)
+	return led, base, admin
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proctest.Remove()
+	os.Exit(code)
 }
 
 // ledger is the upstream's own count of the tokens it served, per API key:
@@ -181,14 +162,7 @@ func awayFromTheMinute(need time.Duration) {
 // estimate fitted, its answer did not) leaves the key in debt, so nothing
 // more passes in that minute.
 func TestTheTokenBudgetIsHeldExactly(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and waits for a fresh minute")
-	}
-	led := &ledger{tokens: map[string]int64{}, calls: map[string]int{}}
-	up := httptest.NewServer(led.handler())
-	defer up.Close()
-	base, admin := gateway(t, up.URL)
-	awayFromTheMinute(20 * time.Second)
+	led, base, admin := setUp(t)
 
 	const key, budget = "sk-careful", 10000
 	steps := []completion{
@@ -249,14 +223,7 @@ func TestTheTokenBudgetIsHeldExactly(t *testing.T) {
 // the count still equals what the upstream served, and it went over the
 // budget by no more than the understatements of the requests admitted.
 func TestTheBudgetHoldsUnderSixtyFourClients(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and waits for a fresh minute")
-	}
-	led := &ledger{tokens: map[string]int64{}, calls: map[string]int{}}
-	up := httptest.NewServer(led.handler())
-	defer up.Close()
-	base, admin := gateway(t, up.URL)
-	awayFromTheMinute(20 * time.Second)
+	led, base, admin := setUp(t)
 
 	const clients = 64
 	var mu sync.Mutex

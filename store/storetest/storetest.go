@@ -105,11 +105,7 @@ func withCalendars() []sluice.Limit {
 
 func take1(t *testing.T, s sluice.Store, rule, key string, l sluice.Limit, cost int64) sluice.Decision {
 	t.Helper()
-	var out [1]sluice.Decision
-	if err := s.Take(context.Background(), []sluice.Take{{Rule: rule, Key: key, Limit: l, Cost: cost}}, out[:]); err != nil {
-		t.Fatalf("Take(%s, %s, cost %d): %v", rule, key, cost, err)
-	}
-	return out[0]
+	return call1(t, s, sluice.Take{Rule: rule, Key: key, Limit: l, Cost: cost})
 }
 
 // sameDecision compares a store's decision with algo's, its durations

@@ -13,11 +13,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // Server is a running redis-server.
@@ -89,7 +90,7 @@ func (s *Server) run() {
 
 // start runs the process and waits until it answers, or says why not.
 func (s *Server) start() error {
-	log := &lockedBuffer{}
+	log := &proctest.Output{}
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// The server dies with the test process, even on a panic or -timeout.
@@ -113,24 +114,6 @@ func (s *Server) start() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
-}
-
-// lockedBuffer collects a process's output, safe to read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Restart starts the stopped server again on the same port, empty: a

@@ -1,0 +1,95 @@
+// Package proctest runs the built sluice binary in tests, the way a user
+// runs it: a fresh process with its own flags, on a loopback port it
+// chooses, its address read from the first line it prints.
+package proctest
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// Output collects a process's output, safe to read while it runs.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+var build struct {
+	sync.Once
+	bin string
+	err error
+	out []byte
+}
+
+// Sluice builds the sluice binary, once per test process, and returns its
+// path. Call Remove from TestMain to delete it.
+func Sluice(t testing.TB) string {
+	t.Helper()
+	build.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-e2e")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.bin = filepath.Join(dir, "sluice")
+		build.out, build.err = exec.Command("go", "build", "-o", build.bin, "github.com/sluice-rl/sluice/cmd/sluice").CombinedOutput()
+	})
+	if build.err != nil {
+		t.Fatalf("build: %v\n%s", build.err, build.out)
+	}
+	return build.bin
+}
+
+// Remove deletes the binary Sluice built, if any.
+func Remove() {
+	if build.bin != "" {
+		os.RemoveAll(filepath.Dir(build.bin))
+	}
+}
+
+// Start runs the sluice binary with args, its stderr (the log) going to
+// stderr, and returns the loopback address its first line names and the
+// process, which is killed when the test ends (and with the test process,
+// even on a panic or -timeout).
+func Start(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(Sluice(t), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no banner from sluice: %v", err)
+	}
+	for _, f := range strings.Fields(line) { // sluice serving on http://127.0.0.1:PORT ...
+		if strings.HasPrefix(f, "http://127.0.0.1:") || strings.HasPrefix(f, "https://127.0.0.1:") {
+			return f, cmd
+		}
+	}
+	t.Fatalf("banner %q", line)
+	return "", nil
+}
