@@ -182,15 +182,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if status == 0 {
 		status = http.StatusOK
 	}
-	ctx := context.WithoutCancel(r.Context()) // charged and settled even if the client left
-	if res.Charges() {
-		l.e.Charge(ctx, res, status)
-	}
-	if res.Settles() {
-		l.e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) {
-			return ActualFrom(rv, sw.Header().Get, sw.body)
-		})
-	}
+	Finish(r.Context(), l.e, res, status, sw.Header().Get, sw.body)
 }
 
 // setPath sets u's path to p, a normalised escaped path.

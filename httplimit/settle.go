@@ -2,12 +2,29 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
 
+	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 )
+
+// Finish completes a check once its response is known: it charges the
+// countOn rules for the response's status and settles the reservations
+// from its header (header looks one up) or its JSON body. The middleware
+// calls it after the handler, the gateway after the upstream's answer;
+// both count even if the client has gone.
+func Finish(ctx context.Context, e *engine.Engine, res *engine.Result, status int, header func(string) string, body []byte) {
+	ctx = context.WithoutCancel(ctx)
+	if res.Charges() {
+		e.Charge(ctx, res, status)
+	}
+	if res.Settles() {
+		e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) { return ActualFrom(rv, header, body) })
+	}
+}
 
 // MaxSettleBody bounds the response body read for a reserve rule's
 // actualJSON: the first MaxSettleBody bytes are parsed, and a longer body

@@ -253,10 +253,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 // field). The response is already complete here: both run before it is
 // written to the client, and neither delays it beyond one store call.
 func (g *FastGateway) afterResponse(ctx *fasthttp.RequestCtx, res *engine.Result, whole bool) {
-	if res.Charges() {
-		g.e.Charge(ctx, res, ctx.Response.StatusCode())
-	}
-	if !res.Settles() {
+	if !res.Charges() && !res.Settles() {
 		return
 	}
 	var body []byte
@@ -264,7 +261,7 @@ func (g *FastGateway) afterResponse(ctx *fasthttp.RequestCtx, res *engine.Result
 		body = ctx.Response.Body()
 	}
 	header := func(k string) string { return string(ctx.Response.Header.Peek(k)) }
-	g.e.SettleResult(ctx, res, func(rv *rules.Reserve) (int64, bool) { return httplimit.ActualFrom(rv, header, body) })
+	httplimit.Finish(ctx, g.e, res, ctx.Response.StatusCode(), header, body)
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
