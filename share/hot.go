@@ -15,17 +15,27 @@ import (
 // 1/Cap of the decisions is always held. Counts are kept per window (10 s
 // by default): a key's rate is its count in the last whole window, or in the
 // current one if that is higher already.
+//
+// The counters are a min-heap with an index by key, so the smallest is found
+// in O(1) and a count moves in O(log Cap): observing a key is O(log Cap)
+// whether or not it is held, as the paper's stream-summary structure is O(1).
 type HotKeys struct {
 	mu     sync.Mutex
 	cap    int
 	window int64
 	start  int64
-	cur    map[hotKey]int64
+	cur    []hotCount     // a min-heap by count
+	at     map[hotKey]int // each held key's place in cur
 	prev   map[hotKey]int64
 	span   int64 // the previous window's length
 }
 
 type hotKey struct{ rule, key string }
+
+type hotCount struct {
+	k hotKey
+	n int64
+}
 
 // Hot is one heavy hitter.
 type Hot struct {
@@ -36,7 +46,8 @@ type Hot struct {
 
 // NewHotKeys returns a tracker of at most cap keys per window.
 func NewHotKeys(cap int, window time.Duration) *HotKeys {
-	return &HotKeys{cap: cap, window: int64(window), cur: map[hotKey]int64{}, prev: map[hotKey]int64{}}
+	cap = max(cap, 1)
+	return &HotKeys{cap: cap, window: int64(window), at: make(map[hotKey]int, cap), prev: map[hotKey]int64{}}
 }
 
 // Observe counts one decision for (rule, key) at now and returns its rate.
@@ -50,33 +61,69 @@ func (h *HotKeys) ObserveN(rule, key string, now int64, n64 int64) float64 {
 		h.start = now
 	}
 	if now-h.start >= h.window {
-		h.prev, h.span = h.cur, now-h.start
-		h.cur, h.start = make(map[hotKey]int64, h.cap), now
+		h.prev, h.span = make(map[hotKey]int64, len(h.cur)), now-h.start
+		for _, c := range h.cur {
+			h.prev[c.k] = c.n
+		}
+		h.cur, h.start = h.cur[:0], now
+		clear(h.at)
 	}
 	k := hotKey{rule, key}
-	n, ok := h.cur[k]
-	switch {
-	case ok:
-	case len(h.cur) < h.cap:
+	i, ok := h.at[k]
+	if !ok {
 		k.rule, k.key = strings.Clone(rule), strings.Clone(key)
-	default:
-		var minK hotKey
-		first := true
-		for k2, c := range h.cur {
-			if first || c < n {
-				minK, n, first = k2, c, false
-			}
+		if len(h.cur) < h.cap {
+			i = len(h.cur)
+			h.cur = append(h.cur, hotCount{k: k})
+		} else {
+			// The smallest gives its place, and its count, to the new key.
+			i = 0
+			delete(h.at, h.cur[0].k)
+			h.cur[0].k = k
 		}
-		delete(h.cur, minK)
-		k.rule, k.key = strings.Clone(rule), strings.Clone(key)
+		h.at[k] = i
 	}
-	n += n64
-	h.cur[k] = n
+	h.cur[i].n += n64
+	n := h.cur[i].n
+	h.up(i) // a new leaf may be smaller than its parent
+	h.down(i)
 	rate := float64(n) / float64(max(now-h.start, int64(time.Second))) * float64(time.Second)
 	if p := h.prev[k]; p > 0 && h.span > 0 {
 		rate = max(rate, float64(p)/float64(h.span)*float64(time.Second))
 	}
 	return rate
+}
+
+// up moves cur[i] toward the root while it is smaller than its parent.
+func (h *HotKeys) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.cur[p].n <= h.cur[i].n {
+			return
+		}
+		h.cur[i], h.cur[p] = h.cur[p], h.cur[i]
+		h.at[h.cur[i].k], h.at[h.cur[p].k] = i, p
+		i = p
+	}
+}
+
+// down restores the heap after cur[i]'s count grew.
+func (h *HotKeys) down(i int) {
+	for {
+		l, small := 2*i+1, i
+		if l < len(h.cur) && h.cur[l].n < h.cur[small].n {
+			small = l
+		}
+		if r := l + 1; r < len(h.cur) && h.cur[r].n < h.cur[small].n {
+			small = r
+		}
+		if small == i {
+			return
+		}
+		h.cur[i], h.cur[small] = h.cur[small], h.cur[i]
+		h.at[h.cur[i].k], h.at[h.cur[small].k] = i, small
+		i = small
+	}
 }
 
 // Top returns up to n keys at least minRate decisions per second, hottest
@@ -91,8 +138,8 @@ func (h *HotKeys) Top(n int, minRate float64, now int64) []Hot {
 		}
 	}
 	elapsed := max(now-h.start, int64(time.Second))
-	for k, c := range h.cur {
-		rates[k] = max(rates[k], float64(c)/float64(elapsed)*float64(time.Second))
+	for _, c := range h.cur {
+		rates[c.k] = max(rates[c.k], float64(c.n)/float64(elapsed)*float64(time.Second))
 	}
 	var out []Hot
 	for k, r := range rates {

@@ -1,0 +1,78 @@
+package share
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestHotKeysSpaceSaving checks the space-saving guarantees on skewed random
+// traffic against exact counts: the counts sum to the decisions seen, no key
+// is ever under-counted, over-counted by more than total/Cap, or missing if it
+// had more than total/Cap; and the heap and its index agree after every step.
+func TestHotKeysSpaceSaving(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		capacity := 1 + r.IntN(40)
+		h := NewHotKeys(capacity, time.Hour)
+		zipf := rand.NewZipf(r, 1.2, 1, 500)
+		exact := map[string]int64{}
+		var total int64
+		const now = int64(1) // within the first second: a rate is a count
+		for step := range 3000 {
+			k := fmt.Sprint("k", zipf.Uint64())
+			n := int64(1 + r.IntN(3))
+			h.ObserveN("rule", k, now, n)
+			exact[k] += n
+			total += n
+			for i, c := range h.cur {
+				if h.at[c.k] != i {
+					t.Fatalf("seed %d step %d: %v is at %d, indexed at %d", seed, step, c.k, i, h.at[c.k])
+				}
+				if l := 2*i + 1; l < len(h.cur) && h.cur[l].n < c.n || l+1 < len(h.cur) && h.cur[l+1].n < c.n {
+					t.Fatalf("seed %d step %d: not a min-heap at %d", seed, step, i)
+				}
+			}
+			if len(h.at) != len(h.cur) || len(h.cur) > capacity {
+				t.Fatalf("seed %d step %d: %d indexed, %d held, cap %d", seed, step, len(h.at), len(h.cur), capacity)
+			}
+		}
+		held := map[string]int64{}
+		var sum int64
+		for _, x := range h.Top(capacity, 0, now) {
+			held[x.Key] = int64(math.Round(x.Rate))
+			sum += int64(math.Round(x.Rate))
+		}
+		if sum != total {
+			t.Fatalf("seed %d: counts sum to %d, %d decisions seen", seed, sum, total)
+		}
+		for k, c := range held {
+			if c < exact[k] || c-exact[k] > total/int64(capacity) {
+				t.Fatalf("seed %d: %s counted %d, exactly %d (bound %d)", seed, k, c, exact[k], total/int64(capacity))
+			}
+		}
+		for k, c := range exact {
+			if _, ok := held[k]; !ok && c > total/int64(capacity) {
+				t.Fatalf("seed %d: %s with %d of %d decisions (cap %d) is not held", seed, k, c, total, capacity)
+			}
+		}
+	}
+}
+
+// TestHotKeysWindows: a key's rate is its count in the last whole window
+// when the current one is lower.
+func TestHotKeysWindows(t *testing.T) {
+	h := NewHotKeys(4, 10*time.Second)
+	sec := int64(time.Second)
+	for i := range 100 {
+		h.Observe("r", "a", sec+int64(i)*sec/10) // 10/s for 10 s
+	}
+	if got := h.Observe("r", "a", 11*sec+1); got < 9.9 || got > 10.1 {
+		t.Fatalf("rate after the window = %v, want about 10 (the last window's)", got)
+	}
+	if got := h.Observe("r", "b", 11*sec+2); got != 1 {
+		t.Fatalf("a new key's rate = %v, want 1", got)
+	}
+}
