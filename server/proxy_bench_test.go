@@ -87,26 +87,38 @@ func BenchmarkCheckAPI(b *testing.B) {
 
 // BenchmarkEnvoyGRPC measures ShouldRateLimit over loopback gRPC with one
 // descriptor, clients in parallel: decisions per second and p99.
+// BenchmarkEnvoyGRPC: Envoy's rate limit call from a grpc-go client over
+// one connection, on sluice's own gRPC server and on grpc-go's.
 func BenchmarkEnvoyGRPC(b *testing.B) {
 	cfg, _ := rules.Parse("e.yaml", []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
 	s, _ := New(Options{Engine: e, Loopback: true, Logger: quiet})
-	g := s.NewGRPCServer()
-	s.RegisterEnvoy(g)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go g.Serve(ln)
-	defer g.Stop()
-	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
 		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.7"}},
 	}}}
-	parallel(b, func() error {
-		_, err := client.ShouldRateLimit(context.Background(), req)
-		return err
-	})
+	for _, server := range []string{"sluice", "grpc-go"} {
+		b.Run("server="+server, func(b *testing.B) {
+			ln, _ := net.Listen("tcp", "127.0.0.1:0")
+			if server == "sluice" {
+				g := s.NewEnvoyServer()
+				go g.Serve(ln)
+				defer g.Close()
+			} else {
+				g := s.NewGRPCServer()
+				s.RegisterEnvoy(g)
+				go g.Serve(ln)
+				defer g.Stop()
+			}
+			conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			defer conn.Close()
+			client := rlsv3.NewRateLimitServiceClient(conn)
+			parallel(b, func() error {
+				_, err := client.ShouldRateLimit(context.Background(), req)
+				return err
+			})
+		})
+	}
 }
 
 // parallel runs b.N calls of do over 8 x GOMAXPROCS goroutines and reports

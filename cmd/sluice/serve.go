@@ -340,6 +340,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081")
+	grpcServer := fs.String("grpc-server", envDefault("SLUICE_GRPC_SERVER", "sluice"), "the gRPC server behind --grpc-listen: sluice (its own unary HTTP/2 server, the faster) or grpc-go")
 	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers")
 	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers)")
 	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed")
@@ -360,6 +361,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(positional) > 0 {
 		return errUsage{fmt.Errorf("unexpected arguments %q", positional)}
+	}
+	if *grpcServer != "sluice" && *grpcServer != "grpc-go" {
+		return errUsage{fmt.Errorf("--grpc-server %q: want sluice or grpc-go", *grpcServer)}
 	}
 	proxy, err := server.ParseAuthProxy(*authProxy)
 	if err != nil {
@@ -393,15 +397,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return err
 		}
-		var opts []grpc.ServerOption
-		if s.tls != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.config())))
+		if *grpcServer == "grpc-go" {
+			var opts []grpc.ServerOption
+			if s.tls != nil {
+				opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.config())))
+			}
+			g := srv.NewGRPCServer(opts...)
+			srv.RegisterEnvoy(g)
+			go g.Serve(gl)
+			defer gracefulStop(g, 10*time.Second)
+		} else {
+			g := srv.NewEnvoyServer()
+			if s.tls != nil {
+				g.TLSConfig = s.tls.config()
+			}
+			go g.Serve(gl)
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				g.Shutdown(ctx)
+			}()
 		}
-		g := srv.NewGRPCServer(opts...)
-		srv.RegisterEnvoy(g)
-		go g.Serve(gl)
-		defer gracefulStop(g, 10*time.Second)
-		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String())
+		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
 		fmt.Fprintf(stdout, "sluice Envoy rate limit service on %s://%s\n", s.scheme("grpc"), gl.Addr())
 	}
 	return c.serveUntilDone(ctx, s, l)

@@ -1,0 +1,251 @@
+package h2grpc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strconv"
+	"sync"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+// The answer of a call is HEADERS (:status 200, content-type), one DATA
+// with the length-prefixed message, and trailers (grpc-status 0); an error is
+// the trailers alone, with the HTTP fields, grpc-status and grpc-message.
+var (
+	okHeaders  = []hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}
+	okTrailers = []hpack.HeaderField{{Name: "grpc-status", Value: "0"}}
+)
+
+// call runs the method, with the panic boundary. The message is appended
+// after 5 bytes kept for its prefix when the method appends in place.
+func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *status) {
+	defer func() {
+		if v := recover(); v != nil {
+			if c.s.OnPanic != nil {
+				c.s.OnPanic(st.path, v)
+			}
+			framed, bad = nil, &status{codes.Internal, "the server could not answer this call"}
+		}
+	}()
+	out = append(out[:0], 0, 0, 0, 0, 0)
+	body, err := st.method(st.ctx, msg, out[5:5])
+	if err != nil {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil, &status{codes.DeadlineExceeded, err.Error()}
+		case errors.Is(err, context.Canceled):
+			return nil, &status{codes.Canceled, err.Error()}
+		}
+		s := grpcstatus.Convert(err)
+		return nil, &status{s.Code(), s.Message()}
+	}
+	if len(body) > 0 && cap(body) == cap(out)-5 && &body[:1][0] == &out[5:6][0] {
+		framed = out[:5+len(body)] // appended in place, after the prefix
+	} else {
+		framed = append(out[:5], body...)
+	}
+	if len(body) > math.MaxUint32 {
+		return nil, &status{codes.ResourceExhausted, "response message too large"}
+	}
+	binary.BigEndian.PutUint32(framed[1:5], uint32(len(body)))
+	return framed, nil
+}
+
+// answer sends a handler's answer, unless the stream was reset or the
+// connection ended meanwhile.
+func (c *conn) answer(st *stream, framed []byte, bad *status) {
+	c.lock()
+	defer c.release()
+	if c.closed || st.reset {
+		return
+	}
+	if bad != nil {
+		c.writeHeaders(st.id, true, trailersOnly(bad))
+		return
+	}
+	c.writeHeaders(st.id, false, okHeaders)
+	if c.writeData(st, framed) {
+		c.writeHeaders(st.id, true, okTrailers)
+	}
+}
+
+// answerNow answers a call from the reader without running it; if the
+// client is still sending, RST_STREAM(NO_ERROR) tells it to stop.
+func (c *conn) answerNow(id uint32, bad *status, ended bool) {
+	c.lock()
+	defer c.release()
+	if c.closed {
+		return
+	}
+	c.writeHeaders(id, true, trailersOnly(bad))
+	if !ended {
+		c.fr.WriteRSTStream(id, http2.ErrCodeNo)
+	}
+}
+
+// answerHTTP answers a request that is not a gRPC call with an HTTP status.
+func (c *conn) answerHTTP(id uint32, code string, ended bool) {
+	c.lock()
+	defer c.release()
+	if c.closed {
+		return
+	}
+	c.writeHeaders(id, true, []hpack.HeaderField{{Name: ":status", Value: code}})
+	if !ended {
+		c.fr.WriteRSTStream(id, http2.ErrCodeNo)
+	}
+}
+
+func trailersOnly(s *status) []hpack.HeaderField {
+	return []hpack.HeaderField{
+		{Name: ":status", Value: "200"},
+		{Name: "content-type", Value: "application/grpc"},
+		{Name: "grpc-status", Value: strconv.Itoa(int(s.code))},
+		{Name: "grpc-message", Value: encodeMessage(s.message)},
+	}
+}
+
+// writeHeaders encodes fields and writes them as HEADERS and, beyond the
+// client's frame size, CONTINUATION frames; under wmu.
+func (c *conn) writeHeaders(id uint32, end bool, fields []hpack.HeaderField) {
+	c.hbuf.Reset()
+	for _, f := range fields {
+		c.henc.WriteField(f)
+	}
+	block := c.hbuf.Bytes()
+	n := min(len(block), c.peerMaxFrame)
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:n], EndStream: end, EndHeaders: n == len(block)})
+	for block = block[n:]; len(block) > 0; block = block[n:] {
+		n = min(len(block), c.peerMaxFrame)
+		c.fr.WriteContinuation(id, n == len(block), block[:n])
+	}
+}
+
+// writeData writes b in DATA frames as the send windows allow, waiting for
+// them to grow; under wmu. It reports false if the stream was reset or the
+// connection ended first.
+func (c *conn) writeData(st *stream, b []byte) bool {
+	for len(b) > 0 {
+		var w int64
+		for {
+			if c.closed || st.reset {
+				return false
+			}
+			if w = min(c.sendConn, c.peerInitWindow+st.sendDelta); w > 0 {
+				break
+			}
+			// Out of window: what is written goes out, so that the client
+			// can answer it, and the other writers go on while this waits.
+			c.flush()
+			c.pending.Add(-1)
+			c.wcond.Wait()
+			c.pending.Add(1)
+		}
+		n := min(int64(len(b)), w, int64(c.peerMaxFrame))
+		c.fr.WriteData(st.id, false, b[:n])
+		c.sendConn -= n
+		st.sendDelta -= n
+		b = b[n:]
+	}
+	return true
+}
+
+// unframe reads the one message of a unary call from its DATA.
+func unframe(b []byte, maxRecv int) ([]byte, *status) {
+	if len(b) < 5 {
+		return nil, &status{codes.Internal, "the request has no complete message"}
+	}
+	n := binary.BigEndian.Uint32(b[1:5])
+	switch {
+	case uint64(n) > uint64(maxRecv):
+		return nil, &status{codes.ResourceExhausted, "request message larger than " + strconv.Itoa(maxRecv) + " bytes"}
+	case uint64(len(b)-5) < uint64(n):
+		return nil, &status{codes.Internal, "the request's message is cut short"}
+	case uint64(len(b)-5) > uint64(n):
+		return nil, &status{codes.Internal, "more than one request message for a unary method"}
+	case b[0] == 1:
+		return nil, &status{codes.Unimplemented, "compressed request messages are not supported"}
+	case b[0] != 0:
+		return nil, &status{codes.Internal, "invalid message flags"}
+	}
+	return b[5:], nil
+}
+
+// parseTimeout reads grpc-timeout: at most 8 digits and a unit (H, M, S, m,
+// u, n).
+func parseTimeout(v string) (d int64, ok bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[:len(v)-1], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	var unit int64
+	switch v[len(v)-1] {
+	case 'H':
+		unit = 3600e9
+	case 'M':
+		unit = 60e9
+	case 'S':
+		unit = 1e9
+	case 'm':
+		unit = 1e6
+	case 'u':
+		unit = 1e3
+	case 'n':
+		unit = 1
+	default:
+		return 0, false
+	}
+	if n > math.MaxInt64/unit {
+		return math.MaxInt64, true
+	}
+	return n * unit, true
+}
+
+// encodeMessage percent-encodes grpc-message as gRPC specifies: bytes
+// outside printable ASCII, and '%'. At most 1 KiB of the message is kept.
+func encodeMessage(m string) string {
+	if len(m) > 1024 {
+		m = m[:1024]
+	}
+	const hex = "0123456789ABCDEF"
+	var b []byte
+	for i := 0; i < len(m); i++ {
+		ch := m[i]
+		if ch >= 0x20 && ch <= 0x7e && ch != '%' {
+			if b != nil {
+				b = append(b, ch)
+			}
+			continue
+		}
+		if b == nil {
+			b = append(make([]byte, 0, len(m)+16), m[:i]...)
+		}
+		b = append(b, '%', hex[ch>>4], hex[ch&15])
+	}
+	if b == nil {
+		return m
+	}
+	return string(b)
+}
+
+// Buffers for requests and answers; large ones are left to the collector.
+const maxPooled = 64 << 10
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { b := bufs.Get().(*[]byte); *b = (*b)[:0]; return b }
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= maxPooled {
+		bufs.Put(b)
+	}
+}

@@ -1,0 +1,542 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+)
+
+// A connection has one reader goroutine and, while calls are answered, their
+// handler goroutines as writers.
+//
+// The reader owns the receive side: it decodes frames, opens streams, counts
+// request bytes against the windows it advertised and credits them back. The
+// writers share the send side under wmu: the framer's write buffer, the hpack
+// encoder (whose table is connection state, so header blocks must be encoded
+// and written in one order) and the send windows, which the reader grows
+// under wmu when WINDOW_UPDATE or SETTINGS arrive. Only a writer with DATA to
+// send ever waits for a window, and the reader never sends DATA, so the
+// reader can always run to deliver the update a writer waits for.
+//
+// Flushing: frames are appended to out under wmu and written by whichever
+// writer leaves with no other writer pending and no write in progress. It
+// writes without holding wmu, and goes on writing what others appended
+// meanwhile until out is empty; the others append and leave. So every frame
+// is written, a write(2) carries all the answers that were ready, and no
+// writer waits for another's system call. out is bounded: a writer finding it
+// full waits for the write in progress, or writes itself.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	fr *http2.Framer
+	br *bufio.Reader
+
+	maxRecv      int
+	streamWindow int64 // what each stream may send: the SETTINGS_INITIAL_WINDOW_SIZE advertised
+
+	// active counts streams held against MaxConcurrentStreams: opened and
+	// not yet answered (a reset stream's handler still counts until it
+	// returns). lastStream is the highest stream id the client opened.
+	active     atomic.Int32
+	lastStream atomic.Uint32
+	goingAway  atomic.Bool
+
+	// Reader-owned: request bytes inside the connection window, and those
+	// of them already consumed, to be credited back.
+	connRecv, credit int64
+
+	mu      sync.Mutex // guards streams
+	streams map[uint32]*stream
+
+	wmu            sync.Mutex
+	wcond          sync.Cond // on wmu: a window grew, a stream was reset, or the connection ended
+	pending        atomic.Int32
+	out            outBuffer // frames not yet written
+	spare          []byte    // out's previous buffer, for reuse
+	flushing       bool      // a writer is writing out without wmu
+	henc           *hpack.Encoder
+	hbuf           bytes.Buffer
+	dbuf           []byte // a message with its 5-byte prefix
+	sendConn       int64  // the connection's send window
+	peerInitWindow int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerMaxFrame   int
+	closed         bool
+
+	closeOnce sync.Once
+}
+
+// stream is one call. The reader sets every field but sendDelta and reset
+// before the handler starts, and does not change them after.
+type stream struct {
+	id       uint32
+	path     string
+	method   Method
+	ctx      context.Context
+	cancel   context.CancelFunc
+	buf      *[]byte // the request as received: prefix and message
+	recv     int64   // flow-controlled bytes received
+	ended    bool    // END_STREAM received
+	started  bool    // the handler runs
+	sendDelta int64   // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
+	reset    bool    // under wmu: the answer must not be sent
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	if s.TLSConfig != nil {
+		cfg := s.TLSConfig.Clone()
+		cfg.NextProtos = []string{"h2"}
+		nc = tls.Server(nc, cfg)
+	}
+	c := &conn{
+		s: s, nc: nc, maxRecv: s.maxRecv(), streams: map[uint32]*stream{},
+		sendConn: 65535, peerInitWindow: 65535, peerMaxFrame: 16384,
+	}
+	c.streamWindow = min(int64(c.maxRecv)+5+16<<10, math.MaxInt32)
+	c.br = bufio.NewReaderSize(nc, 32<<10)
+	c.fr = http2.NewFramer(&c.out, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = maxHeaderListSize
+	c.fr.SetMaxReadFrameSize(16384)
+	c.fr.SetReuseFrames()
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.wcond.L = &c.wmu
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.close()
+	c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			return
+		}
+	}
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c.br, preface); err != nil || string(preface) != http2.ClientPreface {
+		return
+	}
+	c.lock()
+	c.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.maxStreams()},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(c.streamWindow)},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
+	)
+	c.fr.WriteWindowUpdate(0, connWindow-65535)
+	c.release()
+	// The client's preface ends with its SETTINGS.
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return
+	}
+	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+		c.goAwayWith(http2.ErrCodeProtocol)
+		return
+	}
+	c.nc.SetDeadline(time.Time{})
+	for {
+		if err == nil {
+			err = c.handle(f)
+		}
+		if err != nil && !c.survive(err) {
+			return
+		}
+		f, err = c.fr.ReadFrame()
+	}
+}
+
+// survive answers a frame's error: a stream error resets that stream and the
+// connection goes on; anything else ends the connection (a protocol error
+// with GOAWAY first).
+func (c *conn) survive(err error) bool {
+	var se http2.StreamError
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &se):
+		if se.StreamID%2 == 1 && se.StreamID > c.lastStream.Load() {
+			c.lastStream.Store(se.StreamID) // a malformed HEADERS still used its id
+		}
+		c.mu.Lock()
+		st := c.streams[se.StreamID]
+		c.mu.Unlock()
+		if st != nil {
+			c.drop(st)
+		}
+		c.lock()
+		c.fr.WriteRSTStream(se.StreamID, se.Code)
+		c.release()
+		return true
+	case errors.As(err, &ce):
+		c.goAwayWith(http2.ErrCode(ce))
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		c.goAwayWith(http2.ErrCodeFrameSize)
+	}
+	return false
+}
+
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.RSTStreamFrame:
+		if f.StreamID > c.lastStream.Load() {
+			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+		}
+		c.mu.Lock()
+		st := c.streams[f.StreamID]
+		c.mu.Unlock()
+		if st != nil {
+			c.drop(st)
+		}
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := f.ForeachSetting(func(s http2.Setting) error { return s.Valid() }); err != nil {
+			return err
+		}
+		c.lock()
+		f.ForeachSetting(func(s http2.Setting) error {
+			switch s.ID {
+			case http2.SettingInitialWindowSize:
+				c.peerInitWindow = int64(s.Val) // every stream's window moves by the difference
+			case http2.SettingMaxFrameSize:
+				c.peerMaxFrame = int(s.Val)
+			case http2.SettingHeaderTableSize:
+				c.henc.SetMaxDynamicTableSizeLimit(s.Val)
+			}
+			return nil
+		})
+		c.wcond.Broadcast()
+		c.fr.WriteSettingsAck()
+		c.release()
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			c.lock()
+			c.fr.WritePing(true, f.Data)
+			c.release()
+		}
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol) // clients do not push
+	}
+	// PRIORITY, GOAWAY (the client closes when done) and unknown frames need
+	// nothing.
+	return nil
+}
+
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st != nil { // trailers end the request
+		if st.ended {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+		}
+		if !f.StreamEnded() {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+		}
+		c.endOfBody(st)
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastStream.Load() {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	// Stored before goingAway is read, as Shutdown sets goingAway before it
+	// reads lastStream: a stream is either refused or named in the GOAWAY.
+	c.lastStream.Store(id)
+	if c.goingAway.Load() || uint32(c.active.Load()) >= c.s.maxStreams() {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
+	}
+	var method, path, ctype, timeout string
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "content-type":
+			ctype = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		}
+	}
+	method, path = f.PseudoValue("method"), f.PseudoValue("path")
+	switch {
+	case method != "POST":
+		c.answerHTTP(id, "405", f.StreamEnded())
+		return nil
+	case ctype != "application/grpc" && (len(ctype) < 17 || ctype[:17] != "application/grpc+" && ctype[:17] != "application/grpc;"):
+		c.answerHTTP(id, "415", f.StreamEnded())
+		return nil
+	case f.Truncated:
+		c.answerNow(id, &status{codes.ResourceExhausted, fmt.Sprintf("header list larger than %d bytes", maxHeaderListSize)}, f.StreamEnded())
+		return nil
+	}
+	m := c.s.Methods[path]
+	if m == nil {
+		c.answerNow(id, &status{codes.Unimplemented, "unknown method " + path}, f.StreamEnded())
+		return nil
+	}
+	st = &stream{id: id, path: path, method: m, buf: getBuf()}
+	if d, ok := parseTimeout(timeout); ok {
+		st.ctx, st.cancel = context.WithTimeout(context.Background(), time.Duration(d))
+	} else {
+		st.ctx, st.cancel = context.WithCancel(context.Background())
+	}
+	c.active.Add(1)
+	c.mu.Lock()
+	c.streams[id] = st
+	c.mu.Unlock()
+	if f.StreamEnded() {
+		c.endOfBody(st)
+	}
+	return nil
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	id, n, data := f.StreamID, int64(f.Length), f.Data()
+	c.connRecv += n
+	if c.connRecv > connWindow {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st == nil {
+		c.creditConn(n)
+		if id > c.lastStream.Load() {
+			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+		}
+		return nil // answered early or reset: what was in flight is ignored
+	}
+	if st.ended {
+		c.creditConn(n)
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+	}
+	st.recv += n
+	if st.recv > c.streamWindow {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	}
+	if len(*st.buf)+len(data) > 5+c.maxRecv {
+		c.drop(st)
+		c.answerNow(id, &status{codes.ResourceExhausted, fmt.Sprintf("request message larger than %d bytes", c.maxRecv)}, f.StreamEnded())
+		return nil
+	}
+	*st.buf = append(*st.buf, data...)
+	if f.StreamEnded() {
+		c.endOfBody(st)
+	}
+	return nil
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		c.lock()
+		defer c.release()
+		if c.sendConn+inc > math.MaxInt32 {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.sendConn += inc
+		c.wcond.Broadcast()
+		return nil
+	}
+	if f.StreamID > c.lastStream.Load() {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	c.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	c.lock()
+	defer c.release()
+	if c.peerInitWindow+st.sendDelta+inc > math.MaxInt32 {
+		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeFlowControl}
+	}
+	st.sendDelta += inc
+	c.wcond.Broadcast()
+	return nil
+}
+
+// endOfBody starts the call once its request is complete.
+func (c *conn) endOfBody(st *stream) {
+	st.ended = true
+	c.creditConn(st.recv)
+	msg, bad := unframe(*st.buf, c.maxRecv)
+	if bad != nil {
+		c.drop(st)
+		c.answerNow(st.id, bad, true)
+		return
+	}
+	st.started = true
+	c.s.dispatch(call{c, st, msg})
+}
+
+// drop forgets a stream the reader is done with: reset by the client, in
+// error, or answered early. A running handler keeps its place in active
+// until it returns; its answer is not sent.
+func (c *conn) drop(st *stream) {
+	c.mu.Lock()
+	delete(c.streams, st.id)
+	c.mu.Unlock()
+	if !st.ended {
+		c.creditConn(st.recv)
+	}
+	st.cancel()
+	if st.started {
+		c.lock()
+		st.reset = true
+		c.wcond.Broadcast()
+		c.release()
+		return
+	}
+	putBuf(st.buf)
+	c.active.Add(-1)
+}
+
+// creditConn gives consumed request bytes back to the client's connection
+// window, in batches of an eighth of it.
+func (c *conn) creditConn(n int64) {
+	c.credit += n
+	if c.credit < connWindow/8 {
+		return
+	}
+	c.lock()
+	c.fr.WriteWindowUpdate(0, uint32(c.credit))
+	c.release()
+	c.connRecv -= c.credit
+	c.credit = 0
+}
+
+// run calls the method and answers.
+func (c *conn) run(st *stream, msg []byte) {
+	out := getBuf()
+	body, bad := c.call(st, msg, (*out)[:0])
+	st.cancel()
+	c.active.Add(-1)
+	c.answer(st, body, bad)
+	c.mu.Lock()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	c.mu.Unlock()
+	putBuf(st.buf)
+	if body != nil && cap(body) <= maxPooled {
+		*out = body[:0] // perhaps grown by the method
+	}
+	putBuf(out)
+}
+
+// lock takes the send side, waiting while out is full; release flushes if
+// no other writer is pending.
+func (c *conn) lock() {
+	c.pending.Add(1)
+	c.wmu.Lock()
+	for len(c.out.b) >= maxOutBuffered && !c.closed {
+		if !c.flushing {
+			c.flush()
+			continue
+		}
+		c.pending.Add(-1)
+		c.wcond.Wait()
+		c.pending.Add(1)
+	}
+}
+
+func (c *conn) release() {
+	if c.pending.Add(-1) == 0 {
+		c.flush()
+	}
+	c.wmu.Unlock()
+}
+
+// flush writes out until it is empty, unless another writer is doing so;
+// under wmu, which it lets go during each write. A client that does not
+// read for writeTimeout loses its connection.
+func (c *conn) flush() {
+	if c.flushing {
+		return
+	}
+	c.flushing = true
+	// Answers that are about to be written (their goroutines runnable) join
+	// this write if they get to run first.
+	c.wmu.Unlock()
+	runtime.Gosched()
+	c.wmu.Lock()
+	for len(c.out.b) > 0 && !c.closed {
+		b := c.out.b
+		c.out.b = c.spare[:0]
+		c.wmu.Unlock()
+		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := c.nc.Write(b)
+		c.wmu.Lock()
+		if cap(b) <= 4*maxOutBuffered {
+			c.spare = b
+		}
+		if err != nil {
+			c.closed = true
+			c.nc.Close()
+		}
+		c.wcond.Broadcast() // room in out
+	}
+	c.flushing = false
+}
+
+// goAway tells the client that streams above the last one it opened will
+// not be served; for Shutdown.
+func (c *conn) goAway() {
+	c.goingAway.Store(true)
+	c.lock()
+	if !c.closed {
+		c.fr.WriteGoAway(c.lastStream.Load(), http2.ErrCodeNo, nil)
+	}
+	c.release()
+}
+
+func (c *conn) goAwayWith(code http2.ErrCode) {
+	c.lock()
+	if !c.closed {
+		c.fr.WriteGoAway(c.lastStream.Load(), code, nil)
+	}
+	c.release()
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.nc.Close()
+		c.wmu.Lock()
+		c.closed = true
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		c.mu.Lock()
+		for _, st := range c.streams {
+			st.cancel()
+		}
+		c.mu.Unlock()
+		c.s.forget(c)
+	})
+}
+
+// outBuffer collects the framer's writes.
+type outBuffer struct{ b []byte }
+
+func (o *outBuffer) Write(p []byte) (int, error) {
+	o.b = append(o.b, p...)
+	return len(p), nil
+}

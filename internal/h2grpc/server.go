@@ -1,0 +1,279 @@
+// Package h2grpc serves unary gRPC methods over HTTP/2, and nothing else.
+//
+// A rate limit service answers many small unary calls from a few long-lived
+// connections (Envoy keeps one per worker thread). grpc-go serves them
+// correctly but spends most of a call's CPU in its general transport:
+// streaming, compression, interceptors, stats handlers, a goroutine and a
+// context tree per call. This package keeps only what a unary call needs,
+// straight on golang.org/x/net/http2's Framer and hpack:
+//
+//   - a call is HEADERS (POST, a known :path, content-type application/grpc*),
+//     DATA carrying exactly one length-prefixed message, END_STREAM; the
+//     answer is HEADERS (:status 200), one DATA message and the trailers
+//     grpc-status and grpc-message, or trailers alone for an error;
+//   - grpc-timeout becomes the call's context deadline; RST_STREAM and the
+//     connection's end cancel it;
+//   - answers from concurrent calls share one buffered writer, flushed by the
+//     last writer out, so a busy connection answers many calls per write(2).
+//
+// What outside input can grow is bounded: streams per connection
+// (MaxConcurrentStreams, excess refused with REFUSED_STREAM), a message
+// (MaxRecvMsgSize, answered RESOURCE_EXHAUSTED), the request bytes one
+// connection may hold (its connection window, credited back only when a
+// call's message is complete, so unread data cannot pile up), and the header
+// list (answered RESOURCE_EXHAUSTED). A reset stream still counts against
+// MaxConcurrentStreams until its handler returns, so a reset flood cannot
+// start more handlers than the limit.
+//
+// Not supported, answered as grpc-go answers them without the feature:
+// compressed request messages (UNIMPLEMENTED), client streaming (more than
+// one message is INTERNAL). Responses are never compressed.
+package h2grpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// A Method answers one call. req is the request message without gRPC's
+// 5-byte prefix, valid only until the method returns. The method appends its
+// response message to out and returns the result, or returns an error, whose
+// gRPC status (google.golang.org/grpc/status.FromError) is the answer.
+type Method func(ctx context.Context, req, out []byte) ([]byte, error)
+
+// Server serves Methods on the connections of its listeners.
+type Server struct {
+	// Methods by full path, such as
+	// "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
+	Methods map[string]Method
+	// MaxRecvMsgSize bounds a request message; 0 means 1 MiB.
+	MaxRecvMsgSize int
+	// MaxConcurrentStreams bounds the calls one connection has open; 0
+	// means 1024.
+	MaxConcurrentStreams uint32
+	// TLSConfig, if set, serves TLS with ALPN "h2" (required, as grpc-go
+	// requires it) instead of cleartext HTTP/2 with prior knowledge.
+	TLSConfig *tls.Config
+	// OnPanic, if set, is told of a method's panic, which is answered
+	// INTERNAL; the process goes on.
+	OnPanic func(method string, v any)
+
+	workers  sync.Once
+	nworkers atomic.Int32
+	calls    chan call     // to an idle worker
+	quit     chan struct{} // closed when the server closes
+	quitOnce sync.Once
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closing   bool
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("h2grpc: server closed")
+
+const (
+	defaultMaxRecvMsgSize = 1 << 20
+	defaultMaxStreams     = 1024
+	// connWindow is what one connection may send before its calls' messages
+	// are complete: the most request bytes it can make the server hold.
+	connWindow = 8 << 20
+	// maxHeaderListSize bounds a call's decoded header list.
+	maxHeaderListSize = 16 << 10
+	// handshakeTimeout bounds the TLS handshake and the client preface.
+	handshakeTimeout = 10 * time.Second
+	// writeTimeout bounds one write to a client that does not read.
+	writeTimeout = 10 * time.Second
+	// maxOutBuffered bounds the frames a connection holds unwritten.
+	maxOutBuffered = 1 << 20
+)
+
+func (s *Server) maxRecv() int {
+	if s.MaxRecvMsgSize > 0 {
+		return s.MaxRecvMsgSize
+	}
+	return defaultMaxRecvMsgSize
+}
+
+func (s *Server) maxStreams() uint32 {
+	if s.MaxConcurrentStreams > 0 {
+		return s.MaxConcurrentStreams
+	}
+	return defaultMaxStreams
+}
+
+// Serve accepts connections on l and serves each on its own goroutine until
+// l fails or the server is shut down; it then returns the error, or
+// ErrServerClosed.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	if s.listeners == nil {
+		s.listeners = map[net.Listener]struct{}{}
+		s.conns = map[*conn]struct{}{}
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	s.startWorkers()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: wait, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, tells every client with GOAWAY that no new call
+// will be taken, and waits for the calls already taken to be answered, then
+// closes the connections. If ctx ends first it closes them at once and
+// returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	conns := s.stopAccepting()
+	for _, c := range conns {
+		c.goAway()
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := 0
+		for _, c := range conns {
+			if c.active.Load() > 0 {
+				busy++
+			} else {
+				c.close()
+			}
+		}
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			s.Close()
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Close stops accepting and closes every connection; calls in flight are
+// cancelled and their answers dropped.
+func (s *Server) Close() error {
+	for _, c := range s.stopAccepting() {
+		c.close()
+	}
+	return nil
+}
+
+func (s *Server) stopAccepting() []*conn {
+	s.startWorkers() // so that quit exists
+	s.quitOnce.Do(func() { close(s.quit) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// A call is a method's work, handed to a worker.
+type call struct {
+	c   *conn
+	st  *stream
+	msg []byte
+}
+
+// Calls run on workers: long-lived goroutines whose stacks have grown, once,
+// to what a method needs, where a new goroutine per call grows (copies) its
+// stack on every call, which was a fifth of the CPU a call took. A call goes
+// to an idle worker; if none is idle, a new worker starts, up to maxWorkers;
+// beyond that a call runs on a goroutine of its own.
+const maxWorkers = 256
+
+func (s *Server) startWorkers() {
+	s.workers.Do(func() {
+		s.calls, s.quit = make(chan call), make(chan struct{})
+	})
+}
+
+func (s *Server) dispatch(x call) {
+	select {
+	case s.calls <- x:
+		return
+	default:
+	}
+	if s.nworkers.Add(1) > maxWorkers {
+		s.nworkers.Add(-1)
+		go x.c.run(x.st, x.msg)
+		return
+	}
+	go func() {
+		defer s.nworkers.Add(-1)
+		for {
+			x.c.run(x.st, x.msg)
+			select {
+			case x = <-s.calls:
+			case <-s.quit:
+				return
+			}
+		}
+	}()
+}
+
+// status is a call's outcome as its trailers say it.
+type status struct {
+	code    codes.Code
+	message string
+}
