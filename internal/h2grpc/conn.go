@@ -82,17 +82,17 @@ type conn struct {
 // stream is one call. The reader sets every field but sendDelta and reset
 // before the handler starts, and does not change them after.
 type stream struct {
-	id       uint32
-	path     string
-	method   Method
-	ctx      context.Context
-	cancel   context.CancelFunc
-	buf      *[]byte // the request as received: prefix and message
-	recv     int64   // flow-controlled bytes received
-	ended    bool    // END_STREAM received
-	started  bool    // the handler runs
+	id        uint32
+	path      string
+	method    Method
+	ctx       context.Context
+	cancel    context.CancelFunc
+	buf       *[]byte // the request as received: prefix and message
+	recv      int64   // flow-controlled bytes received
+	ended     bool    // END_STREAM received
+	started   bool    // the handler runs
 	sendDelta int64   // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
-	reset    bool    // under wmu: the answer must not be sent
+	reset     bool    // under wmu: the answer must not be sent
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
