@@ -1,0 +1,346 @@
+package h2grpc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// raw is an HTTP/2 client that writes frames as the test says, valid or not.
+type raw struct {
+	t    *testing.T
+	nc   net.Conn
+	fr   *http2.Framer
+	hbuf bytes.Buffer
+	enc  *hpack.Encoder
+}
+
+func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	r := &raw{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	r.enc = hpack.NewEncoder(&r.hbuf)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	r.fr.WriteSettings(settings...)
+	return r
+}
+
+// call opens stream id with a gRPC call's headers (extra replace or add
+// fields, name then value) and, if body is not nil, sends it and ends the
+// stream.
+func (r *raw) call(id uint32, path string, body []byte, extra ...string) {
+	r.t.Helper()
+	fields := map[string]string{":method": "POST", ":scheme": "http", ":authority": "x", ":path": path, "content-type": "application/grpc", "te": "trailers"}
+	order := []string{":method", ":scheme", ":authority", ":path", "content-type", "te"}
+	for i := 0; i < len(extra); i += 2 {
+		if _, ok := fields[extra[i]]; !ok {
+			order = append(order, extra[i])
+		}
+		fields[extra[i]] = extra[i+1]
+	}
+	r.hbuf.Reset()
+	for _, k := range order {
+		r.enc.WriteField(hpack.HeaderField{Name: k, Value: fields[k]})
+	}
+	block := r.hbuf.Bytes()
+	n := min(len(block), 16384)
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:n], EndHeaders: n == len(block)}); err != nil {
+		r.t.Fatal(err)
+	}
+	for block = block[n:]; len(block) > 0; block = block[n:] {
+		n = min(len(block), 16384)
+		r.fr.WriteContinuation(id, n == len(block), block[:n])
+	}
+	if body != nil {
+		if err := r.fr.WriteData(id, true, body); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// bigHeaders is n fields of size bytes each.
+func bigHeaders(n, size int) []string {
+	var kv []string
+	for i := range n {
+		kv = append(kv, "x-big-"+strings.Repeat("k", i+1), strings.Repeat("v", size))
+	}
+	return kv
+}
+
+func message(b []byte) []byte {
+	return binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))) // the prefix
+}
+
+func framed(b []byte) []byte { return append(message(b), b...) }
+
+// next reads frames until want says one is it; SETTINGS are acknowledged.
+// It fails the test after 10 s or if the connection ends.
+func (r *raw) next(want func(http2.Frame) bool) http2.Frame {
+	r.t.Helper()
+	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Fatalf("reading frames: %v", err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			r.fr.WriteSettingsAck()
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+// grpcStatus reads until stream id's trailers and returns grpc-status and
+// grpc-message (or :status if there is no grpc-status).
+func (r *raw) grpcStatus(id uint32) (string, string) {
+	r.t.Helper()
+	f := r.next(func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == id && h.StreamEnded()
+	}).(*http2.MetaHeadersFrame)
+	if s := get(f, "grpc-status"); s != "" {
+		return s, get(f, "grpc-message")
+	}
+	return ":status " + f.PseudoValue("status"), ""
+}
+
+func (r *raw) goAway() http2.ErrCode {
+	r.t.Helper()
+	f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	return f.(*http2.GoAwayFrame).ErrCode
+}
+
+func get(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.RegularFields() {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
+// TestMalformedCallsAreAnswered: each malformed call gets the status grpc-go
+// gives it, and the connection goes on serving.
+func TestMalformedCallsAreAnswered(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxRecvMsgSize = 100 })
+	r := dialRaw(t, f.addr)
+	compressed := framed([]byte("x"))
+	compressed[0] = 1
+	cases := []struct {
+		body       []byte
+		extra      []string
+		code, text string
+	}{
+		{compressed, []string{"grpc-encoding", "gzip"}, "12", "compressed request messages are not supported"},
+		{append(framed([]byte("a")), framed([]byte("b"))...), nil, "13", "more than one request message for a unary method"},
+		{framed([]byte("abc"))[:6], nil, "13", "the request's message is cut short"},
+		{[]byte{}, nil, "13", "the request has no complete message"},
+		{append(message(make([]byte, 101)), 'x'), nil, "8", "request message larger than 100 bytes"},
+		{framed(nil), []string{":method", "GET"}, ":status 405", ""},
+		{framed(nil), []string{"content-type", "text/plain"}, ":status 415", ""},
+		{framed(nil), []string{"content-type", "application/grpcx"}, ":status 415", ""},
+		{framed(nil), bigHeaders(16, 1<<10), "8", "header list larger than 16384 bytes"},
+		{framed(nil), []string{":path", "/t.T/Missing"}, "12", "unknown method /t.T/Missing"},
+	}
+	id := uint32(1)
+	for _, c := range cases {
+		r.call(id, "/t.T/Echo", c.body, c.extra...)
+		if code, text := r.grpcStatus(id); code != c.code || text != c.text {
+			t.Errorf("stream %d (%v): got %s %q, want %s %q", id, c.extra, code, text, c.code, c.text)
+		}
+		id += 2
+	}
+	r.call(id, "/t.T/Echo", framed([]byte("still here")))
+	if code, _ := r.grpcStatus(id); code != "0" {
+		t.Fatalf("a good call after the malformed ones: grpc-status %s", code)
+	}
+}
+
+// TestProtocolErrorsEndTheConnection: what RFC 9113 calls a connection error
+// gets GOAWAY with its code.
+func TestProtocolErrorsEndTheConnection(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := map[string]struct {
+		send func(r *raw)
+		code http2.ErrCode
+	}{
+		"even stream id":         {func(r *raw) { r.call(2, "/t.T/Echo", framed(nil)) }, http2.ErrCodeProtocol},
+		"stream id going back":   {func(r *raw) { r.call(5, "/t.T/Echo", framed(nil)); r.call(3, "/t.T/Echo", framed(nil)) }, http2.ErrCodeProtocol},
+		"DATA on an idle stream": {func(r *raw) { r.fr.WriteData(7, true, framed(nil)) }, http2.ErrCodeProtocol},
+		"PUSH_PROMISE": {func(r *raw) {
+			r.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true})
+		}, http2.ErrCodeProtocol},
+		"window overflow": {func(r *raw) {
+			r.fr.WriteWindowUpdate(0, 1<<31-1)
+			r.fr.WriteWindowUpdate(0, 1<<31-1)
+		}, http2.ErrCodeFlowControl},
+		"a header field beyond the header list limit": {func(r *raw) { r.call(1, "/t.T/Echo", framed(nil), "x-big", strings.Repeat("v", 17<<10)) }, http2.ErrCodeCompression},
+		"frame too large": {func(r *raw) { r.fr.WriteData(1, false, make([]byte, 20000)) }, http2.ErrCodeFrameSize},
+		"more than the connection window": {func(r *raw) {
+			// Streams each within their limits, together beyond what the
+			// connection may hold.
+			chunk := make([]byte, 16000)
+			for id := uint32(1); id < 2*(connWindow/(1<<20)+2); id += 2 {
+				r.call(id, "/t.T/Echo", nil)
+				r.fr.WriteData(id, false, message(make([]byte, 1<<20-16)))
+				for range (1<<20 - 32) / len(chunk) {
+					if r.fr.WriteData(id, false, chunk) != nil {
+						return
+					}
+				}
+			}
+		}, http2.ErrCodeFlowControl},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := dialRaw(t, f.addr)
+			c.send(r)
+			if got := r.goAway(); got != c.code {
+				t.Fatalf("GOAWAY %v, want %v", got, c.code)
+			}
+		})
+	}
+	t.Run("no SETTINGS first", func(t *testing.T) {
+		nc, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		io.WriteString(nc, http2.ClientPreface)
+		r := &raw{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+		r.fr.WritePing(false, [8]byte{})
+		if got := r.goAway(); got != http2.ErrCodeProtocol {
+			t.Fatalf("GOAWAY %v, want PROTOCOL_ERROR", got)
+		}
+	})
+	t.Run("not HTTP/2", func(t *testing.T) {
+		nc, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := io.ReadAll(nc); !errors.Is(err, nil) || len(n) > 0 && !bytes.HasPrefix(n, []byte{0, 0}) {
+			t.Fatalf("an HTTP/1.1 request got %q, %v; want the connection closed", n, err)
+		}
+	})
+}
+
+// TestStreamLimitHoldsUnderResets: streams beyond MaxConcurrentStreams are
+// refused, and resetting calls does not let more methods run at once than
+// the limit, however many are opened and reset.
+func TestStreamLimitHoldsUnderResets(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxConcurrentStreams = 4 })
+	r := dialRaw(t, f.addr)
+	refused := 0
+	for i := range 200 {
+		id := uint32(2*i + 1)
+		r.call(id, "/t.T/Hold", framed(nil))
+		r.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	}
+	// A PING's answer comes after everything before it was read.
+	r.fr.WritePing(false, [8]byte{1})
+	r.next(func(f http2.Frame) bool {
+		if s, ok := f.(*http2.RSTStreamFrame); ok && s.ErrCode == http2.ErrCodeRefusedStream {
+			refused++
+		}
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck()
+	})
+	if got := f.maxRun.Load(); got > 4 || got == 0 {
+		t.Fatalf("%d methods ran at once, limit 4", got)
+	}
+	if refused < 190 {
+		t.Fatalf("%d of 200 streams refused with 4 methods held", refused)
+	}
+	close(f.release)
+	// Once the held methods return, the connection serves again.
+	deadline := time.Now().Add(10 * time.Second)
+	for id := uint32(1001); ; id += 2 {
+		r.call(id, "/t.T/Echo", framed([]byte("after")))
+		f := r.next(func(f http2.Frame) bool {
+			if s, ok := f.(*http2.RSTStreamFrame); ok && s.StreamID == id {
+				return true
+			}
+			h, ok := f.(*http2.MetaHeadersFrame)
+			return ok && h.StreamID == id && h.StreamEnded()
+		})
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && get(h, "grpc-status") == "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no call served after the held methods returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSendWindowIsRespected: a client that allows 10 bytes per stream gets
+// 10 bytes, then the rest only as it grants more.
+func TestSendWindowIsRespected(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+	body := bytes.Repeat([]byte("0123456789"), 10)
+	r.call(1, "/t.T/Echo", framed(body))
+	var got []byte
+	granted := 10
+	for len(got) < len(body)+5 {
+		fr := r.next(func(f http2.Frame) bool {
+			d, ok := f.(*http2.DataFrame)
+			return ok && d.StreamID == 1
+		}).(*http2.DataFrame)
+		got = append(got, fr.Data()...)
+		if len(got) > granted {
+			t.Fatalf("%d bytes sent with %d granted", len(got), granted)
+		}
+		if len(got) == granted {
+			// Nothing more comes until the client grants it: a PING is
+			// answered before any DATA.
+			r.fr.WritePing(false, [8]byte{2})
+			r.next(func(f http2.Frame) bool {
+				if d, ok := f.(*http2.DataFrame); ok && d.StreamID == 1 {
+					t.Fatalf("DATA beyond the window")
+				}
+				p, ok := f.(*http2.PingFrame)
+				return ok && p.IsAck()
+			})
+			r.fr.WriteWindowUpdate(1, 30)
+			granted += 30
+		}
+	}
+	if !bytes.Equal(got, framed(body)) {
+		t.Fatalf("the answer arrived as %q", got)
+	}
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("grpc-status %s", code)
+	}
+}
+
+// TestPingIsAnswered: PING is acknowledged with its data.
+func TestPingIsAnswered(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	r.fr.WritePing(false, [8]byte{'s', 'l', 'u', 'i', 'c', 'e'})
+	p := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }).(*http2.PingFrame)
+	if string(p.Data[:6]) != "sluice" {
+		t.Fatalf("PING answered with %q", p.Data)
+	}
+}
