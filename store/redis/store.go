@@ -85,13 +85,15 @@ var ErrNotConnected = errors.New("redis: not connected yet")
 
 // Store is the Redis store. It implements sluice.Store.
 type Store struct {
-	client  atomic.Pointer[rueidis.Client] // nil until connected
-	prefix  string
-	clock   sluice.Clock
-	scripts map[string]*rueidis.Lua // by algorithm; "" has them all
-	sources map[string]string       // their texts, for Preload
-	members *rueidis.Lua
-	lastErr atomic.Pointer[error] // why a lazy store is not connected
+	client   atomic.Pointer[rueidis.Client] // nil until connected
+	prefix   string
+	clock    sluice.Clock
+	scripts  map[string]*rueidis.Lua // by algorithm; "" has them all
+	batchers map[string]*batcher     // by algorithm, as scripts (batch.go)
+	batched  atomic.Uint64           // calls that waited for a batch
+	sources  map[string]string       // their texts, for Preload
+	members  *rueidis.Lua
+	lastErr  atomic.Pointer[error] // why a lazy store is not connected
 
 	slots    atomic.Pointer[slotMap] // Redis Cluster: which node serves which slot
 	loaded   atomic.Bool             // scripts loaded on every node
@@ -111,11 +113,11 @@ func New(o Options) (*Store, error) {
 	for _, a := range luaAlgorithms {
 		sources[a.name] = takeScript(a.name)
 	}
-	scripts := map[string]*rueidis.Lua{}
+	scripts, batchers := map[string]*rueidis.Lua{}, map[string]*batcher{}
 	for name, src := range sources {
-		scripts[name] = rueidis.NewLuaScript(src)
+		scripts[name], batchers[name] = rueidis.NewLuaScript(src), &batcher{}
 	}
-	s := &Store{prefix: prefix, clock: o.Clock, scripts: scripts, sources: sources,
+	s := &Store{prefix: prefix, clock: o.Clock, scripts: scripts, batchers: batchers, sources: sources,
 		members: rueidis.NewLuaScript(luaFile("members")), stop: make(chan struct{}), done: make(chan struct{})}
 	client, err := rueidis.NewClient(opt)
 	if err != nil && !o.Lazy {
@@ -409,17 +411,17 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
 	}
-	script := s.scripts[ps[idx[0]].alg]
+	script := ps[idx[0]].alg
 	for _, i := range idx[1:] {
 		if ps[i].alg != ps[idx[0]].alg {
-			script = s.scripts[""] // mixed algorithms: the script with all of them
+			script = "" // mixed algorithms: the script with all of them
 		}
 	}
 	c := s.conn()
 	if c == nil {
 		return s.notConnected()
 	}
-	vals, err := script.Exec(ctx, c, sent, args).AsIntSlice()
+	vals, err := s.run(ctx, c, script, sent, args)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}

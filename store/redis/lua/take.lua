@@ -21,12 +21,15 @@
 -- Returns 6 integers per take: allowed, reason, remaining, retry, reset,
 -- delay (microseconds). When nothing is written, an allowed take reports its
 -- key as it stands.
+-- A batch decides several such calls, each as if alone, one after another:
+-- ARGV[2] is "b", ARGV[3] the number of calls, and each call is its number
+-- of keys, its hold flag ("0" or "1") and its takes' 10 arguments; KEYS
+-- holds the calls' keys in order. It returns the calls' integers in order.
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local hold = ARGV[2] == '1'
 -- The algorithms this script was built with (the store builds one script
 -- per algorithm, and one with all of them for mixed takes).
 local algos = {
@@ -41,88 +44,102 @@ local function rewrite(alg, key, p, now, nst)
   if nst then redis.call('PEXPIRE', key, ceildiv(r[5], 1000) + 1000) end
   return r
 end
-local seen, sequential = {}, false
-for _, key in ipairs(KEYS) do
-  if seen[key] then sequential = true end
-  seen[key] = true
-end
-sequential = sequential and not hold
-local out, pending, ok, snaps = {}, {}, not hold, {}
-for i, key in ipairs(KEYS) do
-  local a = 2 + (i - 1) * 10
-  local alg = algos[ARGV[a + 1]]
-  local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5])}
-  local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
-  local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
-  local floor = tonumber(ARGV[a + 10])
-  local r, st
-  if hid ~= '' and hold_us < 0 then
-    -- A settle applies whatever the other takes decide.
-    local mk = key .. '~' .. hid
-    -- The marker holds the units and the deadline in the script's time, so
-    -- that a deadline follows the same clock as the decisions (PX only
-    -- collects it).
-    local v = redis.call('GET', mk) or ''
-    local sp = string.find(v, ' ', 1, true)
-    local est, untl = nil, nil
-    if sp then est, untl = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1)) end
-    if est ~= nil and untl ~= nil and now >= untl then
-      redis.call('DEL', mk)
-      est = nil
-    end
-    if est == nil then
-      r = alg[1](key, p, now, 0)
-      r[1], r[2] = 0, 6 -- no reservation
+-- take decides one call: n takes, whose keys are KEYS[k0 + 1 ...] and
+-- whose arguments start at ARGV[a0 + 1].
+local function take(k0, n, a0, hold)
+  local seen, sequential = {}, false
+  for i = 1, n do
+    local key = KEYS[k0 + i]
+    if seen[key] then sequential = true end
+    seen[key] = true
+  end
+  sequential = sequential and not hold
+  local out, pending, ok, snaps = {}, {}, not hold, {}
+  for i = 1, n do
+    local key = KEYS[k0 + i]
+    local a = a0 + (i - 1) * 10
+    local alg = algos[ARGV[a + 1]]
+    local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5])}
+    local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
+    local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
+    local floor = tonumber(ARGV[a + 10])
+    local r, st
+    if hid ~= '' and hold_us < 0 then
+      -- A settle applies whatever the other takes decide.
+      local mk = key .. '~' .. hid
+      -- The marker holds the units and the deadline in the script's time, so
+      -- that a deadline follows the same clock as the decisions (PX only
+      -- collects it).
+      local v = redis.call('GET', mk) or ''
+      local sp = string.find(v, ' ', 1, true)
+      local est, untl = nil, nil
+      if sp then est, untl = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1)) end
+      if est ~= nil and untl ~= nil and now >= untl then
+        redis.call('DEL', mk)
+        est = nil
+      end
+      if est == nil then
+        r = alg[1](key, p, now, 0)
+        r[1], r[2] = 0, 6 -- no reservation
+      else
+        redis.call('DEL', mk)
+        local nst = nil
+        if cost < est then nst = alg[3](key, p, now, est - cost) end
+        if cost > est then nst = alg[4](key, p, now, cost - est) end
+        r = rewrite(alg, key, p, now, nst)
+      end
+    elseif cost < 0 then
+      -- A refund applies whatever the other takes decide.
+      if hid ~= '' then redis.call('DEL', key .. '~' .. hid) end
+      r = rewrite(alg, key, p, now, alg[3](key, p, now, -cost))
     else
-      redis.call('DEL', mk)
-      local nst = nil
-      if cost < est then nst = alg[3](key, p, now, est - cost) end
-      if cost > est then nst = alg[4](key, p, now, cost - est) end
-      r = rewrite(alg, key, p, now, nst)
+      if floor > 0 and cost > 0 then
+        r = alg[1](key, p, now, cost + floor)
+        if r[1] == 1 then r, st = alg[1](key, p, now, cost) end
+        r[3] = math.max(r[3] - floor, 0)
+      else
+        r, st = alg[1](key, p, now, cost)
+      end
+      if r[1] == 0 then ok = false end
+      if st and not dry then
+        pending[#pending + 1] = {alg, key, st, r[5], p, #out, hid, hold_us, cost, floor}
+        if sequential and r[1] == 1 then
+          if snaps[key] == nil then snaps[key] = {redis.call('DUMP', key), redis.call('PTTL', key)} end
+          alg[2](key, st, ceildiv(r[5], 1000) + 1000)
+        end
+      end
     end
-  elseif cost < 0 then
-    -- A refund applies whatever the other takes decide.
-    if hid ~= '' then redis.call('DEL', key .. '~' .. hid) end
-    r = rewrite(alg, key, p, now, alg[3](key, p, now, -cost))
-  else
-    if floor > 0 and cost > 0 then
-      r = alg[1](key, p, now, cost + floor)
-      if r[1] == 1 then r, st = alg[1](key, p, now, cost) end
-      r[3] = math.max(r[3] - floor, 0)
-    else
-      r, st = alg[1](key, p, now, cost)
-    end
-    if r[1] == 0 then ok = false end
-    if st and not dry then
-      pending[#pending + 1] = {alg, key, st, r[5], p, #out, hid, hold_us, cost, floor}
-      if sequential and r[1] == 1 then
-        if snaps[key] == nil then snaps[key] = {redis.call('DUMP', key), redis.call('PTTL', key)} end
-        alg[2](key, st, ceildiv(r[5], 1000) + 1000)
+    for j = 1, 6 do out[#out + 1] = r[j] end
+  end
+  if sequential and not ok then
+    for key, snap in pairs(snaps) do
+      if snap[1] then
+        redis.call('RESTORE', key, math.max(snap[2], 0), snap[1], 'REPLACE')
+      else
+        redis.call('DEL', key)
       end
     end
   end
-  for j = 1, 6 do out[#out + 1] = r[j] end
-end
-if sequential and not ok then
-  for key, snap in pairs(snaps) do
-    if snap[1] then
-      redis.call('RESTORE', key, math.max(snap[2], 0), snap[1], 'REPLACE')
+  for _, w in ipairs(pending) do
+    if ok then
+      -- The TTL outlives the time back to idle by a second, so an expired key
+      -- answers as a fresh one would.
+      if not sequential then w[1][2](w[2], w[3], ceildiv(w[4], 1000) + 1000) end
+      if w[7] ~= '' and w[8] > 0 then
+        redis.call('SET', w[2] .. '~' .. w[7], string.format('%.0f %.0f', w[9], now + w[8]), 'PX', ceildiv(w[8], 1000))
+      end
     else
-      redis.call('DEL', key)
+      local peek = w[1][1](w[2], w[5], now, 0)
+      out[w[6] + 3], out[w[6] + 5] = math.max(peek[3] - w[10], 0), peek[5]
     end
   end
+  return out
 end
-for _, w in ipairs(pending) do
-  if ok then
-    -- The TTL outlives the time back to idle by a second, so an expired key
-    -- answers as a fresh one would.
-    if not sequential then w[1][2](w[2], w[3], ceildiv(w[4], 1000) + 1000) end
-    if w[7] ~= '' and w[8] > 0 then
-      redis.call('SET', w[2] .. '~' .. w[7], string.format('%.0f %.0f', w[9], now + w[8]), 'PX', ceildiv(w[8], 1000))
-    end
-  else
-    local peek = w[1][1](w[2], w[5], now, 0)
-    out[w[6] + 3], out[w[6] + 5] = math.max(peek[3] - w[10], 0), peek[5]
-  end
+if ARGV[2] ~= 'b' then return take(0, #KEYS, 2, ARGV[2] == '1') end
+local all, k, a = {}, 0, 4
+for _ = 1, tonumber(ARGV[3]) do
+  local n = tonumber(ARGV[a])
+  for _, v in ipairs(take(k, n, a + 1, ARGV[a + 1] == '1')) do all[#all + 1] = v end
+  k, a = k + n, a + 2 + 10 * n
 end
-return out
+return all
