@@ -7,6 +7,11 @@
 #
 #   bench/service/run.sh [rounds] [seconds]        (defaults: 3 rounds of 5 s)
 #
+# PARTS="grpc" (or "http") runs only that half. The gRPC load generator
+# speaks HTTP/2 itself over one connection, as Envoy's C++ client does, and
+# checks every answer; GRPC_CLIENT=grpc-go uses grpc-go's client instead,
+# which spends about as much CPU per call as the services it measures.
+#
 # Needs wrk, nginx and redis-server (Debian packages of those names). For
 # envoyproxy/ratelimit set RATELIMIT_BIN to a binary of it, for example built
 # from a checkout of github.com/envoyproxy/ratelimit with
@@ -15,6 +20,8 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
+PARTS=${PARTS:-http grpc}
+GRPC_CLIENT=${GRPC_CLIENT:-h2}
 cd "$(dirname "$0")/../.."
 for cmd in wrk nginx redis-server python3; do
 	command -v "$cmd" >/dev/null || { echo "run.sh: $cmd is not installed" >&2; exit 2; }
@@ -69,7 +76,7 @@ declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; }
 
 HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN")
-for r in $(seq "$ROUNDS"); do
+for r in $([[ $PARTS == *http* ]] && seq "$ROUNDS"); do
 	for i in "${!HTTP[@]}"; do
 		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
 		read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/")
@@ -92,10 +99,13 @@ descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000}
 EOF
-G1=$(port); G2=$(port)
+G1=$(port); G2=$(port); G3=$(port)
 "$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G1" --store "redis://127.0.0.1:$RP" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G2" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
-GRPC=("sluice-redis=$G1" "sluice-embedded=$G2")
+# The same service on grpc-go instead of sluice's own gRPC server, for the
+# difference the server makes.
+"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G3" --grpc-server grpc-go --watch 0 >/dev/null 2>&1 & PIDS+=($!)
+GRPC=("sluice-redis=$G1" "sluice-embedded=$G2" "sluice-embedded-grpc-go=$G3")
 if [ -n "${RATELIMIT_BIN:-}" ]; then
 	for variant in defaults tuned; do
 		G=$(port)
@@ -107,10 +117,10 @@ if [ -n "${RATELIMIT_BIN:-}" ]; then
 	done
 fi
 for c in "${GRPC[@]}"; do wait_port "${c#*=}"; done
-for r in $(seq "$ROUNDS"); do
+for r in $([[ $PARTS == *grpc* ]] && seq "$ROUNDS"); do
 	for i in "${!GRPC[@]}"; do
 		c=${GRPC[$(( (i + r) % ${#GRPC[@]} ))]}; name=${c%%=*}; p=${c#*=}
-		read -r _ rps _ _ _ p99 _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000)
+		read -r _ rps _ _ _ p99 _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000 -client "$GRPC_CLIENT")
 		record "$name/grpc/rps" "$rps"; record "$name/grpc/p99" "$p99"
 		# Redis bytes per key for the same rules, at once (the keys live about
 		# a second past their 1 s window): MEMORY USAGE averaged over every
@@ -149,7 +159,10 @@ if [ -n "${RATELIMIT_BIN:-}" ]; then
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, p99:            $(ratio "$(med "${RES[sluice-redis/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-defaults/grpc/rps]}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
+	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, p99:         $(ratio "$(med "${RES[sluice-embedded/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
 	echo "  Redis bytes/key, sluice / envoyproxy/ratelimit:                 $(ratio "$(med "${RES[sluice/redis/bytes-per-key]}")" "$(med "${RES[ratelimit/redis/bytes-per-key]}")")"
 fi
+echo "  gRPC sluice embedded, own server / grpc-go, decisions/s:      $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[sluice-embedded-grpc-go/grpc/rps]}")")"
 echo
+echo "gRPC load generator: $GRPC_CLIENT"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), $(date -u +%F)"

@@ -1,7 +1,8 @@
 // Command grpcload drives Envoy's rate limit service (sluice serve
 // --grpc-listen, or envoyproxy/ratelimit) with concurrent ShouldRateLimit
 // calls for a bounded time and prints decisions per second and latency
-// percentiles, one line, for bench/service/run.sh.
+// percentiles, one line, for bench/service/run.sh. Every answer is checked:
+// a transport error or a non-OK gRPC status counts as an error.
 //
 //	grpcload -addr 127.0.0.1:8081 -c 64 -d 5s -domain bench -keys 1000
 package main
@@ -19,6 +20,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 func main() {
@@ -27,6 +29,7 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "how long to run (at most 60s)")
 	domain := flag.String("domain", "bench", "the domain")
 	keys := flag.Int("keys", 1000, "distinct descriptor values, spread over the calls")
+	clientKind := flag.String("client", "h2", "h2: a lean HTTP/2 client, one connection (as Envoy's C++ client); grpc-go: grpc-go's client, one connection")
 	flag.Parse()
 	*dur = min(*dur, time.Minute)
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -50,6 +53,13 @@ func main() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	call := grpcGoCaller(client)
+	if *clientKind == "h2" {
+		if call, err = h2Caller(*addr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	var mu sync.Mutex
 	var lat []time.Duration
 	errs, over := 0, 0
@@ -61,9 +71,7 @@ func main() {
 			e, o := 0, 0
 			for i := 0; time.Now().Before(deadline); i++ {
 				start := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := client.ShouldRateLimit(ctx, req(*domain, fmt.Sprint("k", (g*7919+i)%*keys)))
-				cancel()
+				resp, err := call(req(*domain, fmt.Sprint("k", (g*7919+i)%*keys)))
 				mine = append(mine, time.Since(start))
 				switch {
 				case err != nil:
@@ -84,6 +92,36 @@ func main() {
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	fmt.Printf("decisions/s %.0f p50_ms %.3f p99_ms %.3f errors %d over %d\n",
 		float64(len(lat))/dur.Seconds(), pct(0.50).Seconds()*1000, pct(0.99).Seconds()*1000, errs, over)
+}
+
+// A caller makes one ShouldRateLimit call.
+type caller func(*rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+
+func grpcGoCaller(client rlsv3.RateLimitServiceClient) caller {
+	return func(r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return client.ShouldRateLimit(ctx, r)
+	}
+}
+
+func h2Caller(addr string) (caller, error) {
+	c, err := dialH2(addr)
+	if err != nil {
+		return nil, err
+	}
+	return func(r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		msg, err := proto.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		b, err := c.do("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", frame(msg))
+		if err != nil {
+			return nil, err
+		}
+		resp := new(rlsv3.RateLimitResponse)
+		return resp, proto.Unmarshal(b, resp)
+	}, nil
 }
 
 func req(domain, v string) *rlsv3.RateLimitRequest {
