@@ -120,8 +120,8 @@ for c in "${GRPC[@]}"; do wait_port "${c#*=}"; done
 for r in $([[ $PARTS == *grpc* ]] && seq "$ROUNDS"); do
 	for i in "${!GRPC[@]}"; do
 		c=${GRPC[$(( (i + r) % ${#GRPC[@]} ))]}; name=${c%%=*}; p=${c#*=}
-		read -r _ rps _ _ _ p99 _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000 -client "$GRPC_CLIENT")
-		record "$name/grpc/rps" "$rps"; record "$name/grpc/p99" "$p99"
+		read -r _ rps _ _ _ p99 _ errs _ < <("$WORK/grpcload" -addr "127.0.0.1:$p" -c 64 -d "${SECS}s" -domain bench -keys 1000 -client "$GRPC_CLIENT")
+		record "$name/grpc/rps" "$rps"; record "$name/grpc/p99" "$p99"; record "$name/grpc/errors" "$errs"
 		# Redis bytes per key for the same rules, at once (the keys live about
 		# a second past their 1 s window): MEMORY USAGE averaged over every
 		# key the contender just wrote, sluice's {9:user=k999}bench.user82qjF
