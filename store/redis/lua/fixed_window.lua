@@ -63,19 +63,38 @@ local function fw_index(p, t)
   return idx, fw_start(p, idx)
 end
 
-local function fw_digits(p) return #string.format('%.0f', p.L) end
+-- fw_digits returns the number of decimal digits of the limit, and 10 to
+-- that power, both kept in p: computed by multiplying (exact: the limit is
+-- below 2^53, the power at most 10^16) rather than by formatting, the
+-- dearest step of a decision after the Redis calls themselves.
+local function fw_digits(p)
+  if not p.K then
+    local k, ten = 1, 10
+    while p.L >= ten do k, ten = k + 1, ten * 10 end
+    p.K, p.M = k, ten
+  end
+  return p.K, p.M
+end
 
 local function fw_load(key, p, now)
   local v = redis.call('GET', key)
   local idx, start = fw_index(p, now)
   if not v then return start, idx, 0, now end
-  local k = fw_digits(p)
+  local k, m = fw_digits(p)
   local sidx, c
   local colon = string.find(v, ':', 1, true)
   if colon then -- a count beyond the limit, after a charge: index:count
     sidx, c = tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1)) or 0
   else
-    sidx, c = tonumber(string.sub(v, 1, -k - 1)), tonumber(string.sub(v, -k)) or 0
+    local n = #v <= 15 and tonumber(v)
+    if n then
+      -- Below 10^15 the value is an exact double: split it by arithmetic.
+      sidx = math.floor(n / m)
+      c = n - sidx * m
+      if #v <= k then sidx = nil end -- no index before the count: not ours
+    else
+      sidx, c = tonumber(string.sub(v, 1, -k - 1)), tonumber(string.sub(v, -k)) or 0
+    end
   end
   if sidx == nil or idx > sidx then return start, idx, 0, now end
   if idx < sidx then -- time went back into an earlier window: no time has elapsed
@@ -98,7 +117,9 @@ local function fw_decide(key, p, now, cost)
 end
 
 local function fw_write(key, st, ttl)
-  local v = string.format('%.0f', st[1]) .. string.format('%0' .. fw_digits(st[3]) .. '.0f', st[2])
+  local p = st[3]
+  if not p.F then p.F = '%.0f%0' .. fw_digits(p) .. '.0f' end
+  local v = string.format(p.F, st[1], st[2])
   if st[2] > st[3].L then v = string.format('%.0f:%.0f', st[1], st[2]) end
   redis.call('SET', key, v, 'PX', ttl)
 end
