@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// The built binary with its defaults (sluice's own gRPC server), on the
+// embedded store and on one Redis (where concurrent decisions go in
+// batches): while one connection floods calls it resets at once and another
+// sends malformed calls, 64 grpc-go callers make 320 calls on a descriptor
+// allowed 100 a year. Exactly 100 are OK, every call gets an answer, the
+// malformed ones the status grpc-go would give, and the process serves on.
+func TestEnvoyServiceUnderAttackEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	t.Run("memory", func(t *testing.T) { envoyUnderAttack(t) })
+	t.Run("redis", func(t *testing.T) { envoyUnderAttack(t, "--store", redistest.Start(t).URL()) })
+}
+
+func envoyUnderAttack(t *testing.T, extra ...string) {
+	rulesPath := filepath.Join(t.TempDir(), "load.yaml")
+	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, requests_per_unit: 100}\n"
+	if err := os.WriteFile(rulesPath, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", rulesPath}, extra...)...)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	req := func(user string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
+			Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+		}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := rls.ShouldRateLimit(ctx, req("warm"), grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { resetFlood(t, addr, 3000) })
+	wg.Go(func() { malformedCalls(t, addr) })
+	var ok, over atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for range 5 {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				resp, err := rls.ShouldRateLimit(ctx, req("victim"))
+				cancel()
+				switch {
+				case err != nil:
+					t.Errorf("a call under attack: %v", err)
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+					ok.Add(1)
+				default:
+					over.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 100 || over.Load() != 220 {
+		t.Fatalf("%d OK and %d over of 320 calls, want exactly 100 and 220", ok.Load(), over.Load())
+	}
+	resp, err := rls.ShouldRateLimit(context.Background(), req("after"))
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a new user after the attack: %v %v", resp, err)
+	}
+}
+
+// h2conn is a bare HTTP/2 client connection for writing what an attacker
+// would.
+type h2conn struct {
+	nc   net.Conn
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+}
+
+func dialH2(t *testing.T, addr string) *h2conn {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &h2conn{nc: nc, fr: http2.NewFramer(nc, nc)}
+	c.enc = hpack.NewEncoder(&c.hbuf)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	io.WriteString(nc, http2.ClientPreface)
+	c.fr.WriteSettings()
+	return c
+}
+
+func (c *h2conn) call(id uint32, path string, msg []byte, flags byte) {
+	c.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true})
+	c.fr.WriteData(id, true, append(binary.BigEndian.AppendUint32([]byte{flags}, uint32(len(msg))), msg...))
+}
+
+// resetFlood opens n calls on one connection and resets each at once, then
+// checks with a PING that the server is still reading.
+func resetFlood(t *testing.T, addr string, n int) {
+	c := dialH2(t, addr)
+	defer c.nc.Close()
+	pong := make(chan error, 1)
+	go func() { // read everything, so the server is never blocked on us
+		c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+		for {
+			f, err := c.fr.ReadFrame()
+			if err != nil {
+				pong <- err
+				return
+			}
+			if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+				pong <- nil
+				return
+			}
+		}
+	}()
+	msg := []byte("\x0a\x04load\x12\x0a\x0a\x08\x0a\x04user\x12\x00") // domain "load", one empty descriptor value
+	for i := range n {
+		id := uint32(2*i + 1)
+		c.call(id, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", msg, 0)
+		c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	}
+	c.fr.WritePing(false, [8]byte{'f', 'l', 'o', 'o', 'd'})
+	if err := <-pong; err != nil {
+		t.Errorf("after a flood of %d reset calls the connection ended: %v", n, err)
+	}
+}
+
+// malformedCalls sends calls grpc-go would refuse and checks each status.
+func malformedCalls(t *testing.T, addr string) {
+	c := dialH2(t, addr)
+	defer c.nc.Close()
+	want := map[uint32]string{1: "13", 3: "12", 5: "12"}
+	c.call(1, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", []byte{0xff, 0xff, 0xff}, 0) // not protobuf
+	c.call(3, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", []byte{1, 2, 3}, 1)          // compressed
+	c.call(5, "/envoy.service.ratelimit.v3.RateLimitService/Nope", nil, 0)                                 // unknown method
+	c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for len(want) > 0 {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Errorf("malformed calls: %v before every answer (%v left)", err, want)
+			return
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			c.fr.WriteSettingsAck()
+		}
+		h, ok := f.(*http2.MetaHeadersFrame)
+		if !ok || !h.StreamEnded() {
+			continue
+		}
+		got := ""
+		for _, hf := range h.RegularFields() {
+			if hf.Name == "grpc-status" {
+				got = hf.Value
+			}
+		}
+		if got != want[h.StreamID] {
+			t.Errorf("malformed call on stream %d: grpc-status %q, want %q", h.StreamID, got, want[h.StreamID])
+		}
+		delete(want, h.StreamID)
+	}
+}
