@@ -52,6 +52,7 @@ type conn struct {
 	// not yet answered (a reset stream's handler still counts until it
 	// returns). lastStream is the highest stream id the client opened.
 	active     atomic.Int32
+	running    atomic.Int32 // handlers started and not yet done answering
 	lastStream atomic.Uint32
 	goingAway  atomic.Bool
 
@@ -385,6 +386,7 @@ func (c *conn) endOfBody(st *stream) {
 		return
 	}
 	st.started = true
+	c.running.Add(1)
 	c.s.dispatch(call{c, st, msg})
 }
 
@@ -429,7 +431,10 @@ func (c *conn) run(st *stream, msg []byte) {
 	out := getBuf()
 	body, bad := c.call(st, msg, (*out)[:0])
 	st.cancel()
-	c.active.Add(-1)
+	c.active.Add(-1) // the client may open another stream once it has the answer
+	if testHookBeforeAnswer != nil {
+		testHookBeforeAnswer()
+	}
 	c.answer(st, body, bad)
 	c.mu.Lock()
 	if c.streams[st.id] == st {
@@ -441,7 +446,23 @@ func (c *conn) run(st *stream, msg []byte) {
 		*out = body[:0] // perhaps grown by the method
 	}
 	putBuf(out)
+	c.running.Add(-1)
 }
+
+// idle reports whether every call taken is answered and written: what
+// Shutdown waits for before it closes the connection.
+func (c *conn) idle() bool {
+	if c.active.Load() > 0 || c.running.Load() > 0 {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return !c.flushing && len(c.out.b) == 0
+}
+
+// testHookBeforeAnswer, set by tests, runs between a call's end and its
+// answer.
+var testHookBeforeAnswer func()
 
 // lock takes the send side, waiting while out is full; release flushes if
 // no other writer is pending.

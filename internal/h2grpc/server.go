@@ -185,10 +185,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for {
 		busy := 0
 		for _, c := range conns {
-			if c.active.Load() > 0 {
-				busy++
-			} else {
+			if c.idle() {
 				c.close()
+			} else {
+				busy++
 			}
 		}
 		if busy == 0 {

@@ -214,11 +214,19 @@ func TestLargeAnswersFollowFlowControl(t *testing.T) {
 // TestShutdownFinishesCallsInFlight: Shutdown waits for a call already
 // taken, refuses new ones, and returns once it is answered.
 func TestShutdownFinishesCallsInFlight(t *testing.T) {
+	// Answers are slow to be written once their calls end: Shutdown must
+	// wait for them, not only for the calls.
+	testHookBeforeAnswer = func() { time.Sleep(20 * time.Millisecond) }
+	defer func() { testHookBeforeAnswer = nil }()
 	f := newFixture(t, nil)
 	cc := f.client(t)
-	held := make(chan error, 1)
-	go func() { _, err := invoke(context.Background(), cc, "/t.T/Hold", nil); held <- err }()
-	for f.running.Load() == 0 {
+	// 64 calls in flight, answered all at once as Shutdown starts: each
+	// must get its answer before the connection closes.
+	held := make(chan error, 64)
+	for range 64 {
+		go func() { _, err := invoke(context.Background(), cc, "/t.T/Hold", nil); held <- err }()
+	}
+	for f.running.Load() < 64 {
 		time.Sleep(time.Millisecond)
 	}
 	shut := make(chan error, 1)
@@ -244,8 +252,10 @@ func TestShutdownFinishesCallsInFlight(t *testing.T) {
 	default:
 	}
 	close(f.release)
-	if err := <-held; err != nil {
-		t.Fatalf("the call in flight: %v", err)
+	for range 64 {
+		if err := <-held; err != nil {
+			t.Fatalf("a call in flight: %v", err)
+		}
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
