@@ -53,9 +53,15 @@ func main() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	call := grpcGoCaller(client)
+	// The requests are built once, as a load generator's should be: the
+	// time goes to the calls.
+	reqs := make([]*rlsv3.RateLimitRequest, max(*keys, 1))
+	for i := range reqs {
+		reqs[i] = req(*domain, fmt.Sprint("k", i))
+	}
+	call := grpcGoCaller(client, reqs)
 	if *clientKind == "h2" {
-		if call, err = h2Caller(*addr); err != nil {
+		if call, err = h2Caller(*addr, reqs); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -71,7 +77,7 @@ func main() {
 			e, o := 0, 0
 			for i := 0; time.Now().Before(deadline); i++ {
 				start := time.Now()
-				resp, err := call(req(*domain, fmt.Sprint("k", (g*7919+i)%*keys)))
+				resp, err := call((g*7919 + i) % len(reqs))
 				mine = append(mine, time.Since(start))
 				switch {
 				case err != nil:
@@ -94,28 +100,32 @@ func main() {
 		float64(len(lat))/dur.Seconds(), pct(0.50).Seconds()*1000, pct(0.99).Seconds()*1000, errs, over)
 }
 
-// A caller makes one ShouldRateLimit call.
-type caller func(*rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+// A caller makes one ShouldRateLimit call, of the i-th request.
+type caller func(i int) (*rlsv3.RateLimitResponse, error)
 
-func grpcGoCaller(client rlsv3.RateLimitServiceClient) caller {
-	return func(r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func grpcGoCaller(client rlsv3.RateLimitServiceClient, reqs []*rlsv3.RateLimitRequest) caller {
+	return func(i int) (*rlsv3.RateLimitResponse, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return client.ShouldRateLimit(ctx, r)
+		return client.ShouldRateLimit(ctx, reqs[i])
 	}
 }
 
-func h2Caller(addr string) (caller, error) {
+func h2Caller(addr string, reqs []*rlsv3.RateLimitRequest) (caller, error) {
 	c, err := dialH2(addr)
 	if err != nil {
 		return nil, err
 	}
-	return func(r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	frames := make([][]byte, len(reqs))
+	for i, r := range reqs {
 		msg, err := proto.Marshal(r)
 		if err != nil {
 			return nil, err
 		}
-		b, err := c.do("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", frame(msg))
+		frames[i] = frame(msg)
+	}
+	return func(i int) (*rlsv3.RateLimitResponse, error) {
+		b, err := c.do("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", frames[i])
 		if err != nil {
 			return nil, err
 		}
