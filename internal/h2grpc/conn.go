@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,13 +31,7 @@ import (
 // send ever waits for a window, and the reader never sends DATA, so the
 // reader can always run to deliver the update a writer waits for.
 //
-// Flushing: frames are appended to out under wmu and written by whichever
-// writer leaves with no other writer pending and no write in progress. It
-// writes without holding wmu, and goes on writing what others appended
-// meanwhile until out is empty; the others append and leave. So every frame
-// is written, a write(2) carries all the answers that were ready, and no
-// writer waits for another's system call. out is bounded: a writer finding it
-// full waits for the write in progress, or writes itself.
+// The send side is in send.go.
 type conn struct {
 	s  *Server
 	nc net.Conn
@@ -71,9 +64,8 @@ type conn struct {
 	flushing       bool      // a writer is writing out without wmu
 	henc           *hpack.Encoder
 	hbuf           bytes.Buffer
-	dbuf           []byte // a message with its 5-byte prefix
-	sendConn       int64  // the connection's send window
-	peerInitWindow int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	sendConn       int64 // the connection's send window
+	peerInitWindow int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerMaxFrame   int
 	closed         bool
 
@@ -464,61 +456,6 @@ func (c *conn) idle() bool {
 // answer.
 var testHookBeforeAnswer func()
 
-// lock takes the send side, waiting while out is full; release flushes if
-// no other writer is pending.
-func (c *conn) lock() {
-	c.pending.Add(1)
-	c.wmu.Lock()
-	for len(c.out.b) >= maxOutBuffered && !c.closed {
-		if !c.flushing {
-			c.flush()
-			continue
-		}
-		c.pending.Add(-1)
-		c.wcond.Wait()
-		c.pending.Add(1)
-	}
-}
-
-func (c *conn) release() {
-	if c.pending.Add(-1) == 0 {
-		c.flush()
-	}
-	c.wmu.Unlock()
-}
-
-// flush writes out until it is empty, unless another writer is doing so;
-// under wmu, which it lets go during each write. A client that does not
-// read for writeTimeout loses its connection.
-func (c *conn) flush() {
-	if c.flushing {
-		return
-	}
-	c.flushing = true
-	// Answers that are about to be written (their goroutines runnable) join
-	// this write if they get to run first.
-	c.wmu.Unlock()
-	runtime.Gosched()
-	c.wmu.Lock()
-	for len(c.out.b) > 0 && !c.closed {
-		b := c.out.b
-		c.out.b = c.spare[:0]
-		c.wmu.Unlock()
-		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := c.nc.Write(b)
-		c.wmu.Lock()
-		if cap(b) <= 4*maxOutBuffered {
-			c.spare = b
-		}
-		if err != nil {
-			c.closed = true
-			c.nc.Close()
-		}
-		c.wcond.Broadcast() // room in out
-	}
-	c.flushing = false
-}
-
 // goAway tells the client that streams above the last one it opened will
 // not be served; for Shutdown.
 func (c *conn) goAway() {
@@ -552,12 +489,4 @@ func (c *conn) close() {
 		c.mu.Unlock()
 		c.s.forget(c)
 	})
-}
-
-// outBuffer collects the framer's writes.
-type outBuffer struct{ b []byte }
-
-func (o *outBuffer) Write(p []byte) (int, error) {
-	o.b = append(o.b, p...)
-	return len(p), nil
 }
