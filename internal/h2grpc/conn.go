@@ -112,6 +112,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 func (c *conn) serve() {
 	defer c.close()
+	defer func() {
+		// What a client sends cannot take the process down: a bug it
+		// reaches here ends its connection and is reported.
+		if v := recover(); v != nil && c.s.OnPanic != nil {
+			c.s.OnPanic("", v)
+		}
+	}()
 	c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {

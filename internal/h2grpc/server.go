@@ -61,8 +61,9 @@ type Server struct {
 	// TLSConfig, if set, serves TLS with ALPN "h2" (required, as grpc-go
 	// requires it) instead of cleartext HTTP/2 with prior knowledge.
 	TLSConfig *tls.Config
-	// OnPanic, if set, is told of a method's panic, which is answered
-	// INTERNAL; the process goes on.
+	// OnPanic, if set, is told of a panic: a method's (with its path),
+	// answered INTERNAL, or one while reading a connection (with an empty
+	// path), which ends that connection. The process goes on.
 	OnPanic func(method string, v any)
 
 	workers  sync.Once
