@@ -2,12 +2,13 @@
 # Side by side, in one run, on loopback: sluice's gateway against nginx's
 # limit_req and a bare nginx proxy (same upstream, same load), and sluice's
 # Envoy rate limit service against envoyproxy/ratelimit (same redis-server,
-# same load), in rotating order for several rounds. Prints each contender's
+# same load), and their JSON APIs (sluice's /v1/check, the reference's
+# /json), in rotating order for several rounds. Prints each contender's
 # median, min and max, and the ratios the targets are stated in.
 #
 #   bench/service/run.sh [rounds] [seconds]        (defaults: 3 rounds of 5 s)
 #
-# PARTS="grpc" (or "http") runs only that half. The gRPC load generator
+# PARTS="grpc" (or "http", or "json", or two of them) runs only those parts. The gRPC load generator
 # speaks HTTP/2 itself over one connection, as Envoy's C++ client does, and
 # checks every answer; GRPC_CLIENT=grpc-go uses grpc-go's client instead,
 # which spends about as much CPU per call as the services it measures.
@@ -20,7 +21,7 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
-PARTS=${PARTS:-http grpc}
+PARTS=${PARTS:-http grpc json}
 GRPC_CLIENT=${GRPC_CLIENT:-h2}
 cd "$(dirname "$0")/../.."
 for cmd in wrk nginx redis-server python3; do
@@ -99,21 +100,29 @@ descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000}
 EOF
-G1=$(port); G2=$(port); G3=$(port)
-"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G1" --store "redis://127.0.0.1:$RP" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
-"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G2" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
+# The JSON API's rule: the same limit (a fixed window, as the reference's), keyed
+# by the request's attribute.
+cat >"$WORK/api.yaml" <<EOF
+rules:
+  - {id: api, key: [user], rate: 1000, per: 1s, algorithm: fixed-window}
+EOF
+G1=$(port); G2=$(port); G3=$(port); J1=$(port); J2=$(port)
+"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --config "$WORK/api.yaml" --listen "127.0.0.1:$J1" --grpc-listen "127.0.0.1:$G1" --store "redis://127.0.0.1:$RP" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
+"$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --config "$WORK/api.yaml" --listen "127.0.0.1:$J2" --grpc-listen "127.0.0.1:$G2" --watch 0 >/dev/null 2>&1 & PIDS+=($!)
 # The same service on grpc-go instead of sluice's own gRPC server, for the
 # difference the server makes.
 "$WORK/sluice" serve --config "$WORK/rt/ratelimit/config/bench.yaml" --listen "127.0.0.1:$(port)" --grpc-listen "127.0.0.1:$G3" --grpc-server grpc-go --watch 0 >/dev/null 2>&1 & PIDS+=($!)
 GRPC=("sluice-redis=$G1" "sluice-embedded=$G2" "sluice-embedded-grpc-go=$G3")
+JSON=("sluice-redis=$J1/v1/check" "sluice-embedded=$J2/v1/check")
 if [ -n "${RATELIMIT_BIN:-}" ]; then
 	for variant in defaults tuned; do
-		G=$(port)
+		G=$(port); H=$(port)
 		env -i PATH="$PATH" USE_STATSD=false LOG_LEVEL=error RUNTIME_ROOT="$WORK/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" GRPC_HOST=127.0.0.1 GRPC_PORT="$G" HOST=127.0.0.1 PORT="$(port)" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(port)" \
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RP" GRPC_HOST=127.0.0.1 GRPC_PORT="$G" HOST=127.0.0.1 PORT="$H" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(port)" \
 			$( [ $variant = tuned ] && echo REDIS_PIPELINE_WINDOW=150us REDIS_PIPELINE_LIMIT=8 LOCAL_CACHE_SIZE_IN_BYTES=1048576 ) \
 			"$RATELIMIT_BIN" >/dev/null 2>&1 & PIDS+=($!)
 		GRPC+=("ratelimit-$variant=$G")
+		[ $variant = tuned ] && JSON+=("ratelimit-tuned=$H/json") # its JSON endpoint
 	done
 fi
 for c in "${GRPC[@]}"; do wait_port "${c#*=}"; done
@@ -140,6 +149,40 @@ for r in $([[ $PARTS == *grpc* ]] && seq "$ROUNDS"); do
 	done
 done
 
+# The JSON API, 1,000 users, wrk generating each body: sluice's POST
+# /v1/check with the user as an attribute, the reference's POST /json with
+# the descriptor.
+cat >"$WORK/sluice.lua" <<'EOF'
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"attributes":{"user":"k' .. (i % 1000) .. '"}}')
+end
+EOF
+cat >"$WORK/ratelimit.lua" <<'EOF'
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"k' .. (i % 1000) .. '"}]}]}')
+end
+EOF
+for c in "${JSON[@]}"; do p=${c#*=}; wait_port "${p%%/*}"; done
+for r in $([[ $PARTS == *json* ]] && seq "$ROUNDS"); do
+	for i in "${!JSON[@]}"; do
+		c=${JSON[$(( (i + r) % ${#JSON[@]} ))]}; name=${c%%=*}; target=${c#*=}
+		script=sluice.lua; [[ $name == ratelimit-* ]] && script=ratelimit.lua
+		out=$(wrk -t2 -c64 -d"${SECS}s" --latency -s "$WORK/$script" "http://127.0.0.1:$target" 2>/dev/null)
+		read -r rps p99 < <(echo "$out" | awk '
+			/Requests\/sec/ {rps=$2}
+			/^ +99%/ {v=$2; u=v; gsub(/[0-9.]/,"",u); gsub(/[a-z]/,"",v); if(u=="us")v/=1000; if(u=="s")v*=1000; p99=v}
+			END {printf "%.0f %.3f\n", rps, p99}')
+		bad=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+		record "$name/json/rps" "$rps"; record "$name/json/p99" "$p99"; record "$name/json/non-2xx" "${bad:-0}"
+		redis-cli -p "$RP" flushall >/dev/null
+		echo "round $r: $name json done" >&2
+	done
+done
+
 stats() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { stats "$1" | cut -d' ' -f1; }
 printf '\n%-34s %12s %12s %12s\n' "contender/path/metric" median min max
@@ -160,6 +203,8 @@ if [ -n "${RATELIMIT_BIN:-}" ]; then
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]}")" "$(med "${RES[ratelimit-defaults/grpc/rps]}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[ratelimit-tuned/grpc/rps]}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, p99:         $(ratio "$(med "${RES[sluice-embedded/grpc/p99]}")" "$(med "${RES[ratelimit-tuned/grpc/p99]}")")"
+	echo "  JSON sluice Redis / envoyproxy/ratelimit tuned /json, decisions/s:    $(ratio "$(med "${RES[sluice-redis/json/rps]}")" "$(med "${RES[ratelimit-tuned/json/rps]}")")"
+	echo "  JSON sluice embedded / envoyproxy/ratelimit tuned /json, decisions/s: $(ratio "$(med "${RES[sluice-embedded/json/rps]}")" "$(med "${RES[ratelimit-tuned/json/rps]}")")"
 	echo "  Redis bytes/key, sluice / envoyproxy/ratelimit:                 $(ratio "$(med "${RES[sluice/redis/bytes-per-key]}")" "$(med "${RES[ratelimit/redis/bytes-per-key]}")")"
 fi
 echo "  gRPC sluice embedded, own server / grpc-go, decisions/s:      $(ratio "$(med "${RES[sluice-embedded/grpc/rps]}")" "$(med "${RES[sluice-embedded-grpc-go/grpc/rps]}")")"
