@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // The built binary with its defaults (sluice's own gRPC server), on the
@@ -192,5 +195,69 @@ func malformedCalls(t *testing.T, addr string) {
 			t.Errorf("malformed call on stream %d: grpc-status %q, want %q", h.StreamID, got, want[h.StreamID])
 		}
 		delete(want, h.StreamID)
+	}
+}
+
+// The built binary's gRPC service answers an HTTP/2 client that is not Go's:
+// curl, on nghttp2 (the HTTP/2 library Envoy long used), with prior
+// knowledge, as Envoy's gRPC clusters connect. A call gets :status 200, a
+// length-prefixed RateLimitResponse and grpc-status 0 in the trailers; an
+// unknown method gets grpc-status 12.
+func TestEnvoyServiceAnswersCurlOverHTTP2EndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	curl := needTool(t, "curl", "curl")
+	if v, err := exec.Command(curl, "--version").Output(); err != nil || !bytes.Contains(v, []byte("HTTP2")) {
+		t.Skipf("SKIPPED LOUDLY: this curl has no HTTP/2 (%s)", v)
+	}
+	rulesPath := filepath.Join(t.TempDir(), "load.yaml")
+	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+	if err := os.WriteFile(rulesPath, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", rulesPath)
+	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
+		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "curl"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := filepath.Join(t.TempDir(), "req.bin")
+	os.WriteFile(body, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))), msg...), 0o600)
+	call := func(method string) (headers string, answer []byte) {
+		t.Helper()
+		dir := t.TempDir()
+		out, err := exec.Command(curl, "-sS", "--http2-prior-knowledge", "--max-time", "10",
+			"-H", "content-type: application/grpc", "-H", "te: trailers", "--data-binary", "@"+body,
+			"-D", filepath.Join(dir, "headers"), "-o", filepath.Join(dir, "body"),
+			"http://"+addr+"/envoy.service.ratelimit.v3.RateLimitService/"+method).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v: %s", err, out)
+		}
+		h, _ := os.ReadFile(filepath.Join(dir, "headers"))
+		b, _ := os.ReadFile(filepath.Join(dir, "body"))
+		return string(h), b
+	}
+	h, b := call("ShouldRateLimit")
+	if !strings.HasPrefix(h, "HTTP/2 200") || !strings.Contains(h, "grpc-status: 0") {
+		t.Fatalf("headers and trailers:\n%s", h)
+	}
+	if len(b) < 5 || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
+		t.Fatalf("the answer is not one length-prefixed message: % x", b)
+	}
+	var resp rlsv3.RateLimitResponse
+	if err := proto.Unmarshal(b[5:], &resp); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK ||
+		len(resp.Statuses) != 1 || resp.Statuses[0].LimitRemaining != 9 {
+		t.Fatalf("answer %v (%v), want OK with 9 remaining", &resp, err)
+	}
+	if h, _ := call("Nope"); !strings.Contains(h, "grpc-status: 12") {
+		t.Fatalf("an unknown method answered:\n%s", h)
 	}
 }
