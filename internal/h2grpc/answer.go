@@ -30,7 +30,7 @@ func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *sta
 			if c.s.OnPanic != nil {
 				c.s.OnPanic(st.path, v)
 			}
-			framed, bad = nil, &status{codes.Internal, "the server could not answer this call"}
+			framed, bad = nil, &status{code: codes.Internal, message: "the server could not answer this call"}
 		}
 	}()
 	out = append(out[:0], 0, 0, 0, 0, 0)
@@ -38,12 +38,12 @@ func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *sta
 	if err != nil {
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
-			return nil, &status{codes.DeadlineExceeded, err.Error()}
+			return nil, &status{code: codes.DeadlineExceeded, message: err.Error()}
 		case errors.Is(err, context.Canceled):
-			return nil, &status{codes.Canceled, err.Error()}
+			return nil, &status{code: codes.Canceled, message: err.Error()}
 		}
 		s := grpcstatus.Convert(err)
-		return nil, &status{s.Code(), s.Message()}
+		return nil, &status{code: s.Code(), message: s.Message()}
 	}
 	if len(body) > 0 && cap(body) == cap(out)-5 && &body[:1][0] == &out[5:6][0] {
 		framed = out[:5+len(body)] // appended in place, after the prefix
@@ -51,7 +51,7 @@ func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *sta
 		framed = append(out[:5], body...)
 	}
 	if len(body) > math.MaxUint32 {
-		return nil, &status{codes.ResourceExhausted, "response message too large"}
+		return nil, &status{code: codes.ResourceExhausted, message: "response message too large"}
 	}
 	binary.BigEndian.PutUint32(framed[1:5], uint32(len(body)))
 	return framed, nil
@@ -83,20 +83,11 @@ func (c *conn) answerNow(id uint32, bad *status, ended bool) {
 	if c.closed {
 		return
 	}
-	c.writeHeaders(id, true, trailersOnly(bad))
-	if !ended {
-		c.fr.WriteRSTStream(id, http2.ErrCodeNo)
+	if bad.http != "" { // not a gRPC call: an HTTP status
+		c.writeHeaders(id, true, []hpack.HeaderField{{Name: ":status", Value: bad.http}})
+	} else {
+		c.writeHeaders(id, true, trailersOnly(bad))
 	}
-}
-
-// answerHTTP answers a request that is not a gRPC call with an HTTP status.
-func (c *conn) answerHTTP(id uint32, code string, ended bool) {
-	c.lock()
-	defer c.release()
-	if c.closed {
-		return
-	}
-	c.writeHeaders(id, true, []hpack.HeaderField{{Name: ":status", Value: code}})
 	if !ended {
 		c.fr.WriteRSTStream(id, http2.ErrCodeNo)
 	}
@@ -159,20 +150,20 @@ func (c *conn) writeData(st *stream, b []byte) bool {
 // unframe reads the one message of a unary call from its DATA.
 func unframe(b []byte, maxRecv int) ([]byte, *status) {
 	if len(b) < 5 {
-		return nil, &status{codes.Internal, "the request has no complete message"}
+		return nil, &status{code: codes.Internal, message: "the request has no complete message"}
 	}
 	n := binary.BigEndian.Uint32(b[1:5])
 	switch {
 	case uint64(n) > uint64(maxRecv):
-		return nil, &status{codes.ResourceExhausted, "request message larger than " + strconv.Itoa(maxRecv) + " bytes"}
+		return nil, &status{code: codes.ResourceExhausted, message: "request message larger than " + strconv.Itoa(maxRecv) + " bytes"}
 	case uint64(len(b)-5) < uint64(n):
-		return nil, &status{codes.Internal, "the request's message is cut short"}
+		return nil, &status{code: codes.Internal, message: "the request's message is cut short"}
 	case uint64(len(b)-5) > uint64(n):
-		return nil, &status{codes.Internal, "more than one request message for a unary method"}
+		return nil, &status{code: codes.Internal, message: "more than one request message for a unary method"}
 	case b[0] == 1:
-		return nil, &status{codes.Unimplemented, "compressed request messages are not supported"}
+		return nil, &status{code: codes.Unimplemented, message: "compressed request messages are not supported"}
 	case b[0] != 0:
-		return nil, &status{codes.Internal, "invalid message flags"}
+		return nil, &status{code: codes.Internal, message: "invalid message flags"}
 	}
 	return b[5:], nil
 }

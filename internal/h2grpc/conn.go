@@ -82,6 +82,7 @@ type stream struct {
 	cancel    context.CancelFunc
 	buf       *[]byte // the request as received: prefix and message
 	recv      int64   // flow-controlled bytes received
+	early     *status // the answer of a request that will not run, sent once it is complete
 	ended     bool    // END_STREAM received
 	started   bool    // the handler runs
 	sendDelta int64   // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
@@ -275,23 +276,23 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	method, path = f.PseudoValue("method"), f.PseudoValue("path")
+	m := c.s.Methods[path]
+	// A request that will not run is answered once it is complete (its
+	// DATA read and dropped, within the stream's window), not at once with
+	// RST_STREAM(NO_ERROR) while the client still sends: RFC 9113 allows
+	// that, but some clients (curl) report the reset as an error.
+	var early *status
 	switch {
 	case method != "POST":
-		c.answerHTTP(id, "405", f.StreamEnded())
-		return nil
+		early = &status{http: "405"}
 	case ctype != "application/grpc" && (len(ctype) < 17 || ctype[:17] != "application/grpc+" && ctype[:17] != "application/grpc;"):
-		c.answerHTTP(id, "415", f.StreamEnded())
-		return nil
+		early = &status{http: "415"}
 	case f.Truncated:
-		c.answerNow(id, &status{codes.ResourceExhausted, fmt.Sprintf("header list larger than %d bytes", maxHeaderListSize)}, f.StreamEnded())
-		return nil
+		early = &status{code: codes.ResourceExhausted, message: fmt.Sprintf("header list larger than %d bytes", maxHeaderListSize)}
+	case m == nil:
+		early = &status{code: codes.Unimplemented, message: "unknown method " + path}
 	}
-	m := c.s.Methods[path]
-	if m == nil {
-		c.answerNow(id, &status{codes.Unimplemented, "unknown method " + path}, f.StreamEnded())
-		return nil
-	}
-	st = &stream{id: id, path: path, method: m, buf: getBuf()}
+	st = &stream{id: id, path: path, method: m, buf: getBuf(), early: early}
 	if d, ok := parseTimeout(timeout); ok {
 		st.ctx, st.cancel = context.WithTimeout(context.Background(), time.Duration(d))
 	} else {
@@ -331,12 +332,14 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if st.recv > c.streamWindow {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 	}
-	if len(*st.buf)+len(data) > 5+c.maxRecv {
-		c.drop(st)
-		c.answerNow(id, &status{codes.ResourceExhausted, fmt.Sprintf("request message larger than %d bytes", c.maxRecv)}, f.StreamEnded())
-		return nil
+	if st.early == nil {
+		if len(*st.buf)+len(data) > 5+c.maxRecv {
+			c.drop(st)
+			c.answerNow(id, &status{code: codes.ResourceExhausted, message: fmt.Sprintf("request message larger than %d bytes", c.maxRecv)}, f.StreamEnded())
+			return nil
+		}
+		*st.buf = append(*st.buf, data...)
 	}
-	*st.buf = append(*st.buf, data...)
 	if f.StreamEnded() {
 		c.endOfBody(st)
 	}
@@ -378,6 +381,11 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 func (c *conn) endOfBody(st *stream) {
 	st.ended = true
 	c.creditConn(st.recv)
+	if st.early != nil {
+		c.drop(st)
+		c.answerNow(st.id, st.early, true)
+		return
+	}
 	msg, bad := unframe(*st.buf, c.maxRecv)
 	if bad != nil {
 		c.drop(st)

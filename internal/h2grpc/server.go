@@ -273,8 +273,10 @@ func (s *Server) dispatch(x call) {
 	}()
 }
 
-// status is a call's outcome as its trailers say it.
+// status is a call's outcome as its trailers say it, or for a request that
+// is not a gRPC call, the HTTP status that answers it.
 type status struct {
 	code    codes.Code
 	message string
+	http    string
 }
