@@ -39,9 +39,15 @@ func TestEnvoyServiceUnderAttackEndToEnd(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { envoyUnderAttack(t, "--store", redistest.Start(t).URL()) })
 }
 
-func envoyUnderAttack(t *testing.T, extra ...string) {
+// startEnvoyService starts the built binary's `serve` with one Envoy-format
+// rule for the descriptor user of domain load (limit, such as "{unit: year,
+// requests_per_unit: 100}") and returns the gRPC address and a client, once
+// a call (for the user "warm") has been answered: the banner names only the
+// HTTP listener.
+func startEnvoyService(t *testing.T, limit string, extra ...string) (string, rlsv3.RateLimitServiceClient) {
+	t.Helper()
 	rulesPath := filepath.Join(t.TempDir(), "load.yaml")
-	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, requests_per_unit: 100}\n"
+	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: " + limit + "\n"
 	if err := os.WriteFile(rulesPath, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -56,18 +62,25 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	rls := rlsv3.NewRateLimitServiceClient(conn)
-	req := func(user string) *rlsv3.RateLimitRequest {
-		return &rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
-			Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
-		}}}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if _, err := rls.ShouldRateLimit(ctx, req("warm"), grpc.WaitForReady(true)); err != nil {
-		t.Fatal(err)
+	defer cancel()
+	if _, err := rls.ShouldRateLimit(ctx, loadReq("warm"), grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("the gRPC service never answered: %v", err)
 	}
-	cancel()
+	return addr, rls
+}
+
+// loadReq asks for the descriptor user=user of domain load.
+func loadReq(user string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
+		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}},
+	}}}
+}
+
+func envoyUnderAttack(t *testing.T, extra ...string) {
+	addr, rls := startEnvoyService(t, "{unit: year, requests_per_unit: 100}", extra...)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { resetFlood(t, addr, 3000) })
@@ -77,7 +90,7 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 		wg.Go(func() {
 			for range 5 {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				resp, err := rls.ShouldRateLimit(ctx, req("victim"))
+				resp, err := rls.ShouldRateLimit(ctx, loadReq("victim"))
 				cancel()
 				switch {
 				case err != nil:
@@ -94,7 +107,7 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 	if ok.Load() != 100 || over.Load() != 220 {
 		t.Fatalf("%d OK and %d over of 320 calls, want exactly 100 and 220", ok.Load(), over.Load())
 	}
-	resp, err := rls.ShouldRateLimit(context.Background(), req("after"))
+	resp, err := rls.ShouldRateLimit(context.Background(), loadReq("after"))
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("a new user after the attack: %v %v", resp, err)
 	}
@@ -211,35 +224,8 @@ func TestEnvoyServiceAnswersCurlOverHTTP2EndToEnd(t *testing.T) {
 	if v, err := exec.Command(curl, "--version").Output(); err != nil || !bytes.Contains(v, []byte("HTTP2")) {
 		t.Skipf("SKIPPED LOUDLY: this curl has no HTTP/2 (%s)", v)
 	}
-	rulesPath := filepath.Join(t.TempDir(), "load.yaml")
-	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
-	if err := os.WriteFile(rulesPath, []byte(rules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := probe.Addr().String()
-	probe.Close()
-	start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", rulesPath)
-	// The banner names the HTTP listener; wait until the gRPC one answers
-	// (a grpc-go call for another user), so that curl meets the service.
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
-		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "warm"}},
-	}}}, grpc.WaitForReady(true)); err != nil {
-		t.Fatalf("the gRPC service never answered: %v", err)
-	}
-	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "load", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
-		Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "curl"}},
-	}}})
+	addr, _ := startEnvoyService(t, "{unit: minute, requests_per_unit: 10}")
+	msg, err := proto.Marshal(loadReq("curl"))
 	if err != nil {
 		t.Fatal(err)
 	}
