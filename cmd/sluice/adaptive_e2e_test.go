@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -43,9 +42,7 @@ func TestGatewayAdaptiveRulesFollowTheUpstream(t *testing.T) {
 	policy := regexp.MustCompile(`"api";q=(\d+)`)
 	for _, plane := range []string{"fasthttp", "net/http"} {
 		failing.Store(true)
-		probe, _ := net.Listen("tcp", "127.0.0.1:0")
-		admin := probe.Addr().String()
-		probe.Close()
+		admin := freeAddr(t)
 		base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0",
 			"--admin-listen", admin, "--watch", "0", "--adaptive", "--data-plane", plane)
 		// 64 clients for at most 3 s (and 4,000 requests) against the

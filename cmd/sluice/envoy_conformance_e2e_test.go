@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -99,9 +98,7 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 			if store == "redis" {
 				url = redistest.Start(t).URL()
 			}
-			probe, _ := net.Listen("tcp", "127.0.0.1:0")
-			addr := probe.Addr().String()
-			probe.Close()
+			addr := freeAddr(t)
 			start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr,
 				"--config", envoyFile, "--config", sluiceFile, "--store", url)
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -215,9 +212,7 @@ func TestEnvoyOverTheLimitOnRedisIsAnsweredFromTheDenyCache(t *testing.T) {
 	}
 	envoyFile := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	os.WriteFile(envoyFile, []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600)
-	probe, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := probe.Addr().String()
-	probe.Close()
+	addr := freeAddr(t)
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr,
 		"--config", envoyFile, "--store", redistest.Start(t).URL())
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

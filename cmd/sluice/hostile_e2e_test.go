@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,12 +36,7 @@ func hostileServe(t *testing.T, extra ...string) (string, rlsv3.RateLimitService
 	if err := os.WriteFile(rulesPath, []byte(hostileRules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr := probe.Addr().String()
-	probe.Close()
+	grpcAddr := freeAddr(t)
 	base, _ := start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", grpcAddr, "--config", rulesPath}, extra...)...)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -41,6 +41,18 @@ func start(t testing.TB, args ...string) (string, *exec.Cmd) {
 	return proctest.Start(t, os.Stderr, args...)
 }
 
+// freeAddr returns a loopback address free a moment ago, for a listener
+// the banner does not name (gRPC, admin).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 // startTo is start with the process's stderr (its log) sent to stderr.
 func startTo(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
 	t.Helper()
@@ -220,12 +232,7 @@ func TestServeEnvoyGRPCEndToEnd(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	// Find a free port for gRPC: the banner names only the HTTP address.
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr := probe.Addr().String()
-	probe.Close()
+	grpcAddr := freeAddr(t)
 	_, cmd := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", grpcAddr,
 		"--config", "../../examples/envoy/ratelimit-config.yaml")
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -406,9 +413,7 @@ func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	os.WriteFile(rulesPath, []byte("rules:\n  - {id: loose, key: [ip], rate: 100000, per: 1s}\n"), 0o600)
 	for _, plane := range []string{"fasthttp", "net/http"} {
-		probe, _ := net.Listen("tcp", "127.0.0.1:0")
-		admin := probe.Addr().String()
-		probe.Close()
+		admin := freeAddr(t)
 		base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", admin,
 			"--watch", "0", "--adaptive", "--data-plane", plane)
 		codes := make(chan int, 64)

@@ -85,9 +85,7 @@ func TestTLSOnEveryListenerAndRenewal(t *testing.T) {
 	first := writeCert(t, dir, 1)
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rulesPath, []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600)
-	probe, _ := net.Listen("tcp", "127.0.0.1:0")
-	grpcAddr := probe.Addr().String()
-	probe.Close()
+	grpcAddr := freeAddr(t)
 	base, _ := startServe(t, "--config", rulesPath, "--grpc-listen", grpcAddr,
 		"--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem"))
 	if base[:8] != "https://" {
