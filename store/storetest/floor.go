@@ -14,12 +14,7 @@ import (
 func testFloorsMatchAlgo(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
 		t.Run(l.String(), func(t *testing.T) {
-			clock := sluice.NewManualClock(Epoch)
-			s := newStore(t, clock)
-			p, err := algo.NewParams(l)
-			if err != nil {
-				t.Fatal(err)
-			}
+			clock, s, p := againstModel(t, newStore, l)
 			model := algo.NewState(p)
 			rng := rand.New(rand.NewPCG(uint64(l.Algorithm), 11))
 			for i := range 400 {

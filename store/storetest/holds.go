@@ -34,12 +34,7 @@ func call1(t *testing.T, s sluice.Store, tk sluice.Take) sluice.Decision {
 func testReservationsMatchAlgo(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
 		t.Run(l.String(), func(t *testing.T) {
-			clock := sluice.NewManualClock(Epoch)
-			s := newStore(t, clock)
-			p, err := algo.NewParams(l)
-			if err != nil {
-				t.Fatal(err)
-			}
+			clock, s, p := againstModel(t, newStore, l)
 			model := algo.NewState(p)
 			type open struct {
 				id       string

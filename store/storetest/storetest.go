@@ -120,15 +120,23 @@ func sameDecision(d sluice.Decision, r algo.Result) bool {
 		int64(d.RetryAfter) == up(r.RetryAfter) && int64(d.ResetAfter) == up(r.ResetAfter) && int64(d.Delay) == up(r.Delay)
 }
 
+// againstModel starts a store on a manual clock at Epoch and returns it
+// with the limit's parameters, for a test that checks it against package
+// algo's model.
+func againstModel(t *testing.T, newStore Factory, l sluice.Limit) (*sluice.ManualClock, sluice.Store, algo.Params) {
+	t.Helper()
+	clock := sluice.NewManualClock(Epoch)
+	p, err := algo.NewParams(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clock, newStore(t, clock), p
+}
+
 func testMatchesAlgo(t *testing.T, newStore Factory) {
 	for _, l := range withCalendars() {
 		t.Run(l.String(), func(t *testing.T) {
-			clock := sluice.NewManualClock(Epoch)
-			s := newStore(t, clock)
-			p, err := algo.NewParams(l)
-			if err != nil {
-				t.Fatal(err)
-			}
+			clock, s, p := againstModel(t, newStore, l)
 			keys := []string{"u1", "u2", "u3"}
 			models := map[string]*algo.State{}
 			for _, k := range keys {
