@@ -64,8 +64,8 @@ const MaxHoldLen = 64
 // its key would have answered alone. A store reads time from its own clock.
 // Take returns an error, and no decisions, when the store cannot answer (a
 // network failure, a deadline or an invalid limit). Take
-// must return promptly once ctx is done, and must not retain the Key strings
-// after it returns: callers may build them in reused buffers.
+// must return promptly once ctx is done, and must not retain takes, out or
+// the Key strings after it returns: callers may reuse all three.
 type Store interface {
 	Take(ctx context.Context, takes []Take, out []Decision) error
 }

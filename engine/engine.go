@@ -412,7 +412,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		default:
 			st.taken = res.takes[j].Cost
 			st.hold = res.takes[j].Hold != ""
-			e.mirror(ctx, m.r, m.r.store, &res.takes[j])
+			e.mirror(ctx, res, m.r, m.r.store, &res.takes[j])
 		}
 	}
 }
@@ -423,13 +423,15 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 // degraded gateway admits its share minus what it admitted through the
 // store in the same window, not its share on top of it. A refusal here
 // changes nothing: the store decided.
-func (e *Engine) mirror(ctx context.Context, r *rule, l sluice.Limit, tk *sluice.Take) {
+//
+// The take and its decision live in res: arrays on the stack would escape
+// through the store's interface, an allocation per admitted take.
+func (e *Engine) mirror(ctx context.Context, res *Result, r *rule, l sluice.Limit, tk *sluice.Take) {
 	if e.local || e.fallback == nil || r.FailClosed {
 		return
 	}
-	var out [1]sluice.Decision
-	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost}}
-	e.fallback.Take(ctx, fb[:], out[:])
+	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost}
+	e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:])
 }
 
 // Refund gives back what an allowed check took from the enforced rules, for

@@ -240,7 +240,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				if st.Allowed && c.cost > 0 && !res.takes[k].DryRun {
 					st.taken = c.cost
 					if !g.shadow {
-						e.mirror(ctx, c.r, c.limit, &res.takes[k])
+						e.mirror(ctx, res, c.r, c.limit, &res.takes[k])
 					}
 				}
 			case g.shadow:

@@ -59,6 +59,9 @@ type Result struct {
 	takes    []sluice.Take
 	idx      []int
 	decs     []sluice.Decision
+
+	mirrorTake [1]sluice.Take // the fallback's copy of an admitted take (mirror)
+	mirrorOut  [1]sluice.Decision
 }
 
 // Degraded reports whether the store failed and the enforced rules were

@@ -116,8 +116,14 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	if len(live) == 0 {
 		return
 	}
-	var keys []string
-	args := []string{"", "b", strconv.Itoa(len(live))}
+	nk, na := 0, 3
+	for _, q := range live {
+		nk += len(q.keys)
+		na += 1 + len(q.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]string, 0, na)
+	args = append(args, "", "b", strconv.Itoa(len(live)))
 	for _, q := range live {
 		keys = append(keys, q.keys...)
 		args = append(args, strconv.Itoa(len(q.keys)))
