@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -59,6 +58,16 @@ func (s *Server) RegisterEnvoy(g *grpc.Server) {
 // order, OVER_LIMIT overall if any descriptor is over, and the RateLimit and
 // Retry-After fields in response_headers_to_add for Envoy to send.
 func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	sc := envoyScratch.Get().(*envoyState)
+	defer envoyScratch.Put(sc)
+	return x.decide(ctx, req, sc, nil)
+}
+
+// decide is ShouldRateLimit with the call's scratch. The answer's messages
+// come from a when it is not nil, and are then valid only until a is reused:
+// for a caller that encodes the answer before it returns (the h2grpc
+// server); grpc-go encodes after the method returns, so it gets fresh ones.
+func (x *envoyService) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *envoyState, a *answerArena) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain is required")
 	}
@@ -69,8 +78,6 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if hits == 0 {
 		hits = 1
 	}
-	sc := envoyScratch.Get().(*envoyState)
-	defer envoyScratch.Put(sc)
 	descs := sc.descs[:0]
 	entries := sc.entries[:0]
 	for _, d := range req.Descriptors {
@@ -103,13 +110,15 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, res); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	resp := a.response()
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if !res.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		ds := a.status()
+		ds.Code = rlsv3.RateLimitResponse_OK
 		if st.Unlimited {
 			ds.LimitRemaining = math.MaxUint32 // as the reference service answers
 		}
@@ -127,7 +136,8 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 					perUnit = 0
 				}
 			}
-			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: unit}
+			ds.CurrentLimit = a.limit()
+			ds.CurrentLimit.Name, ds.CurrentLimit.RequestsPerUnit, ds.CurrentLimit.Unit = name, perUnit, unit
 			if mult > 1 {
 				ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, 1<<32-1)))
 			}
@@ -135,7 +145,7 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 				ds.LimitRemaining = 0
 			}
-			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+			ds.DurationUntilReset = a.duration(st.ResetAfter)
 		}
 		resp.Statuses = append(resp.Statuses, ds)
 	}
@@ -155,9 +165,7 @@ func (x *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	}
 	sort.Strings(names) // a stable order, response after response
 	sc.names = names
-	// One allocation for all of them; never grown, so the pointers into it
-	// stay valid.
-	values := make([]corev3.HeaderValue, 0, n)
+	values := a.headerValues(n) // never grown: the pointers into it stay valid
 	for _, k := range names {
 		for _, v := range h[k] {
 			values = append(values, corev3.HeaderValue{Key: displayName(k), Value: v})
@@ -211,6 +219,7 @@ type envoyState struct {
 	entries []rules.EnvoyEntry
 	header  http.Header // the limit's response fields, copied into the answer
 	names   []string
+	answer  answerArena // the answer's messages, for the h2grpc server
 }
 
 var envoyScratch = sync.Pool{New: func() any { return new(envoyState) }}

@@ -43,7 +43,9 @@ func (x *envoyService) call(ctx context.Context, in, out []byte) ([]byte, error)
 	if err := proto.Unmarshal(in, req); err != nil { // resets req first
 		return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 	}
-	resp, err := x.ShouldRateLimit(ctx, req)
+	sc := envoyScratch.Get().(*envoyState)
+	defer envoyScratch.Put(sc)
+	resp, err := x.decide(ctx, req, sc, &sc.answer) // encoded before sc goes back
 	if err != nil {
 		return nil, err
 	}
