@@ -91,6 +91,7 @@ type Store struct {
 	scripts  map[string]*rueidis.Lua // by algorithm; "" has them all
 	batchers map[string]*batcher     // by algorithm, as scripts (batch.go)
 	batched  atomic.Uint64           // calls that waited for a batch
+	limits   limitCache              // what each limit sends (limits.go)
 	sources  map[string]string       // their texts, for Preload
 	members  *rueidis.Lua
 	lastErr  atomic.Pointer[error] // why a lazy store is not connected
@@ -229,7 +230,15 @@ func ParseURL(u string) (rueidis.ClientOption, error) {
 // descriptor user=k999 of domain bench is {9:user=k999}bench.user82qjF,
 // 28 bytes.
 func (s *Store) Key(rule, key string, l sluice.Limit) string {
+	if li, err := s.limits.info(l); err == nil {
+		return s.key(rule, key, li)
+	}
 	return s.prefix + "{" + hashTag(key) + "}" + rule + fingerprint(l)
+}
+
+// key is Key for a limit already looked up.
+func (s *Store) key(rule, key string, li *limitInfo) string {
+	return s.prefix + "{" + hashTag(key) + "}" + rule + li.fp
 }
 
 // fingerprint returns 30 bits of the FNV-1a hash of l (and of the state
@@ -304,9 +313,9 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if len(out) < len(takes) {
 		return fmt.Errorf("redis: %d takes but room for %d decisions", len(takes), len(out))
 	}
-	ps := make([]params, len(takes))
+	ps := make([]*limitInfo, len(takes))
 	for i, tk := range takes {
-		p, err := paramsOf(tk.Limit)
+		p, err := s.limits.info(tk.Limit)
 		if err != nil {
 			return fmt.Errorf("redis: rule %q: %w", tk.Rule, err)
 		}
@@ -329,17 +338,17 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	cluster := c.Mode() == rueidis.ClientModeCluster
 	keys := make([]string, len(takes))
 	var groups [][]int
-	seen := map[uint16]int{}
+	var slots []uint16 // each group's; a request's takes span few slots
 	for i, tk := range takes {
-		keys[i] = s.Key(tk.Rule, tk.Key, tk.Limit)
+		keys[i] = s.key(tk.Rule, tk.Key, ps[i])
 		var sl uint16
 		if cluster {
 			sl = slot(keys[i])
 		}
-		g, ok := seen[sl]
-		if !ok {
+		g := slices.Index(slots, sl)
+		if g < 0 {
 			g = len(groups)
-			seen[sl] = g
+			slots = append(slots, sl)
 			groups = append(groups, nil)
 		}
 		groups[g] = append(groups[g], i)
@@ -382,7 +391,7 @@ func settleCap(p *params) int64 {
 }
 
 // exec runs the script for the takes idx (all in one slot).
-func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps []params, idx []int, now string, dry bool, out []sluice.Decision) error {
+func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps []*limitInfo, idx []int, now string, dry bool, out []sluice.Decision) error {
 	sent := make([]string, len(idx))
 	hold := "0"
 	if dry {
@@ -391,7 +400,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	args := make([]string, 2, 2+10*len(idx))
 	args[0], args[1] = now, hold
 	for j, i := range idx {
-		tk, p := &takes[i], &ps[i]
+		tk, p := &takes[i], ps[i]
 		sent[j] = keys[i]
 		d := "0"
 		if tk.DryRun {
@@ -407,9 +416,9 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 		cost := tk.Cost
 		if tk.Settle {
-			cost = min(cost, settleCap(p))
+			cost = min(cost, settleCap(&p.params))
 		}
-		args = append(args, p.alg, itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
+		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
 	}
 	script := ps[idx[0]].alg
 	for _, i := range idx[1:] {
@@ -441,7 +450,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 
 // giveBack refunds the groups already taken (best effort: a failure here
 // leaves those units taken until their keys refill).
-func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string, ps []params, groups [][]int, done []int, now string, out []sluice.Decision) {
+func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string, ps []*limitInfo, groups [][]int, done []int, now string, out []sluice.Decision) {
 	for _, g := range done {
 		var idx []int
 		back := make([]sluice.Take, len(takes))
