@@ -611,11 +611,15 @@ func counts(statuses []int, status int) bool {
 // client that hangs up, or sends a gRPC deadline of 200µs, therefore can
 // neither make a started take vanish half-accounted nor count as a store
 // failure towards the breaker: only the store's own failures do.
+//
+// A store that never blocks gets context.Background() instead: it has no
+// use for the request's values, and wrapping ctx would be an allocation on
+// every check.
 func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	ctx = context.WithoutCancel(ctx)
 	if e.local {
-		return e.store.Take(ctx, takes, out)
+		return e.store.Take(context.Background(), takes, out)
 	}
+	ctx = context.WithoutCancel(ctx)
 	partition := ""
 	if e.parts != nil && len(takes) > 0 {
 		partition = e.parts.Partition(&takes[0])

@@ -277,14 +277,21 @@ func ShedProblem() *Problem {
 // answer for another proxy (forward-auth, a decision API) use it to speak
 // exactly as the middleware does.
 func (l *Limiter) Headers(h http.Header, res *engine.Result) {
+	bp := headerBufs.Get().(*[]byte)
+	defer headerBufs.Put(bp)
 	if !res.Allowed {
-		l.rejectHeaders(h, res, nil)
+		*bp = l.rejectHeaders(h, res, *bp)
 		return
 	}
 	if l.sendAllowedHeaders(res) {
-		setHeaders(h, res, l.o.LegacyHeaders, 0, nil, &l.policies)
+		*bp = setHeaders(h, res, l.o.LegacyHeaders, 0, *bp, &l.policies)
 	}
 }
+
+// headerBufs are Headers' buffers for the fields it writes: a field's
+// value is copied out of the buffer into its own string, and the buffer is
+// used again.
+var headerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // Status returns the HTTP status for a rejected result: 429, 503 when a
 // fail-closed rule lost its store, 400 for a missing key.

@@ -39,8 +39,16 @@ type Problem struct {
 // ProblemFor describes a rejection. It names the rules that rejected the
 // request and nothing else: no store error, no key, no other rule.
 func ProblemFor(res *engine.Result) *Problem {
+	p := new(Problem)
+	FillProblem(p, res)
+	return p
+}
+
+// FillProblem is ProblemFor into p, reusing its ViolatedPolicies' room: for
+// servers that answer many rejections and keep a Problem per worker.
+func FillProblem(p *Problem, res *engine.Result) {
 	d := &res.Decision
-	p := &Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: http.StatusTooManyRequests}
+	*p = Problem{Type: ProblemQuotaExceeded, Title: titleQuotaExceeded, Status: http.StatusTooManyRequests, ViolatedPolicies: p.ViolatedPolicies[:0]}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		if !st.Shadow && !st.Allowed && !contains(p.ViolatedPolicies, st.Rule) {
@@ -69,7 +77,9 @@ func ProblemFor(res *engine.Result) *Problem {
 	default:
 		p.Detail = "Limit is " + limitWords(d.Limit) + ". Try again in about " + about(d.RetryAfter) + "."
 	}
-	return p
+	if len(p.ViolatedPolicies) == 0 {
+		p.ViolatedPolicies = nil // omitted, as a fresh Problem's
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -130,9 +140,9 @@ func about(d time.Duration) string {
 	case s < 120:
 		return strconv.FormatInt(s, 10) + " seconds"
 	case s < 2*3600:
-		return fmt.Sprintf("%d minutes", (s+59)/60)
+		return strconv.FormatInt((s+59)/60, 10) + " minutes"
 	}
-	return fmt.Sprintf("%d hours", (s+3599)/3600)
+	return strconv.FormatInt((s+3599)/3600, 10) + " hours"
 }
 
 // WriteProblem writes p as application/problem+json with its status.

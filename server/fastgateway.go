@@ -79,11 +79,12 @@ type FastOptions struct {
 }
 
 type fastState struct {
-	res    engine.Result
-	req    rules.Request
-	header http.Header // the request headers rules read
-	out    http.Header // the limit's response fields
-	body   []byte
+	res     engine.Result
+	req     rules.Request
+	header  http.Header // the request headers rules read
+	out     http.Header // the limit's response fields
+	body    []byte
+	problem httplimit.Problem // a refusal's body, before it is written out
 }
 
 // NewFastGateway returns the fasthttp data plane for upstream.
@@ -288,7 +289,8 @@ func (g *FastGateway) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *f
 			ctx.Response.Header.Add(k, v)
 		}
 	}
-	p := httplimit.ProblemFor(res)
+	p := &st.problem
+	httplimit.FillProblem(p, res)
 	st.body = appendProblem(st.body[:0], p)
 	ctx.SetStatusCode(p.Status)
 	ctx.SetContentType("application/problem+json")
@@ -326,7 +328,7 @@ func appendJSONString(b []byte, s string) []byte {
 	start := 0 // s[start:i] needs no escaping: it is copied in one append
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' && c != 0xe2 {
+		if jsonPlain[c] {
 			continue
 		}
 		if c == 0xe2 && !(i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9)) {
@@ -357,6 +359,16 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// jsonPlain marks the bytes appendJSONString copies as they are: not a
+// control character, a quote, a backslash, an HTML character, or 0xE2 (the
+// first byte of U+2028 and U+2029, and of other characters, checked apart).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c)) && c != 0xe2
+	}
+	return t
+}()
 
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Reset()

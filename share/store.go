@@ -206,6 +206,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		remote = append(remote, tk)
 		idx = append(idx, i)
 	}
+	sc.used = len(remote)
 	if len(remote) > 0 {
 		if !ok { // a local or cached refusal: the rest only report
 			for j := range remote {
@@ -245,6 +246,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 type scratch struct {
 	takes []sluice.Take
 	decs  []sluice.Decision
+	used  int // entries of each written by this call
 }
 
 var scratches = sync.Pool{New: func() any {
@@ -266,8 +268,9 @@ const maxScratch = 64
 
 // put clears the strings the scratch refers to and returns it to the pool.
 func (sc *scratch) put() {
-	clear(sc.takes[:cap(sc.takes)])
-	clear(sc.decs[:cap(sc.decs)])
+	clear(sc.takes[:min(sc.used, cap(sc.takes))])
+	clear(sc.decs[:min(sc.used, cap(sc.decs))])
+	sc.used = 0
 	scratches.Put(sc)
 }
 
