@@ -100,8 +100,25 @@ func (c *policyCache) value(b []byte) string {
 }
 
 // setHeaders writes the RateLimit fields (and the legacy ones, if asked) for
-// a result. t, in whole seconds, is given only when the client has to wait.
+// a result into h (see visitFields).
 func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []byte, cache *policyCache) []byte {
+	return visitFields(func(name string, v []byte) { h[name] = []string{fieldString(name, v, cache)} }, res, legacy, t, buf)
+}
+
+// fieldString copies a field's value out of the buffer it was written in;
+// the policy, which rarely changes, from the cache.
+func fieldString(name string, v []byte, cache *policyCache) string {
+	if name == headerPolicy {
+		return cache.value(v)
+	}
+	return string(v)
+}
+
+// visitFields calls set with each RateLimit field (and the legacy ones, if
+// asked) for a result, in a fixed order. t, in whole seconds, is given only
+// when the client has to wait. The values are written in buf, reused from
+// field to field: set must copy what it keeps. It returns buf, grown.
+func visitFields(set func(name string, value []byte), res *engine.Result, legacy bool, t int64, buf []byte) []byte {
 	buf = buf[:0]
 	seen := 0
 	for i := range res.Statuses {
@@ -118,7 +135,7 @@ func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []b
 	if seen == 0 {
 		return buf
 	}
-	h[headerPolicy] = []string{cache.value(buf)}
+	set(headerPolicy, buf)
 	d := &res.Decision
 	cost := int64(1)
 	for i := range res.Statuses {
@@ -136,12 +153,12 @@ func setHeaders(h http.Header, res *engine.Result, legacy bool, t int64, buf []b
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, t, 10)
 	}
-	h[headerRateLimit] = []string{string(buf)}
+	set(headerRateLimit, buf)
 	if legacy {
 		q, _ := quota(d.Limit, cost)
-		h[legacyLimit] = []string{strconv.FormatInt(clamp(q), 10)}
-		h[legacyRemaining] = []string{strconv.FormatInt(remaining, 10)}
-		h[legacyReset] = []string{strconv.FormatInt(seconds(d.ResetAfter, 0), 10)}
+		set(legacyLimit, strconv.AppendInt(buf[:0], clamp(q), 10))
+		set(legacyRemaining, strconv.AppendInt(buf[:0], remaining, 10))
+		set(legacyReset, strconv.AppendInt(buf[:0], seconds(d.ResetAfter, 0), 10))
 	}
 	return buf
 }

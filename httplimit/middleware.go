@@ -240,6 +240,12 @@ func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, res *engine.Res
 }
 
 func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) []byte {
+	return l.visitRejectFields(func(name string, v []byte) { h[name] = []string{fieldString(name, v, &l.policies)} }, res, buf)
+}
+
+// visitRejectFields is visitFields for a refusal: Retry-After, the RateLimit
+// fields, and Cache-Control.
+func (l *Limiter) visitRejectFields(set func(name string, value []byte), res *engine.Result, buf []byte) []byte {
 	d := &res.Decision
 	var t int64
 	if d.RetryAfter > 0 {
@@ -248,12 +254,14 @@ func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) [
 		if l.o.Jitter > 0 {
 			retry += seconds(time.Duration(rand.Int64N(int64(l.o.Jitter)+1)), 0)
 		}
-		h[headerRetryAfter] = []string{strconv.FormatInt(clamp(retry), 10)}
+		set(headerRetryAfter, strconv.AppendInt(buf[:0], clamp(retry), 10))
 	}
-	buf = setHeaders(h, res, l.o.LegacyHeaders, t, buf, &l.policies)
-	h["Cache-Control"] = []string{"no-store"}
+	buf = visitFields(set, res, l.o.LegacyHeaders, t, buf)
+	set("Cache-Control", noStore)
 	return buf
 }
+
+var noStore = []byte("no-store")
 
 // shed answers a request the concurrency limit refused: 503, the draft's
 // temporary-reduced-capacity problem, and a Retry-After of one second (a
@@ -285,6 +293,21 @@ func (l *Limiter) Headers(h http.Header, res *engine.Result) {
 	}
 	if l.sendAllowedHeaders(res) {
 		*bp = setHeaders(h, res, l.o.LegacyHeaders, 0, *bp, &l.policies)
+	}
+}
+
+// VisitHeaders calls set with each field Headers would write, in a fixed
+// order, for servers with a header type of their own: no map, and no copy
+// of a value unless set makes one. A value is valid only during its call.
+func (l *Limiter) VisitHeaders(res *engine.Result, set func(name string, value []byte)) {
+	bp := headerBufs.Get().(*[]byte)
+	defer headerBufs.Put(bp)
+	if !res.Allowed {
+		*bp = l.visitRejectFields(set, res, *bp)
+		return
+	}
+	if l.sendAllowedHeaders(res) {
+		*bp = visitFields(set, res, l.o.LegacyHeaders, 0, *bp)
 	}
 }
 

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"net/http"
 	"reflect"
 	"testing"
 	"time"
@@ -29,6 +30,35 @@ func TestFillProblemReusedIsFresh(t *testing.T) {
 		FillProblem(&p, res)
 		if want := ProblemFor(res); !reflect.DeepEqual(&p, want) {
 			t.Fatalf("rejection %d: reused %+v, fresh %+v", i, p, *want)
+		}
+	}
+}
+
+// VisitHeaders hands out exactly the fields Headers writes, refused or
+// allowed, with the legacy fields or without.
+func TestVisitHeadersMatchesHeaders(t *testing.T) {
+	l := sluice.Limit{Rate: 5, Period: time.Minute}
+	result := func(allowed bool, remaining int64, rules ...string) *engine.Result {
+		res := &engine.Result{Allowed: allowed}
+		for _, r := range rules {
+			res.Statuses = append(res.Statuses, engine.Status{Decision: sluice.Decision{Rule: r, Limit: l, Allowed: allowed, Remaining: remaining, ResetAfter: 30 * time.Second}})
+		}
+		res.Decision = res.Statuses[0].Decision
+		if !allowed {
+			res.Decision.RetryAfter = 12 * time.Second
+		}
+		return res
+	}
+	for _, legacy := range []bool{false, true} {
+		lim := New(nil, Options{LegacyHeaders: legacy, AllowedHeaders: HeadersAlways})
+		for i, res := range []*engine.Result{result(false, 0, "a", "b"), result(true, 3, "a"), result(false, 0, "c")} {
+			want := http.Header{}
+			lim.Headers(want, res)
+			got := http.Header{}
+			lim.VisitHeaders(res, func(name string, v []byte) { got[name] = append(got[name], string(v)) })
+			if !reflect.DeepEqual(got, want) || len(want) < 2 {
+				t.Fatalf("legacy %v, result %d: visited %v, Headers wrote %v", legacy, i, got, want)
+			}
 		}
 	}
 }

@@ -282,13 +282,7 @@ func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) []byte {
 // reject answers a refused request without touching the upstream: the
 // limit's fields and the problem body, written straight into the response.
 func (g *FastGateway) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *fastState) {
-	clear(st.out)
-	g.limiter.Headers(st.out, res)
-	for k, vs := range st.out {
-		for _, v := range vs {
-			ctx.Response.Header.Add(k, v)
-		}
-	}
+	g.limiter.VisitHeaders(res, func(name string, v []byte) { ctx.Response.Header.AddBytesV(name, v) }) // copied in
 	p := &st.problem
 	httplimit.FillProblem(p, res)
 	st.body = appendProblem(st.body[:0], p)

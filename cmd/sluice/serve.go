@@ -184,6 +184,9 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	table := &sharingTable{region: *c.region}
 	wrapped, sh := share.Wrap(store, share.Options{
 		Local: memory.New(), Gateways: gateways,
+		// The deny cache spares a shared store the calls of refused keys;
+		// the embedded store answers them as fast as the cache would.
+		NoDenyCache: s.mem != nil,
 		Sharing: func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
 		Scale:   func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
 	})
