@@ -187,8 +187,8 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		// The deny cache spares a shared store the calls of refused keys;
 		// the embedded store answers them as fast as the cache would.
 		NoDenyCache: s.mem != nil,
-		Sharing: func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
-		Scale:   func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
+		Sharing:     func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
+		Scale:       func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
 	})
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
