@@ -85,6 +85,21 @@ type fastState struct {
 	out     http.Header // the limit's response fields
 	body    []byte
 	problem httplimit.Problem // a refusal's body, before it is written out
+
+	// The last refusal written from this state, kept to be written again
+	// while the refusals repeat (httplimit.RefusalKey): its fields (names,
+	// and values in vals), status and body.
+	refused  bool
+	key      httplimit.RefusalKey
+	fields   []renderedField
+	vals     []byte
+	status   int
+	refusals []byte
+}
+
+type renderedField struct {
+	name       string
+	start, end int // its value in vals
 }
 
 // NewFastGateway returns the fasthttp data plane for upstream.
@@ -281,14 +296,36 @@ func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) []byte {
 
 // reject answers a refused request without touching the upstream: the
 // limit's fields and the problem body, written straight into the response.
+//
+// A refusal like the last one written from st (the same RefusalKey) is
+// written again as it was rendered: under a flood most refusals repeat, and
+// rendering is most of the limiter's work on this path.
 func (g *FastGateway) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *fastState) {
-	g.limiter.VisitHeaders(res, func(name string, v []byte) { ctx.Response.Header.AddBytesV(name, v) }) // copied in
+	var k httplimit.RefusalKey
+	keyed := g.limiter.RefusalKey(res, &k)
+	if !keyed || !st.refused || k != st.key {
+		g.render(res, st)
+		st.refused, st.key = keyed, k
+	}
+	for _, f := range st.fields {
+		ctx.Response.Header.AddBytesV(f.name, st.vals[f.start:f.end]) // copied in
+	}
+	ctx.SetStatusCode(st.status)
+	ctx.SetContentType("application/problem+json")
+	ctx.SetBody(st.refusals) // copied into the response
+}
+
+// render writes a refusal's fields, status and problem body into st.
+func (g *FastGateway) render(res *engine.Result, st *fastState) {
+	st.fields, st.vals = st.fields[:0], st.vals[:0]
+	g.limiter.VisitHeaders(res, func(name string, v []byte) {
+		st.fields = append(st.fields, renderedField{name: name, start: len(st.vals), end: len(st.vals) + len(v)})
+		st.vals = append(st.vals, v...)
+	})
 	p := &st.problem
 	httplimit.FillProblem(p, res)
-	st.body = appendProblem(st.body[:0], p)
-	ctx.SetStatusCode(p.Status)
-	ctx.SetContentType("application/problem+json")
-	ctx.SetBody(st.body) // copied into the response
+	st.refusals = appendProblem(st.refusals[:0], p)
+	st.status = p.Status
 }
 
 // appendProblem appends p as JSON, as encoding/json would write it.

@@ -121,6 +121,31 @@ func TestFastGatewayRejectsWithoutTheUpstream(t *testing.T) {
 	}
 }
 
+// Refusals of different rules, one after another on one connection (so
+// through the same worker state, which keeps its last refusal to write it
+// again), each name their own rule: a kept refusal is never another's.
+func TestFastGatewayRefusalsNameTheirOwnRule(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	base := startFast(t, up.URL, "rules:\n  - {id: a, match: {path: /a}, key: [ip], rate: 1, per: 1h}\n  - {id: b, match: {path: /b}, key: [ip], rate: 2, per: 1m}\n", FastOptions{})
+	want := map[string]string{"/a": `"a";q=1;w=3600`, "/b": `"b";q=2;w=60`}
+	for i, p := range []string{"/a", "/b", "/b", "/a", "/a", "/b", "/a", "/b", "/b", "/a"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if i < 3 { // the first of /a, the first two of /b pass
+			continue
+		}
+		if resp.StatusCode != 429 || resp.Header.Get("RateLimit-Policy") != want[p] ||
+			!strings.Contains(string(body), `"violated-policies":["`+p[1:]+`"]`) {
+			t.Fatalf("request %d to %s: %d %v %s", i, p, resp.StatusCode, resp.Header, body)
+		}
+	}
+}
+
 // Bodies of any size are streamed both ways, unchanged.
 func TestFastGatewayStreamsLargeBodies(t *testing.T) {
 	const size = 24 << 20

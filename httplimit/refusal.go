@@ -1,0 +1,70 @@
+package httplimit
+
+import (
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// A refusal's fields (VisitHeaders) and problem (FillProblem) are a
+// function of a few of its result's fields: each status's rule, limit,
+// cost, outcome and shadowing, and the deciding decision's rule, limit,
+// reason, remaining units, whole seconds to wait, whole seconds to reset
+// (with the legacy fields) and reduced flag. Nothing else of the result is
+// read: not the time, not the key, not the other statuses' remaining units.
+// A flood of refused requests mostly repeats one refusal, so a server can
+// keep the refusal it rendered last with its RefusalKey, and write it again
+// while the key stays the same. TestRefusalKeyDecidesTheRendering checks
+// the claim: results with equal keys render the same, on random results.
+//
+// Keep this list in step with visitRejectFields, visitFields and
+// FillProblem: a field they come to read must join the key.
+
+// maxKeyStatuses bounds the statuses a key holds; results with more are
+// rendered afresh.
+const maxKeyStatuses = 4
+
+// RefusalKey is what the rendering of a refused result depends on. Keys
+// are comparable with ==.
+type RefusalKey struct {
+	n         int
+	statuses  [maxKeyStatuses]keyStatus
+	rule      string
+	limit     sluice.Limit
+	reason    sluice.Reason
+	reduced   bool
+	remaining int64
+	retry     int64 // whole seconds in Retry-After, 0 when there is none
+	reset     int64 // whole seconds to reset, for the legacy fields
+}
+
+type keyStatus struct {
+	rule            string
+	limit           sluice.Limit
+	cost            int64
+	allowed, shadow bool
+}
+
+// RefusalKey writes res's key to k and reports whether res has one: not
+// with Options.Jitter (each refusal waits its own time), not for an
+// allowed result, and not for more than four statuses.
+func (l *Limiter) RefusalKey(res *engine.Result, k *RefusalKey) bool {
+	if res.Allowed || l.o.Jitter > 0 || len(res.Statuses) > maxKeyStatuses {
+		return false
+	}
+	d := &res.Decision
+	*k = RefusalKey{
+		n: len(res.Statuses), rule: d.Rule, limit: d.Limit, reason: d.Reason, reduced: res.Reduced,
+		remaining: d.Remaining,
+	}
+	if d.RetryAfter > 0 {
+		k.retry = seconds(d.RetryAfter, 1)
+	}
+	if l.o.LegacyHeaders {
+		k.reset = seconds(d.ResetAfter, 0)
+	}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		k.statuses[i] = keyStatus{rule: st.Rule, limit: st.Limit, cost: costOf(st), allowed: st.Allowed, shadow: st.Shadow}
+	}
+	return true
+}

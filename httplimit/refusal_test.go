@@ -1,0 +1,73 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Results whose RefusalKeys are equal render the same fields and the same
+// problem: random refused results over small domains (so that keys meet
+// often), with the fields the key leaves out (other statuses' remaining
+// units, sub-second waits, resets without the legacy fields, tiers) drawn
+// at random too.
+func TestRefusalKeyDecidesTheRendering(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	limits := []sluice.Limit{{Rate: 5, Period: time.Minute}, {Rate: 100, Period: time.Hour, Burst: 10}, {Rate: 1, Period: time.Second, Algorithm: sluice.FixedWindow}}
+	reasons := []sluice.Reason{sluice.ReasonLimited, sluice.ReasonLocked, sluice.ReasonUnavailable, sluice.ReasonMissingKey, sluice.ReasonTooLarge}
+	waits := []time.Duration{0, 300 * time.Millisecond, time.Second, 1700 * time.Millisecond, 90 * time.Second, 2*time.Hour + time.Second}
+	pick := func(n int) int { return rng.IntN(n) }
+	random := func() *engine.Result {
+		res := &engine.Result{Reduced: pick(4) == 0}
+		for range 1 + pick(maxKeyStatuses+1) {
+			res.Statuses = append(res.Statuses, engine.Status{
+				Decision: sluice.Decision{Rule: []string{"a", "b", "c"}[pick(3)], Limit: limits[pick(len(limits))], Allowed: pick(2) == 0,
+					Remaining: int64(pick(3)), RetryAfter: waits[pick(len(waits))], ResetAfter: waits[pick(len(waits))]},
+				Shadow: pick(4) == 0, Tier: pick(3),
+			})
+		}
+		d := res.Statuses[pick(len(res.Statuses))].Decision
+		d.Allowed, d.Reason = false, reasons[pick(len(reasons))]
+		d.RetryAfter, d.ResetAfter = waits[pick(len(waits))]+time.Duration(pick(900))*time.Millisecond/1000, waits[pick(len(waits))]
+		res.Decision = d
+		return res
+	}
+	render := func(l *Limiter, res *engine.Result) string {
+		out := ""
+		l.VisitHeaders(res, func(name string, v []byte) { out += name + ": " + string(v) + "\n" })
+		var p Problem
+		FillProblem(&p, res)
+		body, _ := json.Marshal(p)
+		return out + string(body)
+	}
+	for _, legacy := range []bool{false, true} {
+		l := New(nil, Options{LegacyHeaders: legacy})
+		seen := map[RefusalKey]string{}
+		repeats, keyless := 0, 0
+		for range 60000 {
+			res := random()
+			var k RefusalKey
+			if !l.RefusalKey(res, &k) {
+				keyless++
+				continue
+			}
+			got := render(l, res)
+			if want, ok := seen[k]; ok {
+				repeats++
+				if got != want {
+					t.Fatalf("legacy %v: equal keys, different refusals:\n%s\n---\n%s\nresult %+v", legacy, got, want, res)
+				}
+			}
+			seen[k] = got
+		}
+		if repeats < 1000 || keyless == 0 {
+			t.Fatalf("legacy %v: %d results met an earlier key, %d had none: the test compares too little", legacy, repeats, keyless)
+		}
+		t.Log(fmt.Sprintf("legacy %v: %d distinct keys, %d repeats, %d without a key", legacy, len(seen), repeats, keyless))
+	}
+}
