@@ -124,6 +124,7 @@ func (c *conn) writeHeaders(id uint32, end bool, fields []hpack.HeaderField) {
 func (c *conn) writeData(st *stream, b []byte) bool {
 	for len(b) > 0 {
 		var w int64
+		flushed := false
 		for {
 			if c.closed || st.reset {
 				return false
@@ -131,9 +132,17 @@ func (c *conn) writeData(st *stream, b []byte) bool {
 			if w = min(c.sendConn, c.peerInitWindow+st.sendDelta); w > 0 {
 				break
 			}
-			// Out of window: what is written goes out, so that the client
-			// can answer it, and the other writers go on while this waits.
-			c.flush()
+			if !flushed {
+				// Out of window: what is written goes out, so that the
+				// client can answer it. flush lets wmu go while it writes,
+				// and a WINDOW_UPDATE read meanwhile has already broadcast:
+				// the windows are looked at again before waiting, or that
+				// wakeup would be lost and the stream stall.
+				c.flush()
+				flushed = true
+				continue
+			}
+			// The other writers go on while this waits.
 			c.pending.Add(-1)
 			c.wcond.Wait()
 			c.pending.Add(1)
