@@ -19,12 +19,10 @@ import (
 // call, as grpc-go needs (it encodes after the method returns).
 type answerArena struct {
 	resp      rlsv3.RateLimitResponse
-	statuses  []*rlsv3.RateLimitResponse_DescriptorStatus
-	limits    []*rlsv3.RateLimitResponse_RateLimit
-	durations []*durationpb.Duration
+	statuses  reused[rlsv3.RateLimitResponse_DescriptorStatus]
+	limits    reused[rlsv3.RateLimitResponse_RateLimit]
+	durations reused[durationpb.Duration]
 	values    []corev3.HeaderValue
-	ns, nl    int // statuses and limits handed out in this answer
-	nd        int // durations handed out
 }
 
 // response starts an answer: every message handed out for the previous one
@@ -37,7 +35,7 @@ func (a *answerArena) response() *rlsv3.RateLimitResponse {
 	clear(statuses[:cap(statuses)])
 	clear(headers[:cap(headers)])
 	a.resp = rlsv3.RateLimitResponse{Statuses: statuses, ResponseHeadersToAdd: headers}
-	a.ns, a.nl, a.nd = 0, 0, 0
+	a.statuses.n, a.limits.n, a.durations.n = 0, 0, 0
 	return &a.resp
 }
 
@@ -45,26 +43,32 @@ func (a *answerArena) status() *rlsv3.RateLimitResponse_DescriptorStatus {
 	if a == nil {
 		return new(rlsv3.RateLimitResponse_DescriptorStatus)
 	}
-	if a.ns == len(a.statuses) {
-		a.statuses = append(a.statuses, new(rlsv3.RateLimitResponse_DescriptorStatus))
-	}
-	s := a.statuses[a.ns]
-	a.ns++
-	*s = rlsv3.RateLimitResponse_DescriptorStatus{}
-	return s
+	return a.statuses.next()
 }
 
 func (a *answerArena) limit() *rlsv3.RateLimitResponse_RateLimit {
 	if a == nil {
 		return new(rlsv3.RateLimitResponse_RateLimit)
 	}
-	if a.nl == len(a.limits) {
-		a.limits = append(a.limits, new(rlsv3.RateLimitResponse_RateLimit))
+	return a.limits.next()
+}
+
+// reused hands out the messages of one kind an answer needs, made once and
+// zeroed for each answer.
+type reused[T any] struct {
+	items []*T
+	n     int // handed out in this answer
+}
+
+func (r *reused[T]) next() *T {
+	if r.n == len(r.items) {
+		r.items = append(r.items, new(T))
 	}
-	l := a.limits[a.nl]
-	a.nl++
-	*l = rlsv3.RateLimitResponse_RateLimit{}
-	return l
+	p := r.items[r.n]
+	r.n++
+	var zero T
+	*p = zero
+	return p
 }
 
 // duration is durationpb.New(d).
@@ -72,12 +76,8 @@ func (a *answerArena) duration(d time.Duration) *durationpb.Duration {
 	if a == nil {
 		return durationpb.New(d)
 	}
-	if a.nd == len(a.durations) {
-		a.durations = append(a.durations, new(durationpb.Duration))
-	}
-	p := a.durations[a.nd]
-	a.nd++
-	*p = durationpb.Duration{Seconds: int64(d / time.Second), Nanos: int32(d % time.Second)}
+	p := a.durations.next()
+	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
 	return p
 }
 
