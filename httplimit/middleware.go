@@ -1,11 +1,13 @@
 package httplimit
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -87,6 +89,7 @@ type state struct {
 	res engine.Result
 	req rules.Request
 	buf []byte
+	x   httpExchange
 }
 
 // New returns the middleware for e.
@@ -124,65 +127,68 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if trusted == nil {
 		trusted = cfg.TrustedProxies
 	}
-	escaped := r.URL.EscapedPath()
 	st.req = rules.Request{
-		Method: r.Method, Host: r.Host, Path: escaped, RawQuery: r.URL.RawQuery,
+		Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		ClientIP: ClientIPAtDepth(r, trusted, cfg.ClientIPDepth), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
 		st.req.Body = readBody(r)
 	}
-	res := &st.res
-	l.e.Check(r.Context(), &st.req, engine.CheckOptions{Reserve: cfg.SettlesFromResponses()}, res)
-	if l.o.RewritePath && st.req.Path != escaped {
-		setPath(r.URL, st.req.Path) // serve what was limited
-	}
-	st.req = rules.Request{} // drop the request's references before pooling
+	st.x = httpExchange{l: l, w: w, r: r, next: next, st: st}
+	l.Serve(&st.x, &st.req, &st.res)
+	// Drop the request's references before pooling.
+	st.req, st.x = rules.Request{}, httpExchange{}
+}
 
-	if !res.Allowed {
-		l.reject(w, r, res, st)
-		return
-	}
-	if res.Delay > 0 && !l.wait(w, r, res, st) {
-		return
+// httpExchange is the middleware's side of the pipeline: a net/http request
+// and the handler it protects.
+type httpExchange struct {
+	l    *Limiter
+	w    http.ResponseWriter
+	r    *http.Request
+	next http.Handler
+	st   *state
+	sw   *statusWriter // the writer next wrote through, when watched
+}
+
+func (x *httpExchange) Context() context.Context { return x.r.Context() }
+
+func (x *httpExchange) Hold(d time.Duration) bool { return Hold(x.r.Context(), d) }
+
+func (x *httpExchange) SeesResponse() bool { return true }
+
+func (x *httpExchange) Refuse(res *engine.Result) { x.l.reject(x.w, x.r, res, x.st) }
+
+func (x *httpExchange) Shed() { shed(x.w) }
+
+func (x *httpExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
+	l, w, r := x.l, x.w, x.r
+	if l.o.RewritePath && path != r.URL.EscapedPath() {
+		setPath(r.URL, path) // serve what was limited
 	}
 	if l.sendAllowedHeaders(res) {
-		st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, st.buf, &l.policies)
+		x.st.buf = setHeaders(w.Header(), res, l.o.LegacyHeaders, 0, x.st.buf, &l.policies)
 	}
-	// One writer remembers the status (and, for a reservation settled from
-	// a JSON field, the body) for all that reads it after the handler.
-	var sw *statusWriter
-	if l.o.Pressure != nil || l.o.Concurrency != nil || res.Charges() || res.Settles() {
-		sw = &statusWriter{ResponseWriter: w, keep: res.Settles() && cfg.SettlesFromJSON()}
-		w = sw
+	if !watch {
+		x.next.ServeHTTP(w, r)
+		return 0
 	}
-	if l.o.Pressure != nil {
-		start := time.Now()
-		defer func() { l.o.Pressure.Observe(time.Since(start), sw.status >= 500) }()
+	// One writer remembers the status (and, with keep, the body) for all
+	// that reads it after the handler. Only then is w wrapped: a handler
+	// that asserts w to http.Flusher or http.Hijacker sees the server's
+	// own writer otherwise.
+	x.sw = &statusWriter{ResponseWriter: w, keep: keep} // not pooled: a handler may keep w past its return
+	x.next.ServeHTTP(x.sw, r)
+	return x.sw.status
+}
+
+func (x *httpExchange) ResponseHeader(name string) string { return x.sw.Header().Get(name) }
+
+func (x *httpExchange) ResponseBody() []byte {
+	if x.sw == nil || !x.sw.keep {
+		return nil
 	}
-	if l.o.Concurrency != nil {
-		p, err := l.o.Concurrency.AcquireAt(r.Context(), res.Tier())
-		if err != nil {
-			shed(w)
-			return
-		}
-		defer func() {
-			if sw.status >= 500 {
-				p.Release(concurrency.Dropped)
-			} else {
-				p.Release(concurrency.Success)
-			}
-		}()
-	}
-	next.ServeHTTP(w, r)
-	if !res.Charges() && !res.Settles() {
-		return
-	}
-	status := sw.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	Finish(r.Context(), l.e, res, status, sw.Header().Get, sw.body)
+	return x.sw.body
 }
 
 // setPath sets u's path to p, a normalised escaped path.
@@ -192,29 +198,6 @@ func setPath(u *url.URL, p string) {
 		return // cannot happen: p's escapes are all well formed or kept as data
 	}
 	u.Path, u.RawPath = dec, p
-}
-
-// wait holds a request a leaky-queue rule delays. It reports false, after
-// answering or giving the units back, when the request must not go on.
-func (l *Limiter) wait(w http.ResponseWriter, r *http.Request, res *engine.Result, st *state) bool {
-	if res.Delay > l.o.MaxDelay {
-		l.e.Refund(r.Context(), res)
-		res.Allowed = false
-		res.Decision.Allowed = false
-		res.Decision.RetryAfter = res.Delay - l.o.MaxDelay
-		l.reject(w, r, res, st)
-		return false
-	}
-	t := time.NewTimer(res.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		// The client gave up: its slot goes back, though its context is done.
-		l.e.Refund(context.WithoutCancel(r.Context()), res)
-		return false
-	}
 }
 
 func (l *Limiter) sendAllowedHeaders(res *engine.Result) bool {
@@ -368,3 +351,14 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Hijack hands the connection over, through the underlying writer (see
+// http.ResponseController): a handler takes a connection over to switch
+// protocols, so the status recorded is 101 Switching Protocols.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil && s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}

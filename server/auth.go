@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -130,14 +132,40 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 		ClientIP: f.client, Header: r.Header,
 	}
 	var res engine.Result
-	if err := s.e.Check(r.Context(), &req, engine.CheckOptions{}, &res); err != nil {
-		writeBad(w, err)
-		return
-	}
-	s.limiter.Headers(w.Header(), &res)
-	if !res.Allowed {
-		httplimit.WriteProblem(w, httplimit.ProblemFor(&res))
-		return
-	}
-	w.WriteHeader(http.StatusOK)
+	s.limiter.Serve(&authExchange{s: s, w: w, r: r}, &req, &res)
 }
+
+// authExchange is forward-auth's side of the request pipeline: "forwarding"
+// is answering 200, after which the proxy passes the request on. A delay
+// (leaky-queue rules) holds the answer, so the proxy holds the request; a
+// proxy that gives up gets the units back.
+type authExchange struct {
+	s *Server
+	w http.ResponseWriter
+	r *http.Request
+}
+
+func (x *authExchange) Context() context.Context { return x.r.Context() }
+
+func (x *authExchange) Hold(d time.Duration) bool { return httplimit.Hold(x.r.Context(), d) }
+
+func (x *authExchange) Refuse(res *engine.Result) {
+	x.s.limiter.Headers(x.w.Header(), res)
+	httplimit.WriteProblem(x.w, httplimit.ProblemFor(res))
+}
+
+// Shed cannot happen: the service has no concurrency limit.
+func (x *authExchange) Shed() {
+	x.w.Header().Set("Retry-After", "1")
+	httplimit.WriteProblem(x.w, httplimit.ShedProblem())
+}
+
+func (x *authExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
+	x.s.limiter.Headers(x.w.Header(), res)
+	x.w.WriteHeader(http.StatusOK)
+	return http.StatusOK
+}
+
+func (x *authExchange) ResponseHeader(string) string { return "" }
+func (x *authExchange) ResponseBody() []byte         { return nil }
+func (x *authExchange) SeesResponse() bool           { return false }

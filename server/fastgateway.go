@@ -2,10 +2,10 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net"
@@ -26,25 +26,27 @@ import (
 )
 
 // FastGateway is `sluice gateway`'s data plane on github.com/valyala/fasthttp:
-// the same limiting as Gateway (the net/http middleware and
-// httputil.ReverseProxy), on a server and an upstream client that reuse
-// their request and response objects, for about twice the requests per
-// second of the net/http path on the same cores (docs/benchmarks.md). The
-// library middleware stays net/http; only this proxy is fasthttp.
+// the request pipeline of httplimit (Limiter.Serve) on fasthttp's server and
+// upstream client, which reuse their request and response objects, for
+// about three times the requests per second of the net/http plane on the
+// same cores (docs/benchmarks.md). It is an httplimit.Exchange and nothing
+// more: every limit, delay, refund, permit, charge and settlement is the
+// pipeline's, and the plane conformance suite (planes_test.go) runs the
+// same cases against this plane and Gateway (net/http).
 //
 // What it keeps of an HTTP/1.1 proxy: hop-by-hop headers (RFC 9110 §7.6.1,
 // and those named in Connection) are dropped both ways; X-Forwarded-For is
 // rebuilt (the chain received from a trusted proxy kept, the peer
 // appended; a chain from anyone else dropped) with X-Forwarded-Host and
-// -Proto; request and response bodies of any size are streamed; an Upgrade
-// (WebSocket) is tunnelled after the limit check; every upstream exchange
-// has a timeout, and an unreachable or slow upstream gives 502 or 504 with
-// a problem body. What it drops: HTTP/2 from clients (fasthttp serves
-// HTTP/1.x; use Gateway, --data-plane net/http, for HTTP/2).
+// -Proto; the client's Host is kept; request and response bodies of any
+// size are streamed; an upgrade is tunnelled only once the upstream has
+// switched protocols (see Upgrades); every upstream exchange has a timeout,
+// and an unreachable or slow upstream gives 502 or 504 with a problem body.
+// What it drops: HTTP/2 from clients (fasthttp serves HTTP/1.x; use
+// Gateway, --data-plane net/http, for HTTP/2).
 type FastGateway struct {
 	e        *engine.Engine
 	limiter  *httplimit.Limiter
-	o        httplimit.Options
 	upstream *url.URL
 	client   *fasthttp.HostClient
 	// whole reads responses whole, up to httplimit.MaxSettleBody, for the
@@ -55,32 +57,14 @@ type FastGateway struct {
 	panics  *panics
 	server  *fasthttp.Server
 	pool    sync.Pool // of *fastState
-
-	concurrency *concurrency.Limiter // nil: no bound on what is in flight
-	pressure    *concurrency.Pressure
-}
-
-// FastOptions configure a FastGateway.
-type FastOptions struct {
-	HTTP    httplimit.Options
-	Logger  *slog.Logger
-	Metrics *Metrics
-	// MaxConns bounds the connections to the upstream (default 1024).
-	MaxConns int
-	// Timeout bounds one upstream exchange (default 30 s).
-	Timeout time.Duration
-	// Concurrency, if set, bounds the requests in flight to the upstream
-	// (see httplimit.Options.Concurrency): beyond it, 503 at once.
-	Concurrency *concurrency.Limiter
-	// Pressure, if set, is told each upstream answer's latency and whether
-	// it failed (a 5xx, an unreachable or slow upstream, or a request the
-	// concurrency limit shed): see httplimit.Options.Pressure.
-	Pressure *concurrency.Pressure
+	up      *upgrader
+	trusted []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
 }
 
 type fastState struct {
 	res     engine.Result
 	req     rules.Request
+	x       fastExchange
 	header  http.Header // the request headers rules read
 	out     http.Header // the limit's response fields
 	body    []byte
@@ -103,27 +87,17 @@ type renderedField struct {
 }
 
 // NewFastGateway returns the fasthttp data plane for upstream.
-func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGateway {
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics("")
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = 1024
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 30 * time.Second
-	}
+func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *FastGateway {
+	o.defaults()
 	g := &FastGateway{
-		e: e, o: o.HTTP, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout, concurrency: o.Concurrency, pressure: o.Pressure,
-		log: o.Logger, panics: &o.Metrics.panics,
+		e: e, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
+		log: o.Logger, panics: &o.Metrics.panics, trusted: o.HTTP.TrustedProxies,
+		up: newUpgrader(upstream, o),
 		client: &fasthttp.HostClient{
 			Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
 			ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
 			StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
-			DisableHeaderNamesNormalizing: true,
+			DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 		},
 		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, out: http.Header{}} }},
 	}
@@ -131,7 +105,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o FastOptions) *FastGat
 		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
 		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
 		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
-		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
+		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
 	g.server = &fasthttp.Server{
 		Handler: g.serve, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
@@ -181,7 +155,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	st := g.pool.Get().(*fastState)
 	defer g.pool.Put(st)
 	cfg := g.e.Config()
-	trusted := g.o.TrustedProxies
+	trusted := g.trusted
 	if trusted == nil {
 		trusted = cfg.TrustedProxies
 	}
@@ -216,68 +190,76 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	if cfg.NeedsBody() {
 		st.req.Body = g.peekBody(ctx)
 	}
-	res := &st.res
-	g.e.Check(ctx, &st.req, engine.CheckOptions{Reserve: cfg.SettlesFromResponses()}, res)
-	path := st.req.Path
-	st.req = rules.Request{}
-	if !res.Allowed {
-		g.reject(ctx, res, st)
-		return
-	}
-	if res.Delay > 0 {
-		if res.Delay > g.limiter.MaxDelay() {
-			g.e.Refund(ctx, res)
-			res.Allowed, res.Decision.Allowed = false, false
-			res.Decision.RetryAfter = res.Delay - g.limiter.MaxDelay()
-			g.reject(ctx, res, st)
-			return
-		}
-		time.Sleep(res.Delay)
-	}
-	if g.pressure != nil {
-		start := time.Now()
-		defer func() { g.pressure.Observe(time.Since(start), ctx.Response.StatusCode() >= 500) }()
-	}
-	if c := g.concurrency; c != nil {
-		p, err := c.AcquireAt(ctx, res.Tier())
-		if err != nil {
-			p := httplimit.ShedProblem()
-			st.body = appendProblem(st.body[:0], p)
-			ctx.SetStatusCode(p.Status)
-			ctx.SetContentType("application/problem+json")
-			ctx.Response.Header.Set("Retry-After", "1")
-			ctx.Response.Header.Set("Cache-Control", "no-store")
-			ctx.SetBody(st.body)
-			return
-		}
-		defer func() {
-			if ctx.Response.StatusCode() >= 500 {
-				p.Release(concurrency.Dropped)
-			} else {
-				p.Release(concurrency.Success)
-			}
-		}()
-	}
-	whole := res.Settles() && cfg.SettlesFromJSON()
-	g.forward(ctx, peer, trusted, path, res, st, whole)
-	g.afterResponse(ctx, res, whole)
+	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
+	g.limiter.Serve(&st.x, &st.req, &st.res)
+	st.req, st.x = rules.Request{}, fastExchange{} // drop the request's references before pooling
 }
 
-// afterResponse charges the countOn rules for the response's status and
-// settles the reservations from its header or JSON body (read whole by
-// forward when whole is set; otherwise the estimate stands for a JSON
-// field). The response is already complete here: both run before it is
-// written to the client, and neither delays it beyond one store call.
-func (g *FastGateway) afterResponse(ctx *fasthttp.RequestCtx, res *engine.Result, whole bool) {
-	if !res.Charges() && !res.Settles() {
-		return
+// fastExchange is the fasthttp plane's side of the pipeline.
+type fastExchange struct {
+	g       *FastGateway
+	ctx     *fasthttp.RequestCtx
+	st      *fastState
+	peer    netip.Addr
+	trusted []netip.Prefix
+	keep    bool
+}
+
+func (x *fastExchange) Context() context.Context { return x.ctx }
+
+// Hold waits, looking at the client's connection every holdPoll: fasthttp
+// does not read a connection while its handler runs, so a client that
+// leaves is seen by peeking at its socket (peerClosed).
+func (x *fastExchange) Hold(d time.Duration) bool {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left > 0 {
+			time.Sleep(min(left, holdPoll))
+		}
+		if peerClosed(x.ctx.Conn()) {
+			x.ctx.SetConnectionClose()
+			return false
+		}
+		if left <= holdPoll {
+			return true
+		}
 	}
-	var body []byte
-	if whole && !ctx.Response.IsBodyStream() {
-		body = ctx.Response.Body()
+}
+
+// holdPoll is how often a held request's connection is looked at.
+const holdPoll = 20 * time.Millisecond
+
+func (x *fastExchange) Refuse(res *engine.Result) { x.g.reject(x.ctx, res, x.st) }
+
+func (x *fastExchange) Shed() {
+	ctx, st := x.ctx, x.st
+	p := httplimit.ShedProblem()
+	st.body = appendProblem(st.body[:0], p)
+	ctx.SetStatusCode(p.Status)
+	ctx.SetContentType("application/problem+json")
+	ctx.Response.Header.Set("Retry-After", "1")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetBody(st.body)
+}
+
+func (x *fastExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
+	x.keep = keep
+	x.g.forward(x.ctx, x.peer, x.trusted, path, res, x.st, keep)
+	return x.ctx.Response.StatusCode()
+}
+
+func (x *fastExchange) ResponseHeader(name string) string {
+	return string(x.ctx.Response.Header.Peek(name))
+}
+
+func (x *fastExchange) SeesResponse() bool { return true }
+
+func (x *fastExchange) ResponseBody() []byte {
+	if !x.keep || x.ctx.Response.IsBodyStream() {
+		return nil
 	}
-	header := func(k string) string { return string(ctx.Response.Header.Peek(k)) }
-	httplimit.Finish(ctx, g.e, res, ctx.Response.StatusCode(), header, body)
+	return x.ctx.Response.Body()
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
@@ -413,9 +395,15 @@ func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detai
 // forward sends an admitted request to the upstream and its answer back.
 func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
-	upgrade := isUpgrade(&req.Header)
-	upgradeTo := string(req.Header.Peek("Upgrade"))
+	asked := ""
+	if isUpgrade(b2s(req.Header.Peek("Connection")), b2s(req.Header.Peek("Upgrade"))) {
+		asked = string(req.Header.Peek("Upgrade"))
+	}
+	trailers := hasToken(b2s(req.Header.Peek("Te")), "trailers")
 	dropHop(&req.Header)
+	if trailers {
+		req.Header.Set("Te", "trailers") // the one TE value passed on, as httputil.ReverseProxy does
+	}
 	// X-Forwarded-*: keep a trusted proxy's chain, drop anyone else's.
 	prior := ""
 	if peer.IsValid() && containsAddr(trusted, peer) {
@@ -425,6 +413,7 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	if prior != "" {
 		xff = prior + ", " + xff
 	}
+	req.Header.Del("Forwarded") // as the net/http plane does
 	req.Header.Set("X-Forwarded-For", xff)
 	req.Header.Set("X-Forwarded-Host", string(ctx.Host()))
 	proto := "http"
@@ -439,15 +428,14 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		req.SetRequestURI(path)
 	}
 	req.URI().SetScheme(g.upstream.Scheme)
-	req.SetHost(g.upstream.Host)
-	if upgrade {
-		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Upgrade", upgradeTo)
-		g.tunnel(ctx)
-		return
-	}
 	clear(st.out)
 	g.limiter.Headers(st.out, res)
+	if asked != "" {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", asked)
+		g.upgrade(ctx, st, asked)
+		return
+	}
 	client := g.client
 	if whole {
 		client = g.whole
@@ -465,6 +453,11 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
 		return
 	}
+	// The status line is the gateway's own (HTTP/1.1 and the standard
+	// reason phrase), not the upstream's: an HTTP/1.0 upstream must not
+	// make an HTTP/1.1 client read "HTTP/1.0".
+	ctx.Response.Header.SetProtocol(nil)
+	ctx.Response.Header.SetStatusMessage(nil)
 	dropHop(&ctx.Response.Header)
 	for k, vs := range st.out {
 		for _, v := range vs {
@@ -473,13 +466,79 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	}
 }
 
+// upgrade passes an upgrade request on (see Upgrades): a tunnel once the
+// upstream has switched to the protocol asked, its answer relayed
+// otherwise.
+func (g *FastGateway) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked string) {
+	u := g.up
+	if u.Refuse {
+		g.problem(ctx, http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades")
+		return
+	}
+	if !u.take() {
+		g.problem(ctx, http.StatusServiceUnavailable, "Service Unavailable", "too many upgraded connections are open")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	}
+	a, err := u.exchange(ctx, func(w *bufio.Writer) error { return ctx.Request.Write(w) })
+	if err != nil {
+		u.open.Add(-1)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
+			return
+		}
+		g.log.Warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
+		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
+		return
+	}
+	if !a.switched(asked) {
+		u.open.Add(-1)
+		body := a.body()
+		if a.resp.StatusCode == http.StatusSwitchingProtocols {
+			body.Close()
+			g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream switched to a protocol that was not asked for")
+			return
+		}
+		// Relayed as an ordinary answer; the client's connection goes on
+		// through the limiter.
+		ctx.SetStatusCode(a.resp.StatusCode)
+		dropHopHeader(a.resp.Header)
+		for k, vs := range a.resp.Header {
+			if k == "Content-Length" {
+				continue // SetBodyStream sets it
+			}
+			for _, v := range vs {
+				ctx.Response.Header.Add(k, v)
+			}
+		}
+		for k, vs := range st.out {
+			for _, v := range vs {
+				ctx.Response.Header.Set(k, v)
+			}
+		}
+		ctx.SetBodyStream(body, int(a.resp.ContentLength))
+		return
+	}
+	extra := st.out.Clone() // st goes back to its pool before the tunnel opens
+	ctx.SetStatusCode(http.StatusSwitchingProtocols)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		c.SetWriteDeadline(time.Now().Add(u.timeout))
+		bw := bufio.NewWriterSize(c, 1024)
+		if a.writeSwitch(bw, extra) != nil || bw.Flush() != nil {
+			u.open.Add(-1)
+			a.conn.Close()
+			return
+		}
+		c.SetWriteDeadline(time.Time{})
+		u.tunnel(c, c, a) // c reads first what the client sent after its request
+	})
+}
+
 type headerish interface {
 	Peek(string) []byte
 	Del(string)
-}
-
-func isUpgrade(h *fasthttp.RequestHeader) bool {
-	return len(h.Peek("Upgrade")) > 0 && strings.Contains(strings.ToLower(string(h.Peek("Connection"))), "upgrade")
 }
 
 // dropHop removes the hop-by-hop headers, and those Connection names.
@@ -492,32 +551,6 @@ func dropHop(h headerish) {
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
-}
-
-// tunnel passes an Upgrade (WebSocket) to the upstream and then copies
-// bytes both ways until either side closes.
-func (g *FastGateway) tunnel(ctx *fasthttp.RequestCtx) {
-	up, err := net.DialTimeout("tcp", hostPort(g.upstream), 5*time.Second)
-	if err != nil {
-		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
-		return
-	}
-	up.SetDeadline(time.Now().Add(g.timeout))
-	w := bufio.NewWriter(up)
-	if err := ctx.Request.Write(w); err != nil || w.Flush() != nil {
-		up.Close()
-		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not take the upgrade")
-		return
-	}
-	up.SetDeadline(time.Time{})
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		defer up.Close()
-		done := make(chan struct{}, 2)
-		go func() { io.Copy(up, c); done <- struct{}{} }()
-		go func() { io.Copy(c, up); done <- struct{}{} }()
-		<-done
-	})
 }
 
 func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {

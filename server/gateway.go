@@ -1,7 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,45 +17,179 @@ import (
 	"github.com/sluice-rl/sluice/httplimit"
 )
 
-// Gateway returns a reverse proxy to upstream with the rate-limiting
-// middleware in front: `sluice gateway`.
+// GatewayOptions configure `sluice gateway` on either data plane (Gateway,
+// net/http; NewFastGateway, fasthttp): the two take the same options and
+// behave the same (the plane conformance suite in this package holds them
+// to it).
+type GatewayOptions struct {
+	// HTTP shapes the answers and holds the concurrency limit and the
+	// pressure signal, if any (see httplimit.Options).
+	HTTP    httplimit.Options
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Timeout bounds one upstream exchange: connecting, sending the
+	// request and having the answer's head (default 30 s). A slow upstream
+	// gives 504, an unreachable one 502.
+	Timeout time.Duration
+	// MaxConns bounds the connections to the upstream (default 1024).
+	MaxConns int
+	// Upgrades says how protocol upgrades (WebSocket) are passed on.
+	Upgrades Upgrades
+	// UpstreamTLS configures TLS to an https upstream (default: the
+	// system's roots, the upstream URL's host name).
+	UpstreamTLS *tls.Config
+}
+
+func (o *GatewayOptions) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics("")
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 1024
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	o.HTTP.RewritePath = true // the upstream serves the path that was limited
+}
+
+// Gateway returns `sluice gateway` on net/http: the rate-limiting
+// middleware in front of a reverse proxy to upstream (httputil.ReverseProxy;
+// upgrades through the same upgrader as the fasthttp plane).
 //
 // X-Forwarded-For is rebuilt for the upstream: the client address is
 // appended to the chain received from a trusted proxy, and any chain sent by
 // an untrusted peer is dropped. An unreachable upstream gives 502 with a
-// problem+json body. A panic while serving a request is answered with 500,
-// logged and counted in m (which may be nil), never a dropped connection.
-func Gateway(upstream *url.URL, e *engine.Engine, o httplimit.Options, log *slog.Logger, m *Metrics) http.Handler {
-	if log == nil {
-		log = slog.Default()
+// problem+json body, one slower than o.Timeout 504. A panic while serving a
+// request is answered with 500, logged and counted, never a dropped
+// connection.
+func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler {
+	o.defaults()
+	log := o.Logger
+	t := UpstreamTransport(TransportOptions{MaxConnsPerHost: o.MaxConns})
+	t.ResponseHeaderTimeout = o.Timeout
+	if o.UpstreamTLS != nil {
+		t.TLSClientConfig = o.UpstreamTLS.Clone()
 	}
-	if m == nil {
-		m = NewMetrics("")
+	rewrite := func(pr *httputil.ProxyRequest) {
+		pr.SetURL(upstream)
+		pr.Out.Host = pr.In.Host
+		trusted := o.HTTP.TrustedProxies
+		if trusted == nil {
+			trusted = e.Config().TrustedProxies
+		}
+		if peer := httplimit.ClientIP(&http.Request{RemoteAddr: pr.In.RemoteAddr}, nil); peer.IsValid() && containsAddr(trusted, peer) {
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+		}
+		pr.SetXForwarded()
 	}
 	proxy := &httputil.ReverseProxy{
-		Transport: UpstreamTransport(TransportOptions{}),
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.Out.Host = pr.In.Host
-			trusted := o.TrustedProxies
-			if trusted == nil {
-				trusted = e.Config().TrustedProxies
-			}
-			if peer := httplimit.ClientIP(&http.Request{RemoteAddr: pr.In.RemoteAddr}, nil); peer.IsValid() && containsAddr(trusted, peer) {
-				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			}
-			pr.SetXForwarded()
-		},
+		Transport: t,
+		Rewrite:   rewrite,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away: nobody to answer
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
+				return
 			}
 			log.Warn("sluice: upstream unreachable", "upstream", upstream.Host, "error", err)
 			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
 		},
 	}
-	o.RewritePath = true // the upstream serves the path that was limited
-	return recoverHTTP(httplimit.Middleware(e, o)(proxy), &m.panics, log)
+	up := newUpgrader(upstream, o)
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && isUpgrade(r.Header.Get("Connection"), r.Header.Get("Upgrade")) {
+			up.serveHTTP(w, r, rewrite, log)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	})
+	return recoverHTTP(httplimit.Middleware(e, o.HTTP)(next), &o.Metrics.panics, log)
+}
+
+// serveHTTP passes an upgrade request on for the net/http plane: the
+// request as the proxy would send it, then a tunnel if the upstream
+// switches, or its answer relayed if not.
+func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), log *slog.Logger) {
+	if u.Refuse {
+		writeProblem(w, http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades", "")
+		return
+	}
+	if !u.take() {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "too many upgraded connections are open", "")
+		return
+	}
+	tunnelled := false
+	defer func() {
+		if !tunnelled {
+			u.open.Add(-1)
+		}
+	}()
+	asked := r.Header.Get("Upgrade")
+	out := r.Clone(r.Context())
+	out.Header = r.Header.Clone()
+	dropHopHeader(out.Header)
+	out.Header.Del("Forwarded") // as httputil.ReverseProxy does with Rewrite
+	out.Header.Del("X-Forwarded-For")
+	out.Header.Del("X-Forwarded-Host")
+	out.Header.Del("X-Forwarded-Proto")
+	out.RequestURI = ""
+	rewrite(&httputil.ProxyRequest{In: r, Out: out})
+	out.Header.Set("Connection", "Upgrade")
+	out.Header.Set("Upgrade", asked)
+	a, err := u.exchange(r.Context(), func(w *bufio.Writer) error { return out.Write(w) })
+	if err != nil {
+		if r.Context().Err() != nil {
+			return
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
+			return
+		}
+		log.Warn("sluice: upstream unreachable", "upstream", u.upstream.Host, "error", err)
+		writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
+		return
+	}
+	if !a.switched(asked) {
+		// Relayed as an ordinary answer; the client's connection goes on.
+		body := a.body()
+		defer body.Close()
+		if a.resp.StatusCode == http.StatusSwitchingProtocols {
+			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream switched to a protocol that was not asked for", "")
+			return
+		}
+		h := a.resp.Header.Clone()
+		dropHopHeader(h)
+		for k, vs := range h {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(a.resp.StatusCode)
+		io.Copy(w, body)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		a.conn.Close()
+		writeProblem(w, http.StatusInternalServerError, "Internal Server Error", "this connection cannot be upgraded", "")
+		return
+	}
+	conn.SetDeadline(time.Now().Add(u.timeout))
+	if a.writeSwitch(brw.Writer, w.Header()) != nil || brw.Writer.Flush() != nil {
+		conn.Close()
+		a.conn.Close()
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	tunnelled = true
+	u.tunnel(conn, brw.Reader, a)
 }
 
 // TransportOptions size the gateway's connections to its upstream.
@@ -65,6 +203,9 @@ type TransportOptions struct {
 	IdleTimeout time.Duration
 	// DialTimeout bounds connecting to the upstream (default 5 s).
 	DialTimeout time.Duration
+	// MaxConnsPerHost bounds the connections to one upstream host (default:
+	// no bound).
+	MaxConnsPerHost int
 }
 
 // UpstreamTransport returns the gateway's transport to its upstream:
@@ -84,6 +225,7 @@ func UpstreamTransport(o TransportOptions) *http.Transport {
 	t.MaxIdleConns = max(o.MaxIdlePerHost, t.MaxIdleConns)
 	t.MaxIdleConnsPerHost = o.MaxIdlePerHost
 	t.IdleConnTimeout = o.IdleTimeout
+	t.MaxConnsPerHost = o.MaxConnsPerHost
 	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	return t
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -25,7 +24,7 @@ func TestGatewayLimitsProxiesAndRebuildsForwardedFor(t *testing.T) {
 	cfg, _ := rules.Parse("g.yaml", []byte("trustedProxies: [192.0.2.0/24]\nrules:\n  - {id: per-ip, key: [ip], rate: 2, per: 1m}\n"))
 	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	u, _ := url.Parse(upstream.URL)
-	gw := Gateway(u, e, httplimit.Options{}, nil, nil)
+	gw := Gateway(u, e, GatewayOptions{})
 
 	do := func(peer, xff string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/items", nil)

@@ -19,7 +19,6 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/valyala/fasthttp"
@@ -43,7 +42,7 @@ func BenchmarkProxy(b *testing.B) {
 		h    http.Handler
 	}{
 		{"bare", &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() }}},
-		{"sluice-gateway", Gateway(u, e, httplimit.Options{}, nil, nil)},
+		{"sluice-gateway", Gateway(u, e, GatewayOptions{})},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			front := httptest.NewServer(c.h)
@@ -167,7 +166,7 @@ func BenchmarkFastGatewayReject(b *testing.B) {
 		b.Fatal(err)
 	}
 	u, _ := url.Parse("http://127.0.0.1:9")
-	g := NewFastGateway(u, e, FastOptions{Logger: quietLog})
+	g := NewFastGateway(u, e, GatewayOptions{Logger: quietLog})
 	var req fasthttp.Request
 	req.SetRequestURI("http://gateway.example/strict")
 	req.Header.Set("User-Agent", "wrk")

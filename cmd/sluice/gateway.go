@@ -25,6 +25,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	adaptiveMax := fs.Int("adaptive-max", 1000, "the adaptive concurrency limit's largest value")
 	adaptiveLatency := fs.Duration("adaptive-latency", 0, "with --adaptive, the upstream latency above which adaptive rules shrink their rate (target / latency); 0: only failures count (over 5% of answers failing, shed or 5xx)")
 	adaptiveFloor := fs.Float64("adaptive-floor", 0.1, "with --adaptive, the smallest share of their rate adaptive rules keep under pressure")
+	noUpgrades := fs.Bool("no-upgrades", false, "refuse protocol upgrades (WebSocket) with 501 instead of passing them to the upstream")
+	tunnelIdle := fs.Duration("tunnel-idle-timeout", server.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
+	tunnelMax := fs.Duration("tunnel-max-duration", server.DefaultTunnelMax, "end an upgraded connection this long after it opened")
+	maxTunnels := fs.Int("max-tunnels", server.DefaultMaxTunnels, "the most upgraded connections open at once; beyond it, 503")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8000] [--admin-listen 127.0.0.1:9091]")
@@ -66,6 +70,14 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		conc = concurrency.New(concurrency.NewMinRTT(concurrency.MinRTT{}), concurrency.Options{Min: 4, Max: *adaptiveMax, Tiers: tiers})
 		s.metrics.WatchConcurrency(conc)
 	}
+	if *tunnelIdle <= 0 || *tunnelMax <= 0 || *maxTunnels <= 0 {
+		return errUsage{errors.New("--tunnel-idle-timeout, --tunnel-max-duration and --max-tunnels must be > 0")}
+	}
+	gwo := server.GatewayOptions{
+		HTTP:   httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure},
+		Logger: s.log, Metrics: s.metrics,
+		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
+	}
 	var front *listening
 	switch *plane {
 	case "fasthttp":
@@ -74,10 +86,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		ln = s.tls.wrap(ln, "http/1.1") // fasthttp speaks HTTP/1.1 only
-		g := server.NewFastGateway(u, s.eng, server.FastOptions{HTTP: httplimit.Options{LegacyHeaders: *legacy}, Logger: s.log, Metrics: s.metrics, Concurrency: conc, Pressure: c.pressure})
+		g := server.NewFastGateway(u, s.eng, gwo)
 		front = &listening{ln: ln, srv: fastServer{g}}
 	case "net/http":
-		front, err = listen(*c.listen, server.Gateway(u, s.eng, httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure}, s.log, s.metrics), s.tls)
+		front, err = listen(*c.listen, server.Gateway(u, s.eng, gwo), s.tls)
 		if err != nil {
 			return err
 		}

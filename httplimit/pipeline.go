@@ -1,0 +1,147 @@
+package httplimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-rl/sluice/concurrency"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// An Exchange is one request on one HTTP stack: what the pipeline
+// (Limiter.Serve) needs from the stack to answer it, hold it and pass it on.
+// The net/http middleware, sluice's fasthttp gateway and the forward-auth
+// endpoint are each an Exchange and nothing more, so that every behaviour of
+// a request's life is written once, in Serve, and holds on every plane.
+type Exchange interface {
+	// Context is the request's context: the store calls run under it.
+	Context() context.Context
+	// Hold keeps the request waiting for d and reports whether its client
+	// is still there at the end. It returns false as soon as the stack
+	// sees the client go.
+	Hold(d time.Duration) bool
+	// Refuse answers a refused result: its status, the fields of
+	// Limiter.VisitHeaders and the problem of FillProblem (or the stack's
+	// own rendering of them).
+	Refuse(res *engine.Result)
+	// Shed answers 503 when the concurrency limit has no room: ShedProblem
+	// with Retry-After: 1 and Cache-Control: no-store.
+	Shed()
+	// Forward passes the admitted request on, with path (the normalised
+	// path the rules matched) as its path, and answers the client with the
+	// response and the allowed fields of res. It returns the response's
+	// status; with watch false it may return 0. With keep it also keeps the
+	// first MaxSettleBody bytes of the response's body for ResponseBody.
+	// An upgrade the upstream accepts is answered 101 and tunnelled.
+	Forward(path string, res *engine.Result, watch, keep bool) (status int)
+	// ResponseHeader looks up a field of the response, after Forward.
+	ResponseHeader(name string) string
+	// ResponseBody is the body Forward kept, or nil.
+	ResponseBody() []byte
+	// SeesResponse reports whether Forward sees the upstream's response.
+	// A forward-auth endpoint answers before its proxy passes the request
+	// on: there countOn rules are checked and never charged (the
+	// application charges them, POST /v1/charge), and reserve rules take
+	// their estimate as the cost, with no reservation to settle.
+	SeesResponse() bool
+}
+
+// Serve is one request's life, the same on every plane: the check against
+// the rules (all or nothing), the refusal, the leaky-queue delay with its
+// units given back if the client leaves, the concurrency permit, the
+// forwarding, and after the response the countOn charge and the settling
+// of reservations. req is the request as the rules read it, built by the
+// plane; Serve normalises its path (engine.Check) and leaves it in req.
+//
+// The order is the contract every plane shares:
+//
+//  1. check: refused → x.Refuse, nothing forwarded;
+//  2. delay: beyond Options.MaxDelay → units given back, refused; the
+//     client leaving during it → units given back, nothing forwarded;
+//  3. permit (Options.Concurrency): none → x.Shed, counted as a failure
+//     by Options.Pressure;
+//  4. x.Forward;
+//  5. the permit released (a 5xx counts as dropped), the latency and
+//     outcome told to Options.Pressure;
+//  6. Finish: charge and settle from the response, even if the client has
+//     gone.
+func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
+	cfg := l.e.Config()
+	sees := x.SeesResponse()
+	l.e.Check(x.Context(), req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses()}, res)
+	if !res.Allowed {
+		x.Refuse(res)
+		return
+	}
+	if res.Delay > 0 && !l.hold(x, res) {
+		return
+	}
+	settles, charges := res.Settles(), res.Charges() && sees
+	watch := l.o.Pressure != nil || l.o.Concurrency != nil || settles || charges
+	var start time.Time
+	if l.o.Pressure != nil {
+		start = time.Now()
+	}
+	status := 0
+	if c := l.o.Concurrency; c != nil {
+		p, err := c.AcquireAt(x.Context(), res.Tier())
+		if err != nil {
+			x.Shed()
+			if l.o.Pressure != nil {
+				l.o.Pressure.Observe(time.Since(start), true)
+			}
+			return
+		}
+		// Released even if the handler panics.
+		defer func() {
+			if status >= 500 || status == 0 {
+				p.Release(concurrency.Dropped)
+			} else {
+				p.Release(concurrency.Success)
+			}
+		}()
+	}
+	if l.o.Pressure != nil {
+		defer func() { l.o.Pressure.Observe(time.Since(start), status >= 500 || status == 0) }()
+	}
+	status = x.Forward(req.Path, res, watch, settles && cfg.SettlesFromJSON())
+	if status == 0 && watch {
+		status = 200 // a handler that wrote nothing answered 200
+	}
+	if charges || settles {
+		Finish(x.Context(), l.e, res, status, x.ResponseHeader, x.ResponseBody())
+	}
+}
+
+// hold waits out a leaky-queue rule's delay. It reports false, after
+// refusing or giving the units back, when the request must not go on.
+func (l *Limiter) hold(x Exchange, res *engine.Result) bool {
+	if res.Delay > l.o.MaxDelay {
+		l.e.Refund(x.Context(), res)
+		res.Allowed = false
+		res.Decision.Allowed = false
+		res.Decision.RetryAfter = res.Delay - l.o.MaxDelay
+		x.Refuse(res)
+		return false
+	}
+	if x.Hold(res.Delay) {
+		return true
+	}
+	// The client gave up: its units go back, though its context is done.
+	l.e.Refund(context.WithoutCancel(x.Context()), res)
+	return false
+}
+
+// Hold is Exchange.Hold for a stack whose request context ends when the
+// client goes (net/http's does): it waits d, or until ctx is done.
+func Hold(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

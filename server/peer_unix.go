@@ -1,0 +1,52 @@
+//go:build unix
+
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"syscall"
+)
+
+// peerClosed reports whether the peer of c has closed its side of the
+// connection (or reset it), without reading anything from it: it peeks at
+// the socket (MSG_PEEK, non-blocking). fasthttp does not read a connection
+// while its handler runs, so this is how a held request sees its client
+// leave.
+//
+// Bytes waiting mean the client is there (it pipelined its next request),
+// except through TLS, where a client that closes sends an alert first: a
+// TLS 1.2 alert record (type 21), or a TLS 1.3 record carrying exactly an
+// encrypted alert (type 23, 19 bytes: 2 of alert, 1 of inner type and a
+// 16-byte AEAD tag) with nothing after it, counts as closed.
+func peerClosed(c net.Conn) bool {
+	tc, isTLS := c.(*tls.Conn)
+	if isTLS {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var buf [25]byte
+	rc.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR):
+			// nothing waiting: still there
+		case err != nil:
+			closed = true // reset
+		case n == 0:
+			closed = true // end of stream
+		case isTLS:
+			closed = buf[0] == 21 || n == 24 && buf[0] == 23 && buf[3] == 0 && buf[4] == 19
+		}
+	})
+	return closed
+}
