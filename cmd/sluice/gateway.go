@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/server"
@@ -29,6 +32,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tunnelIdle := fs.Duration("tunnel-idle-timeout", server.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
 	tunnelMax := fs.Duration("tunnel-max-duration", server.DefaultTunnelMax, "end an upgraded connection this long after it opened")
 	maxTunnels := fs.Int("max-tunnels", server.DefaultMaxTunnels, "the most upgraded connections open at once; beyond it, 503")
+	upstreamCA := fs.String("upstream-ca", "", "PEM file of the certificate authorities an https upstream is checked against (default: the system's)")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8000] [--admin-listen 127.0.0.1:9091]")
@@ -73,9 +77,22 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *tunnelIdle <= 0 || *tunnelMax <= 0 || *maxTunnels <= 0 {
 		return errUsage{errors.New("--tunnel-idle-timeout, --tunnel-max-duration and --max-tunnels must be > 0")}
 	}
+	var upstreamTLS *tls.Config
+	if *upstreamCA != "" {
+		pem, err := os.ReadFile(*upstreamCA)
+		if err != nil {
+			return errUsage{fmt.Errorf("--upstream-ca: %w", err)}
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return errUsage{fmt.Errorf("--upstream-ca %s: no PEM certificate in it", *upstreamCA)}
+		}
+		upstreamTLS = &tls.Config{RootCAs: roots}
+	}
 	gwo := server.GatewayOptions{
-		HTTP:   httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure},
-		Logger: s.log, Metrics: s.metrics,
+		UpstreamTLS: upstreamTLS,
+		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure},
+		Logger:      s.log, Metrics: s.metrics,
 		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
 	}
 	var front *listening
