@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +25,6 @@ import (
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
 
 // stringList is a repeatable flag.
@@ -294,13 +293,15 @@ func (c *common) serveUntilDone(ctx context.Context, s *setup, servers ...*liste
 	s.log.Info("sluice: draining")
 	shutdown, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
-	var first error
-	for _, l := range servers {
-		if err := l.srv.Shutdown(shutdown); err != nil && first == nil {
-			first = err
-		}
+	// Every listener drains at once: a rolling restart's clients move
+	// to other replicas while this one finishes what it has taken.
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, l := range servers {
+		wg.Go(func() { errs[i] = l.srv.Shutdown(shutdown) })
 	}
-	return first
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 type listening struct {
@@ -344,6 +345,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081")
 	grpcServer := fs.String("grpc-server", envDefault("SLUICE_GRPC_SERVER", "sluice"), "the gRPC server behind --grpc-listen: sluice (its own unary HTTP/2 server, the faster) or grpc-go")
+	grpcMaxConns := fs.Int("grpc-max-connections", server.DefaultGRPCMaxConnections, "the most gRPC connections served at once; beyond it, new ones wait to be accepted")
+	grpcIdle := fs.Duration("grpc-max-connection-idle", server.DefaultGRPCIdle, "close a gRPC connection that has had no call for this long (negative: never)")
+	grpcAge := fs.Duration("grpc-max-connection-age", server.DefaultGRPCMaxAge, "drain a gRPC connection this long after it opened, ±10%, so that clients spread over new replicas (negative: never)")
+	grpcGrace := fs.Duration("grpc-max-connection-age-grace", server.DefaultGRPCMaxAgeGrace, "what the calls of a connection drained for its age have before it closes")
 	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers")
 	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers)")
 	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed")
@@ -367,6 +372,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *grpcServer != "sluice" && *grpcServer != "grpc-go" {
 		return errUsage{fmt.Errorf("--grpc-server %q: want sluice or grpc-go", *grpcServer)}
+	}
+	if *grpcMaxConns <= 0 || *grpcGrace <= 0 {
+		return errUsage{errors.New("--grpc-max-connections and --grpc-max-connection-age-grace must be > 0")}
 	}
 	proxy, err := server.ParseAuthProxy(*authProxy)
 	if err != nil {
@@ -394,48 +402,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", *c.store)
 	fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
+	servers := []*listening{l}
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
 			l.ln.Close()
 			return err
 		}
-		if *grpcServer == "grpc-go" {
-			var opts []grpc.ServerOption
-			if s.tls != nil {
-				opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.config())))
-			}
-			g := srv.NewGRPCServer(opts...)
-			srv.RegisterEnvoy(g)
-			go g.Serve(gl)
-			defer gracefulStop(g, 10*time.Second)
-		} else {
-			g := srv.NewEnvoyServer()
-			if s.tls != nil {
-				g.TLSConfig = s.tls.config()
-			}
-			go g.Serve(gl)
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				g.Shutdown(ctx)
-			}()
+		o := server.GRPCOptions{
+			MaxConnections: *grpcMaxConns, MaxConnectionIdle: *grpcIdle,
+			MaxConnectionAge: *grpcAge, MaxConnectionAgeGrace: *grpcGrace,
 		}
+		if s.tls != nil {
+			o.TLS = s.tls.config()
+		}
+		g, err := srv.NewGRPC(*grpcServer, o)
+		if err != nil {
+			gl.Close()
+			l.ln.Close()
+			return errUsage{err}
+		}
+		servers = append(servers, &listening{ln: gl, srv: g})
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
 		fmt.Fprintf(stdout, "sluice Envoy rate limit service on %s://%s\n", s.scheme("grpc"), gl.Addr())
 	}
-	return c.serveUntilDone(ctx, s, l)
-}
-
-// gracefulStop lets in-flight gRPC calls finish, for at most d.
-func gracefulStop(g *grpc.Server, d time.Duration) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		g.Stop()
-	}
+	return c.serveUntilDone(ctx, s, servers...)
 }
 
 func (s *setup) close() {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -58,21 +59,83 @@ func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *sta
 }
 
 // answer sends a handler's answer, unless the stream was reset or the
-// connection ended meanwhile.
+// connection ended meanwhile. What the client has no window for stays on
+// the stream, to be sent by the reader as the windows grow (sendPending):
+// the handler's goroutine never waits for the client.
 func (c *conn) answer(st *stream, framed []byte, bad *status) {
 	c.lock()
 	defer c.release()
 	if c.closed || st.reset {
+		c.finish(st)
 		return
 	}
 	if bad != nil {
 		c.writeHeaders(st.id, true, trailersOnly(bad))
+		c.finish(st)
 		return
 	}
 	c.writeHeaders(st.id, false, okHeaders)
-	if c.writeData(st, framed) {
-		c.writeHeaders(st.id, true, okTrailers)
+	if rest := c.writeData(st, framed); len(rest) > 0 {
+		st.pending = append(make([]byte, 0, len(rest)), rest...) // framed goes back to its pool
+		c.blocked = append(c.blocked, st)
+		return
 	}
+	c.writeHeaders(st.id, true, okTrailers)
+	c.finish(st)
+}
+
+// finish ends a started stream's hold on MaxConcurrentStreams, once; under
+// wmu. The client may open another stream as soon as it reads the answer,
+// which is flushed only after this (release).
+func (c *conn) finish(st *stream) {
+	if st.finished {
+		return
+	}
+	st.finished = true
+	c.mu.Lock()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	c.mu.Unlock()
+	c.active.Add(-1)
+}
+
+// sendPending writes what a blocked answer's windows now allow, and its
+// trailers once it is all sent; under wmu.
+func (c *conn) sendPending(st *stream) {
+	if c.closed {
+		return
+	}
+	if st.pending = c.writeData(st, st.pending); len(st.pending) > 0 {
+		return
+	}
+	st.pending = nil
+	c.unblock(st)
+	c.writeHeaders(st.id, true, okTrailers)
+	c.finish(st)
+}
+
+// drainBlocked sends the blocked answers, in order, as far as the
+// connection's window goes; under wmu.
+func (c *conn) drainBlocked() {
+	for i := 0; i < len(c.blocked) && c.sendConn > 0; {
+		st := c.blocked[i]
+		c.sendPending(st)
+		if st.pending != nil {
+			i++ // still waiting for its own window
+		}
+	}
+}
+
+// unblock removes st from the blocked answers; under wmu.
+func (c *conn) unblock(st *stream) {
+	for i, b := range c.blocked {
+		if b == st {
+			c.blocked = slices.Delete(c.blocked, i, i+1) // zeroes the freed slot
+			break
+		}
+	}
+	st.pending = nil
 }
 
 // answerNow answers a call from the reader without running it; if the
@@ -110,6 +173,7 @@ func (c *conn) writeHeaders(id uint32, end bool, fields []hpack.HeaderField) {
 		c.henc.WriteField(f)
 	}
 	block := c.hbuf.Bytes()
+	c.sentSincePing = true
 	n := min(len(block), c.peerMaxFrame)
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:n], EndStream: end, EndHeaders: n == len(block)})
 	for block = block[n:]; len(block) > 0; block = block[n:] {
@@ -118,42 +182,22 @@ func (c *conn) writeHeaders(id uint32, end bool, fields []hpack.HeaderField) {
 	}
 }
 
-// writeData writes b in DATA frames as the send windows allow, waiting for
-// them to grow; under wmu. It reports false if the stream was reset or the
-// connection ended first.
-func (c *conn) writeData(st *stream, b []byte) bool {
+// writeData writes b in DATA frames as far as the send windows allow and
+// returns what they did not; under wmu.
+func (c *conn) writeData(st *stream, b []byte) []byte {
 	for len(b) > 0 {
-		var w int64
-		flushed := false
-		for {
-			if c.closed || st.reset {
-				return false
-			}
-			if w = min(c.sendConn, c.peerInitWindow+st.sendDelta); w > 0 {
-				break
-			}
-			if !flushed {
-				// Out of window: what is written goes out, so that the
-				// client can answer it. flush lets wmu go while it writes,
-				// and a WINDOW_UPDATE read meanwhile has already broadcast:
-				// the windows are looked at again before waiting, or that
-				// wakeup would be lost and the stream stall.
-				c.flush()
-				flushed = true
-				continue
-			}
-			// The other writers go on while this waits.
-			c.pending.Add(-1)
-			c.wcond.Wait()
-			c.pending.Add(1)
+		w := min(c.sendConn, c.peerInitWindow+st.sendDelta)
+		if w <= 0 {
+			return b
 		}
 		n := min(int64(len(b)), w, int64(c.peerMaxFrame))
 		c.fr.WriteData(st.id, false, b[:n])
+		c.sentSincePing = true
 		c.sendConn -= n
 		st.sendDelta -= n
 		b = b[n:]
 	}
-	return true
+	return nil
 }
 
 // unframe reads the one message of a unary call from its DATA.
@@ -245,7 +289,7 @@ var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 func getBuf() *[]byte { b := bufs.Get().(*[]byte); *b = (*b)[:0]; return b }
 
 func putBuf(b *[]byte) {
-	if cap(*b) <= maxPooled {
+	if b != nil && cap(*b) <= maxPooled {
 		bufs.Put(b)
 	}
 }

@@ -31,12 +31,23 @@ import (
 // send ever waits for a window, and the reader never sends DATA, so the
 // reader can always run to deliver the update a writer waits for.
 //
-// The send side is in send.go.
+// The send side is in send.go; what a connection's life is bounded by
+// (idle, age, keepalive, slow requests, PING floods) in watch.go.
+//
+// A stream counts against MaxConcurrentStreams from its HEADERS until the
+// END_STREAM of its answer is written (RFC 9113 §5.1.2: an open or
+// half-closed stream counts), or until it is reset. An answer the client
+// has no window for is kept on its stream (pending) and written by the
+// reader as WINDOW_UPDATEs arrive; no goroutine waits for it. So a client
+// that never grants window holds at most MaxConcurrentStreams small answers
+// and then gets REFUSED_STREAM for new calls until it reads: it cannot make
+// the server grow.
 type conn struct {
-	s  *Server
-	nc net.Conn
-	fr *http2.Framer
-	br *bufio.Reader
+	s     *Server
+	nc    net.Conn
+	fr    *http2.Framer
+	br    *bufio.Reader
+	slots chan struct{} // the server's connection slots, one of them this connection's
 
 	maxRecv      int
 	streamWindow int64 // what each stream may send: the SETTINGS_INITIAL_WINDOW_SIZE advertised
@@ -47,7 +58,11 @@ type conn struct {
 	active     atomic.Int32
 	running    atomic.Int32 // handlers started and not yet done answering
 	lastStream atomic.Uint32
-	goingAway  atomic.Bool
+	goingAway  atomic.Bool  // the second GOAWAY is sent: new streams are refused
+	unfinished atomic.Int32 // streams whose request is not complete
+	ready      atomic.Bool  // past the prefaces: the watcher runs
+	reads      atomic.Uint64
+	w          watch // the watcher's state (watch.go)
 
 	// Reader-owned: request bytes inside the connection window, and those
 	// of them already consumed, to be credited back.
@@ -57,7 +72,7 @@ type conn struct {
 	streams map[uint32]*stream
 
 	wmu            sync.Mutex
-	wcond          sync.Cond // on wmu: a window grew, a stream was reset, or the connection ended
+	wcond          sync.Cond // on wmu: room in out, or the connection ended
 	pending        atomic.Int32
 	out            outBuffer // frames not yet written
 	spare          []byte    // out's previous buffer, for reuse
@@ -68,6 +83,12 @@ type conn struct {
 	peerInitWindow int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerMaxFrame   int
 	closed         bool
+	blocked        []*stream // answers waiting for send window, in order
+	drainPhase     int       // 0, or the GOAWAY phase sent (drain)
+	drainPinged    time.Time // when the first GOAWAY's PING was sent
+	lastPingAt     time.Time // the client's last PING, for MinPingInterval
+	pingStrikes    int
+	sentSincePing  bool // HEADERS or DATA sent since the client's last PING
 
 	closeOnce sync.Once
 }
@@ -80,13 +101,16 @@ type stream struct {
 	method    Method
 	ctx       context.Context
 	cancel    context.CancelFunc
-	buf       *[]byte // the request as received: prefix and message
+	buf       *[]byte // the request as received: prefix and message; nil until its first DATA
 	recv      int64   // flow-controlled bytes received
 	early     *status // the answer of a request that will not run, sent once it is complete
-	ended     bool    // END_STREAM received
-	started   bool    // the handler runs
-	sendDelta int64   // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
-	reset     bool    // under wmu: the answer must not be sent
+	opened    time.Time
+	ended     atomic.Bool // END_STREAM received (or the stream dropped): read by the watcher
+	started   bool        // the handler runs
+	sendDelta int64       // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
+	reset     bool        // under wmu: the answer must not be sent
+	pending   []byte      // under wmu: the answer's DATA not yet sent, for want of window
+	finished  bool        // under wmu: no longer counted in active
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -148,7 +172,9 @@ func (c *conn) serve() {
 		return
 	}
 	c.nc.SetDeadline(time.Time{})
+	c.startWatch()
 	for {
+		c.reads.Add(1)
 		if err == nil {
 			err = c.handle(f)
 		}
@@ -225,15 +251,15 @@ func (c *conn) handle(f http2.Frame) error {
 			}
 			return nil
 		})
-		c.wcond.Broadcast()
 		c.fr.WriteSettingsAck()
+		c.drainBlocked()
 		c.release()
 	case *http2.PingFrame:
-		if !f.IsAck() {
-			c.lock()
-			c.fr.WritePing(true, f.Data)
-			c.release()
+		if f.IsAck() {
+			c.pingAcked(f.Data)
+			return nil
 		}
+		return c.onPing(f.Data)
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol) // clients do not push
 	}
@@ -248,7 +274,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st := c.streams[id]
 	c.mu.Unlock()
 	if st != nil { // trailers end the request
-		if st.ended {
+		if st.ended.Load() {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 		}
 		if !f.StreamEnded() {
@@ -292,13 +318,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	case m == nil:
 		early = &status{code: codes.Unimplemented, message: "unknown method " + path}
 	}
-	st = &stream{id: id, path: path, method: m, buf: getBuf(), early: early}
+	st = &stream{id: id, path: path, method: m, early: early, opened: time.Now()}
 	if d, ok := parseTimeout(timeout); ok {
 		st.ctx, st.cancel = context.WithTimeout(context.Background(), time.Duration(d))
 	} else {
 		st.ctx, st.cancel = context.WithCancel(context.Background())
 	}
 	c.active.Add(1)
+	c.unfinished.Add(1)
 	c.mu.Lock()
 	c.streams[id] = st
 	c.mu.Unlock()
@@ -324,7 +351,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		}
 		return nil // answered early or reset: what was in flight is ignored
 	}
-	if st.ended {
+	if st.ended.Load() {
 		c.creditConn(n)
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 	}
@@ -333,6 +360,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 	}
 	if st.early == nil {
+		if st.buf == nil {
+			st.buf = getBuf()
+		}
 		if len(*st.buf)+len(data) > 5+c.maxRecv {
 			c.drop(st)
 			c.answerNow(id, &status{code: codes.ResourceExhausted, message: fmt.Sprintf("request message larger than %d bytes", c.maxRecv)}, f.StreamEnded())
@@ -355,7 +385,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
 		c.sendConn += inc
-		c.wcond.Broadcast()
+		c.drainBlocked()
 		return nil
 	}
 	if f.StreamID > c.lastStream.Load() {
@@ -373,20 +403,27 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeFlowControl}
 	}
 	st.sendDelta += inc
-	c.wcond.Broadcast()
+	if st.pending != nil {
+		c.sendPending(st)
+	}
 	return nil
 }
 
 // endOfBody starts the call once its request is complete.
 func (c *conn) endOfBody(st *stream) {
-	st.ended = true
+	st.ended.Store(true)
+	c.unfinished.Add(-1)
 	c.creditConn(st.recv)
 	if st.early != nil {
 		c.drop(st)
 		c.answerNow(st.id, st.early, true)
 		return
 	}
-	msg, bad := unframe(*st.buf, c.maxRecv)
+	var req []byte
+	if st.buf != nil {
+		req = *st.buf
+	}
+	msg, bad := unframe(req, c.maxRecv)
 	if bad != nil {
 		c.drop(st)
 		c.answerNow(st.id, bad, true)
@@ -404,14 +441,21 @@ func (c *conn) drop(st *stream) {
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	c.mu.Unlock()
-	if !st.ended {
+	if !st.ended.Load() {
 		c.creditConn(st.recv)
+		st.ended.Store(true)
+		c.unfinished.Add(-1)
 	}
 	st.cancel()
 	if st.started {
+		// Its handler, or its pending answer, still counts: the first to
+		// see reset finishes the stream.
 		c.lock()
 		st.reset = true
-		c.wcond.Broadcast()
+		if st.pending != nil {
+			c.unblock(st)
+			c.finish(st)
+		}
 		c.release()
 		return
 	}
@@ -438,16 +482,10 @@ func (c *conn) run(st *stream, msg []byte) {
 	out := getBuf()
 	body, bad := c.call(st, msg, (*out)[:0])
 	st.cancel()
-	c.active.Add(-1) // the client may open another stream once it has the answer
 	if testHookBeforeAnswer != nil {
 		testHookBeforeAnswer()
 	}
 	c.answer(st, body, bad)
-	c.mu.Lock()
-	if c.streams[st.id] == st {
-		delete(c.streams, st.id)
-	}
-	c.mu.Unlock()
 	putBuf(st.buf)
 	if body != nil && cap(body) <= maxPooled {
 		*out = body[:0] // perhaps grown by the method
@@ -471,17 +509,6 @@ func (c *conn) idle() bool {
 // answer.
 var testHookBeforeAnswer func()
 
-// goAway tells the client that streams above the last one it opened will
-// not be served; for Shutdown.
-func (c *conn) goAway() {
-	c.goingAway.Store(true)
-	c.lock()
-	if !c.closed {
-		c.fr.WriteGoAway(c.lastStream.Load(), http2.ErrCodeNo, nil)
-	}
-	c.release()
-}
-
 func (c *conn) goAwayWith(code http2.ErrCode) {
 	c.lock()
 	if !c.closed {
@@ -492,6 +519,7 @@ func (c *conn) goAwayWith(code http2.ErrCode) {
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		c.stopWatch()
 		c.nc.Close()
 		c.wmu.Lock()
 		c.closed = true

@@ -66,6 +66,35 @@ type Server struct {
 	// path), which ends that connection. The process goes on.
 	OnPanic func(method string, v any)
 
+	// MaxConnections bounds the connections served at once; beyond it,
+	// Serve waits for one to end before it accepts another (the next
+	// clients wait in the listener's backlog). 0 means 1024.
+	MaxConnections int
+	// MaxConnectionIdle ends a connection with no call open for this long:
+	// GOAWAY, then close. 0 means 5 minutes; negative, never.
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge drains a connection this long after it opened, give
+	// or take 10% so that reconnections spread: a two-phase GOAWAY, then
+	// MaxConnectionAgeGrace for the calls in flight, then close. It lets a
+	// client with long-lived connections (Envoy) move some of its calls
+	// to a replica that started since. 0 means 30 minutes; negative, never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace: see MaxConnectionAge. 0 means 30 s.
+	MaxConnectionAgeGrace time.Duration
+	// KeepaliveTime: after this long without a frame from the client, the
+	// server sends it a PING, and closes the connection if no frame comes
+	// within KeepaliveTimeout. 0 means 2 hours and 20 s, as grpc-go.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MinPingInterval: a client PING sooner than this after the previous
+	// one, with no HEADERS or DATA sent since, is a strike; the third ends
+	// the connection with GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as
+	// grpc-go's keepalive enforcement does. 0 means 10 s.
+	MinPingInterval time.Duration
+	// RequestTimeout bounds the time from a call's HEADERS to the end of
+	// its request: a connection holding a request unfinished for longer
+	// ends (GOAWAY ENHANCE_YOUR_CALM). 0 means 10 s.
+	RequestTimeout time.Duration
+
 	workers  sync.Once
 	nworkers atomic.Int32
 	calls    chan call     // to an idle worker
@@ -76,6 +105,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	closing   bool
+	slots     chan struct{} // one per connection served: MaxConnections
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -84,9 +114,12 @@ var ErrServerClosed = errors.New("h2grpc: server closed")
 const (
 	defaultMaxRecvMsgSize = 1 << 20
 	defaultMaxStreams     = 1024
+	defaultMaxConnections = 1024
 	// connWindow is what one connection may send before its calls' messages
-	// are complete: the most request bytes it can make the server hold.
-	connWindow = 8 << 20
+	// are complete: the most request bytes it can make the server hold. It
+	// holds one message of the largest size (MaxRecvMsgSize's default) and
+	// then some.
+	connWindow = 2 << 20
 	// maxHeaderListSize bounds a call's decoded header list.
 	maxHeaderListSize = 16 << 10
 	// handshakeTimeout bounds the TLS handshake and the client preface.
@@ -102,6 +135,13 @@ func (s *Server) maxRecv() int {
 		return s.MaxRecvMsgSize
 	}
 	return defaultMaxRecvMsgSize
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }
 
 func (s *Server) maxStreams() uint32 {
@@ -126,6 +166,14 @@ func (s *Server) Serve(l net.Listener) error {
 		s.conns = map[*conn]struct{}{}
 	}
 	s.listeners[l] = struct{}{}
+	if s.slots == nil {
+		n := s.MaxConnections
+		if n <= 0 {
+			n = defaultMaxConnections
+		}
+		s.slots = make(chan struct{}, n)
+	}
+	slots := s.slots
 	s.mu.Unlock()
 	s.startWorkers()
 	defer func() {
@@ -135,8 +183,14 @@ func (s *Server) Serve(l net.Listener) error {
 	}()
 	var backoff time.Duration
 	for {
+		select {
+		case slots <- struct{}{}: // released when the connection ends
+		case <-s.quit:
+			return ErrServerClosed
+		}
 		nc, err := l.Accept()
 		if err != nil {
+			<-slots
 			s.mu.Lock()
 			closing := s.closing
 			s.mu.Unlock()
@@ -158,8 +212,10 @@ func (s *Server) Serve(l net.Listener) error {
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
+			<-slots
 			return ErrServerClosed
 		}
+		c.slots = slots
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		go c.serve()
@@ -170,23 +226,27 @@ func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	if c.slots != nil {
+		<-c.slots
+	}
 }
 
-// Shutdown stops accepting, tells every client with GOAWAY that no new call
-// will be taken, and waits for the calls already taken to be answered, then
-// closes the connections. If ctx ends first it closes them at once and
-// returns ctx's error.
+// Shutdown stops accepting, drains every connection with a two-phase GOAWAY
+// (see conn.drain: calls the client sent before it learnt of the shutdown
+// are still served), waits for the calls taken to be answered, then closes
+// the connections. If ctx ends first it closes them at once and returns
+// ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.stopAccepting()
 	for _, c := range conns {
-		c.goAway()
+		c.drain()
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		busy := 0
 		for _, c := range conns {
-			if c.idle() {
+			if c.drained() && c.idle() {
 				c.close()
 			} else {
 				busy++
