@@ -53,6 +53,10 @@ type GRPCOptions struct {
 	// then have before it closes (default 30 s): a client with long-lived
 	// connections, such as Envoy, then spreads over replicas started since.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// RequestTimeout ends a connection holding a call whose request is
+	// incomplete for this long (default 10 s). grpc-go has no such bound:
+	// on it a client may trickle a request for as long as it likes.
+	RequestTimeout time.Duration
 	// TLS, if set, serves TLS with ALPN h2.
 	TLS *tls.Config
 }
@@ -115,6 +119,7 @@ func (s *Server) NewGRPC(kind string, o GRPCOptions) (*GRPC, error) {
 		x.h2.MaxRecvMsgSize = grpcMaxRecvMsgSize
 		x.h2.KeepaliveTime, x.h2.KeepaliveTimeout = grpcKeepaliveTime, grpcKeepaliveTimeout
 		x.h2.MinPingInterval = grpcMinPingInterval
+		x.h2.RequestTimeout = o.RequestTimeout
 	case "grpc-go":
 		opts := []grpc.ServerOption{
 			grpc.MaxConcurrentStreams(grpcMaxStreams),

@@ -494,15 +494,15 @@ func (c *conn) run(st *stream, msg []byte) {
 	c.running.Add(-1)
 }
 
-// idle reports whether every call taken is answered and written: what
-// Shutdown waits for before it closes the connection.
+// idle reports whether every call taken is answered and written (or the
+// connection is closed): what Shutdown waits for before it closes it.
 func (c *conn) idle() bool {
-	if c.active.Load() > 0 || c.running.Load() > 0 {
-		return false
-	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return !c.flushing && len(c.out.b) == 0
+	if c.closed {
+		return true
+	}
+	return c.active.Load() == 0 && c.running.Load() == 0 && !c.flushing && len(c.out.b) == 0
 }
 
 // testHookBeforeAnswer, set by tests, runs between a call's end and its
