@@ -45,7 +45,7 @@ import (
 // grpcGaps are the contract's cases a server does not meet, by server and
 // case name: the suite skips them, loudly, and docs/service.md lists them.
 var grpcGaps = map[string]string{
-	"grpc-go/a request that never completes ends its connection":              "grpc-go has no bound on the time a request may take to arrive",
+	"grpc-go/a request that never completes ends its connection": "grpc-go has no bound on the time a request may take to arrive",
 }
 
 const contractRules = `domain: load
