@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Side by side, in one run, on loopback: sluice's gateway against nginx's
-# limit_req and a bare nginx proxy (same upstream, same load), and sluice's
-# Envoy rate limit service against envoyproxy/ratelimit (same redis-server,
-# same load), and their JSON APIs (sluice's /v1/check, the reference's
-# /json), in rotating order for several rounds. Prints each contender's
-# median, min and max, and the ratios the targets are stated in.
+# limit_req, HAProxy with a stick-table limit and a bare nginx proxy (same
+# upstream, same load), and sluice's Envoy rate limit service against
+# envoyproxy/ratelimit (same redis-server, same load; driven by sluice's own
+# HTTP/2 load generator and by nghttp2's h2load), and their JSON APIs
+# (sluice's /v1/check, the reference's /json), in rotating order for several
+# rounds. Prints each contender's median, min and max, and the ratios the
+# targets are stated in.
 #
 #   bench/service/run.sh [rounds] [seconds]        (defaults: 3 rounds of 5 s)
 #
@@ -13,7 +15,8 @@
 # checks every answer; GRPC_CLIENT=grpc-go uses grpc-go's client instead,
 # which spends about as much CPU per call as the services it measures.
 #
-# Needs wrk, nginx and redis-server (Debian packages of those names). For
+# Needs wrk, nginx, haproxy, redis-server and h2load (Debian packages wrk,
+# nginx, haproxy, redis-server, nghttp2-client). For
 # envoyproxy/ratelimit set RATELIMIT_BIN to a binary of it, for example built
 # from a checkout of github.com/envoyproxy/ratelimit with
 #   go build -o /tmp/ratelimit ./src/service_cmd
@@ -24,7 +27,7 @@ SECS=${2:-5}
 PARTS=${PARTS:-http grpc json}
 GRPC_CLIENT=${GRPC_CLIENT:-h2}
 cd "$(dirname "$0")/../.."
-for cmd in wrk nginx redis-server python3; do
+for cmd in wrk nginx haproxy h2load redis-server python3; do
 	command -v "$cmd" >/dev/null || { echo "run.sh: $cmd is not installed" >&2; exit 2; }
 done
 WORK=$(mktemp -d)
@@ -38,7 +41,7 @@ echo "building sluice and the gRPC load generator"
 go build -o "$WORK/sluice" ./cmd/sluice
 (cd bench && go build -o "$WORK/grpcload" ./service/grpcload)
 
-UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port)
+UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port)
 cat >"$WORK/nginx.conf" <<EOF
 daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
 events { worker_connections 4096; }
@@ -57,6 +60,35 @@ http {
 }
 EOF
 nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
+# HAProxy: the usual stick-table limit per source address (track-sc0 src,
+# deny deny_status 429), a loose one everywhere and one of 1 an hour on
+# /strict, two threads as nginx has two workers.
+cat >"$WORK/haproxy.cfg" <<EOF
+global
+  maxconn 8000
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:$HAP
+  http-request track-sc0 src table loose
+  http-request deny deny_status 429 if { sc_http_req_rate(0,loose) gt 1000000000 }
+  http-request track-sc1 src table strict if { path_beg /strict }
+  http-request deny deny_status 429 if { path_beg /strict } { sc_http_req_rate(1,strict) gt 1 }
+  default_backend app
+backend loose
+  stick-table type ip size 100k expire 10s store http_req_rate(1s)
+backend strict
+  stick-table type ip size 100k expire 1h store http_req_rate(1h)
+backend app
+  http-reuse always
+  server up 127.0.0.1:$UP maxconn 1000
+EOF
+haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 cat >"$WORK/gw.yaml" <<EOF
 rules:
   - {id: loose, key: [ip], rate: 1000000000, per: 1s}
@@ -64,7 +96,7 @@ rules:
 EOF
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLF" --admin-listen "" --watch 0 --data-plane fasthttp >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLN" --admin-listen "" --watch 0 --data-plane net/http >/dev/null 2>&1 & PIDS+=($!)
-for p in $UP $NGL $NGB $SLF $SLN; do wait_port "$p"; done
+for p in $UP $NGL $NGB $SLF $SLN $HAP; do wait_port "$p"; done
 
 # wrk prints "Requests/sec: N" and, with --latency, "99% X"; X is in us, ms or s.
 run_wrk() { # url -> "rps p99_ms"
@@ -76,7 +108,7 @@ run_wrk() { # url -> "rps p99_ms"
 declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; }
 
-HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN")
+HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "haproxy-stick-table=$HAP" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN")
 for r in $([[ $PARTS == *http* ]] && seq "$ROUNDS"); do
 	for i in "${!HTTP[@]}"; do
 		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
@@ -99,6 +131,12 @@ domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: h2load
+    value: allowed
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: h2load
+    value: over
+    rate_limit: {unit: second, requests_per_unit: 1}
 EOF
 # The JSON API's rule: the same limit (a fixed window, as the reference's), keyed
 # by the request's attribute.
@@ -146,6 +184,43 @@ for r in $([[ $PARTS == *grpc* ]] && seq "$ROUNDS"); do
 			redis-cli -p "$RP" flushall >/dev/null # the next contender starts on an empty Redis
 		fi
 		echo "round $r: $name done" >&2
+	done
+done
+
+# The same gRPC contenders with nghttp2's h2load as the client (the HTTP/2
+# library of Envoy's family): one connection with 64 calls in flight, one
+# request repeated, on a descriptor always allowed and on one almost always
+# over its limit. h2load counts HTTP statuses only; every contender answers
+# these calls with grpc-status 0 (OK and OVER_LIMIT are both answers).
+# p99 from h2load's per-request log.
+mkreq() { python3 - "$1" "$2" <<'PY'
+import struct, sys
+def s(f, b): return bytes([f << 3 | 2]) + bytes([len(b)]) + b
+entry = s(1, b"h2load") + s(2, sys.argv[1].encode())
+req = s(1, b"bench") + s(2, s(1, entry))
+open(sys.argv[2], "wb").write(b"\0" + struct.pack(">I", len(req)) + req)
+PY
+}
+mkreq allowed "$WORK/h2-allowed.bin"; mkreq over "$WORK/h2-over.bin"
+run_h2load() { # port body -> "rps p99_ms errors"
+	rm -f "$WORK/h2.log"
+	out=$(h2load -D "$SECS" -c 1 -m 64 -t 1 --warm-up-time=1 -d "$2" -H 'content-type: application/grpc' -H 'te: trailers' \
+		--log-file="$WORK/h2.log" "http://127.0.0.1:$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>&1)
+	rps=$(echo "$out" | awk '/^finished in/ {print int($4)}')
+	bad=$(echo "$out" | awk '/^requests:/ {print $10 + $12 + $14}') # failed + errored + timeout
+	non2xx=$(echo "$out" | awk '/^status codes:/ {print $5 + $7 + $9}')
+	p99=$(awk '{print $3}' "$WORK/h2.log" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.3f", a[int(NR*0.99)]/1000; else print 0}')
+	echo "${rps:-0} ${p99:-0} $(( ${bad:-0} + ${non2xx:-0} ))"
+}
+for r in $([[ $PARTS == *grpc* ]] && seq "$ROUNDS"); do
+	for i in "${!GRPC[@]}"; do
+		c=${GRPC[$(( (i + r) % ${#GRPC[@]} ))]}; name=${c%%=*}; p=${c#*=}
+		for kind in allowed over; do
+			read -r rps p99 errs < <(run_h2load "$p" "$WORK/h2-$kind.bin")
+			record "$name/h2load-$kind/rps" "$rps"; record "$name/h2load-$kind/p99" "$p99"; record "$name/h2load-$kind/errors" "$errs"
+		done
+		redis-cli -p "$RP" flushall >/dev/null
+		echo "round $r: $name h2load done" >&2
 	done
 done
 
@@ -197,10 +272,17 @@ echo "  gateway (fasthttp) / nginx limit_req, requests/s allowed: $(ratio "$(med
 echo "  gateway (fasthttp) / nginx limit_req, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]:-}")" "$(med "${RES[nginx-limit_req/allow/p99]:-}")")"
 echo "  gateway (fasthttp) / nginx limit_req, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
 echo "  gateway (net/http) / nginx limit_req, requests/s allowed: $(ratio "$(med "${RES[sluice-net/http/allow/rps]:-}")" "$(med "${RES[nginx-limit_req/allow/rps]:-}")")"
+echo "  gateway (fasthttp) / nginx limit_req, p99 429:            $(ratio "$(med "${RES[sluice-fasthttp/reject/p99]:-}")" "$(med "${RES[nginx-limit_req/reject/p99]:-}")")"
+echo "  gateway (fasthttp) / HAProxy stick table, requests/s allowed: $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[haproxy-stick-table/allow/rps]:-}")")"
+echo "  gateway (fasthttp) / HAProxy stick table, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]:-}")" "$(med "${RES[haproxy-stick-table/allow/p99]:-}")")"
+echo "  gateway (fasthttp) / HAProxy stick table, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"
 if [ -n "${RATELIMIT_BIN:-}" ]; then
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, decisions/s:    $(ratio "$(med "${RES[sluice-redis/grpc/rps]:-}")" "$(med "${RES[ratelimit-tuned/grpc/rps]:-}")")"
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit tuned, p99:            $(ratio "$(med "${RES[sluice-redis/grpc/p99]:-}")" "$(med "${RES[ratelimit-tuned/grpc/p99]:-}")")"
 	echo "  gRPC sluice Redis / envoyproxy/ratelimit defaults, decisions/s: $(ratio "$(med "${RES[sluice-redis/grpc/rps]:-}")" "$(med "${RES[ratelimit-defaults/grpc/rps]:-}")")"
+	echo "  gRPC (h2load) sluice Redis / envoyproxy/ratelimit tuned, allowed:     $(ratio "$(med "${RES[sluice-redis/h2load-allowed/rps]:-}")" "$(med "${RES[ratelimit-tuned/h2load-allowed/rps]:-}")")"
+	echo "  gRPC (h2load) sluice Redis / envoyproxy/ratelimit tuned, p99 allowed: $(ratio "$(med "${RES[sluice-redis/h2load-allowed/p99]:-}")" "$(med "${RES[ratelimit-tuned/h2load-allowed/p99]:-}")")"
+	echo "  gRPC (h2load) sluice Redis / envoyproxy/ratelimit tuned, over limit:  $(ratio "$(med "${RES[sluice-redis/h2load-over/rps]:-}")" "$(med "${RES[ratelimit-tuned/h2load-over/rps]:-}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, decisions/s: $(ratio "$(med "${RES[sluice-embedded/grpc/rps]:-}")" "$(med "${RES[ratelimit-tuned/grpc/rps]:-}")")"
 	echo "  gRPC sluice embedded / envoyproxy/ratelimit tuned, p99:         $(ratio "$(med "${RES[sluice-embedded/grpc/p99]:-}")" "$(med "${RES[ratelimit-tuned/grpc/p99]:-}")")"
 	echo "  JSON sluice Redis / envoyproxy/ratelimit tuned /json, decisions/s:    $(ratio "$(med "${RES[sluice-redis/json/rps]:-}")" "$(med "${RES[ratelimit-tuned/json/rps]:-}")")"
