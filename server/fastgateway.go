@@ -2,17 +2,20 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,7 +69,8 @@ type fastState struct {
 	req     rules.Request
 	x       fastExchange
 	header  http.Header // the request headers rules read
-	out     http.Header // the limit's response fields
+	fwd     http.Header // the request's X-Forwarded-For and Forwarded lines, whatever the case of their names
+	out     http.Header // the limit's response fields, for an upgrade
 	body    []byte
 	problem httplimit.Problem // a refusal's body, before it is written out
 
@@ -99,7 +103,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *Fast
 			StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
 			DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 		},
-		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, out: http.Header{}} }},
+		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, fwd: http.Header{}, out: http.Header{}} }},
 	}
 	g.whole = &fasthttp.HostClient{
 		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
@@ -161,26 +165,23 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	}
 	peer := remoteAddr(ctx)
 	clear(st.header)
-	// Only the headers the rules can read are copied out: the request's
-	// own stay in fasthttp's buffers.
-	ctx.Request.Header.VisitAll(func(k, v []byte) {
+	clear(st.fwd)
+	// Only the headers the rules can read, and the forwarding ones, are
+	// copied out: the request's own stay in fasthttp's buffers. Names are
+	// kept as sent (DisableHeaderNamesNormalizing), so they are compared in
+	// canonical form: "x-forwarded-for" is X-Forwarded-For.
+	for k, v := range ctx.Request.Header.All() {
 		ck := http.CanonicalHeaderKey(b2s(k))
 		if cfg.ReadsHeader(ck) {
 			st.header[ck] = append(st.header[ck], string(v))
 		}
-	})
-	chain := ctx.Request.Header.Peek("X-Forwarded-For")
-	fwd := ctx.Request.Header.Peek("Forwarded")
+		if ck == "X-Forwarded-For" || ck == "Forwarded" {
+			st.fwd[ck] = append(st.fwd[ck], string(v))
+		}
+	}
 	client := peer
-	if peer.IsValid() && containsAddr(trusted, peer) && (len(chain) > 0 || len(fwd) > 0) {
-		h := http.Header{}
-		if len(chain) > 0 {
-			h["X-Forwarded-For"] = []string{string(chain)}
-		}
-		if len(fwd) > 0 {
-			h["Forwarded"] = []string{string(fwd)}
-		}
-		client = httplimit.ClientIPAtDepth(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: h}, trusted, cfg.ClientIPDepth)
+	if peer.IsValid() && containsAddr(trusted, peer) && len(st.fwd) > 0 {
+		client = httplimit.ClientIPAtDepth(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: st.fwd}, trusted, cfg.ClientIPDepth)
 	}
 	uri := ctx.Request.URI()
 	st.req = rules.Request{
@@ -395,42 +396,43 @@ func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detai
 // forward sends an admitted request to the upstream and its answer back.
 func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
+	// The forwarding fields are rebuilt: any the client sent go, whatever
+	// the case of their names.
+	hop := scrubHop(&req.Header, forwardingHeaders...)
 	asked := ""
-	if isUpgrade(b2s(req.Header.Peek("Connection")), b2s(req.Header.Peek("Upgrade"))) {
-		asked = string(req.Header.Peek("Upgrade"))
+	if hop.connUpgrade {
+		asked = hop.upgrade
 	}
-	trailers := hasToken(b2s(req.Header.Peek("Te")), "trailers")
-	dropHop(&req.Header)
-	if trailers {
+	if hop.trailers {
 		req.Header.Set("Te", "trailers") // the one TE value passed on, as httputil.ReverseProxy does
 	}
-	// X-Forwarded-*: keep a trusted proxy's chain, drop anyone else's.
-	prior := ""
-	if peer.IsValid() && containsAddr(trusted, peer) {
-		prior = string(req.Header.Peek("X-Forwarded-For"))
+	// X-Forwarded-For: keep a trusted proxy's chain, drop anyone else's.
+	var buf [64]byte
+	xff := buf[:0]
+	if chain := st.fwd["X-Forwarded-For"]; len(chain) > 0 && peer.IsValid() && containsAddr(trusted, peer) {
+		for _, c := range chain {
+			xff = append(append(xff, c...), ", "...)
+		}
 	}
-	xff := peer.String()
-	if prior != "" {
-		xff = prior + ", " + xff
-	}
-	req.Header.Del("Forwarded") // as the net/http plane does
-	req.Header.Set("X-Forwarded-For", xff)
-	req.Header.Set("X-Forwarded-Host", string(ctx.Host()))
+	req.Header.SetBytesV("X-Forwarded-For", peer.AppendTo(xff))
+	req.Header.SetBytesV("X-Forwarded-Host", ctx.Host())
 	proto := "http"
 	if ctx.IsTLS() {
 		proto = "https"
 	}
 	req.Header.Set("X-Forwarded-Proto", proto)
 	// What was limited is what is served: the normalised path.
-	if q := req.URI().QueryString(); len(q) > 0 {
-		req.SetRequestURI(path + "?" + string(q))
-	} else {
-		req.SetRequestURI(path)
+	if path != b2s(req.URI().PathOriginal()) {
+		if q := req.URI().QueryString(); len(q) > 0 {
+			req.SetRequestURI(path + "?" + string(q))
+		} else {
+			req.SetRequestURI(path)
+		}
 	}
 	req.URI().SetScheme(g.upstream.Scheme)
-	clear(st.out)
-	g.limiter.Headers(st.out, res)
 	if asked != "" {
+		clear(st.out)
+		g.limiter.Headers(st.out, res)
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Upgrade", asked)
 		g.upgrade(ctx, st, asked)
@@ -458,13 +460,13 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	// make an HTTP/1.1 client read "HTTP/1.0".
 	ctx.Response.Header.SetProtocol(nil)
 	ctx.Response.Header.SetStatusMessage(nil)
-	dropHop(&ctx.Response.Header)
-	for k, vs := range st.out {
-		for _, v := range vs {
-			ctx.Response.Header.Set(k, v)
-		}
-	}
+	scrubHop(&ctx.Response.Header)
+	h := &ctx.Response.Header
+	g.limiter.VisitHeaders(res, func(name string, v []byte) { h.SetBytesV(name, v) })
 }
+
+// forwardingHeaders are the fields the gateway rebuilds for the upstream.
+var forwardingHeaders = []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
 // upgrade passes an upgrade request on (see Upgrades): a tunnel once the
 // upstream has switched to the protocol asked, its answer relayed
@@ -536,21 +538,96 @@ func (g *FastGateway) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked str
 	})
 }
 
-type headerish interface {
-	Peek(string) []byte
-	Del(string)
+// fastHeader is what scrubHop needs of fasthttp's request and response
+// headers.
+type fastHeader interface {
+	All() iter.Seq2[[]byte, []byte]
+	DelBytes([]byte)
 }
 
-// dropHop removes the hop-by-hop headers, and those Connection names.
-func dropHop(h headerish) {
-	for f := range strings.SplitSeq(string(h.Peek("Connection")), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			h.Del(f)
+// hopFields is what scrubHop saw of the fields it removed.
+type hopFields struct {
+	trailers    bool   // TE held "trailers"
+	upgrade     string // the Upgrade field
+	connUpgrade bool   // Connection named "upgrade"
+}
+
+// scrubHop removes the hop-by-hop fields of h (RFC 9110 §7.6.1: the fixed
+// list and those its Connection fields name) and the fields also names,
+// matching names in any case: the gateway keeps names as they arrive, and
+// "proxy-authorization" is Proxy-Authorization. It makes one pass over the
+// fields (two when Connection names a field of its own), and allocates only
+// what it removes.
+func scrubHop(h fastHeader, also ...string) (f hopFields) {
+	var named []string // fields Connection names beyond the fixed list, copied: h changes below
+	var doomed [][]byte
+	doom := func(k []byte) {
+		if !slices.ContainsFunc(doomed, func(d []byte) bool { return bytes.Equal(d, k) }) {
+			doomed = append(doomed, bytes.Clone(k))
 		}
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
+	for k, v := range h.All() {
+		switch {
+		case isHopName(k):
+			switch {
+			case foldEq(k, "Connection"):
+				for t := range strings.SplitSeq(b2s(v), ",") {
+					t = strings.TrimSpace(t)
+					switch {
+					case strings.EqualFold(t, "upgrade"):
+						f.connUpgrade = true
+					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)):
+					default:
+						named = append(named, strings.Clone(t))
+					}
+				}
+			case foldEq(k, "Te"):
+				f.trailers = f.trailers || hasToken(b2s(v), "trailers")
+			case foldEq(k, "Upgrade") && f.upgrade == "":
+				f.upgrade = strings.TrimSpace(string(v))
+			}
+			doom(k)
+		case slices.ContainsFunc(also, func(a string) bool { return foldEq(k, a) }):
+			doom(k)
+		}
 	}
+	if len(named) > 0 {
+		for k := range h.All() {
+			if slices.ContainsFunc(named, func(n string) bool { return foldEq(k, n) }) {
+				doom(k)
+			}
+		}
+	}
+	for _, k := range doomed {
+		h.DelBytes(k)
+	}
+	return f
+}
+
+// isHopName reports whether k names a hop-by-hop field of the fixed list,
+// in any case.
+func isHopName(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return foldEq(k, "Te")
+	case 7:
+		return foldEq(k, "Trailer") || foldEq(k, "Upgrade")
+	case 10:
+		return foldEq(k, "Connection") || foldEq(k, "Keep-Alive")
+	case 16:
+		return foldEq(k, "Proxy-Connection")
+	case 17:
+		return foldEq(k, "Transfer-Encoding")
+	case 18:
+		return foldEq(k, "Proxy-Authenticate")
+	case 19:
+		return foldEq(k, "Proxy-Authorization")
+	}
+	return false
+}
+
+func foldEq(k []byte, name string) bool {
+	return len(k) == len(name) && strings.EqualFold(b2s(k), name)
 }
 
 func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {

@@ -584,6 +584,58 @@ var planeCases = []planeCase{
 			t.Errorf("TE: trailers, deflate reached the upstream as %q, want trailers", te)
 		}
 	}},
+	{name: "hop-by-hop and forwarding fields are recognised in any case and any number", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "x-hop")
+			w.Header().Set("X-Hop", "secret")
+			w.Write([]byte("ok"))
+		})
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		c := dialPlane(t, base)
+		c.Write([]byte("GET /a HTTP/1.1\r\nhost: x\r\nconnection: x-drop\r\nx-drop: 1\r\nproxy-authorization: secret\r\nte: gzip\r\n" +
+			"x-forwarded-for: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nforwarded: for=8.8.8.8\r\nx-forwarded-host: evil\r\n\r\n"))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		r := up.lastRequest()
+		for _, k := range []string{"X-Drop", "Proxy-Authorization", "Te", "Forwarded", "Connection"} {
+			if v, ok := r.Header[k]; ok {
+				t.Errorf("the upstream got %s: %q", k, v)
+			}
+		}
+		if xff := r.Header["X-Forwarded-For"]; len(xff) != 1 || xff[0] != "127.0.0.1" {
+			t.Errorf("X-Forwarded-For reached the upstream as %q, want only the peer", xff)
+		}
+		if xfh := r.Header["X-Forwarded-Host"]; len(xfh) != 1 || xfh[0] != "x" {
+			t.Errorf("X-Forwarded-Host reached the upstream as %q", xfh)
+		}
+		if v := resp.Header.Get("X-Hop"); v != "" {
+			t.Errorf("a field the upstream's Connection named reached the client: %q", v)
+		}
+	}},
+	{name: "a trusted proxy's forwarding fields count in any case and over several lines", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, "trustedProxies: [127.0.0.1/32]\n"+planeRules, GatewayOptions{})
+		for i := range 4 {
+			c := dialPlane(t, base)
+			fmt.Fprintf(c, "POST /otp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nx-forwarded-for: 203.0.113.%d\r\nx-forwarded-for: 198.51.100.7\r\n\r\n", i)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Counted per client behind the proxy: the nearest untrusted hop,
+			// the last line's 198.51.100.7, each time.
+			if want := map[bool]int{true: 200, false: 429}[i < 3]; resp.StatusCode != want {
+				t.Fatalf("request %d: %d, want %d", i+1, resp.StatusCode, want)
+			}
+			r := up.lastRequest()
+			if i < 3 && r.Header.Get("X-Forwarded-For") != fmt.Sprintf("203.0.113.%d, 198.51.100.7, 127.0.0.1", i) {
+				t.Fatalf("a trusted proxy's chain reached the upstream as %q", r.Header["X-Forwarded-For"])
+			}
+		}
+	}},
 	{name: "the status line is the gateway's: HTTP/1.1 to HTTP/1.1 clients, whatever the upstream speaks", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
 		addr := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
 			if _, err := http.ReadRequest(br); err != nil {

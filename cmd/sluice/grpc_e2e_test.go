@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,15 +24,19 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 )
 
 // The built binary with its defaults (sluice's own gRPC server), on the
 // embedded store and on one Redis (where concurrent decisions go in
-// batches): while one connection floods calls it resets at once and another
-// sends malformed calls, 64 grpc-go callers make 320 calls on a descriptor
-// allowed 100 a year. Exactly 100 are OK, every call gets an answer, the
-// malformed ones the status grpc-go would give, and the process serves on.
+// batches): while one connection floods calls it resets at once, another
+// sends malformed calls, a third makes 20,000 calls and never grants send
+// window, and a fourth floods PINGs, 64 grpc-go callers make 320 calls on a
+// descriptor allowed 100 a year. Exactly 100 are OK, every call gets an
+// answer, the malformed ones the status grpc-go would give, the slow reader
+// is refused what the server cannot hold, the PING flood is ended, the
+// process grows by less than 64 MiB, and its health check answers SERVING.
 func TestEnvoyServiceUnderAttackEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -44,7 +50,7 @@ func TestEnvoyServiceUnderAttackEndToEnd(t *testing.T) {
 // requests_per_unit: 100}") and returns the gRPC address and a client, once
 // a call (for the user "warm") has been answered: the banner names only the
 // HTTP listener.
-func startEnvoyService(t *testing.T, limit string, extra ...string) (string, rlsv3.RateLimitServiceClient) {
+func startEnvoyService(t *testing.T, limit string, extra ...string) (string, rlsv3.RateLimitServiceClient, *exec.Cmd) {
 	t.Helper()
 	rulesPath := filepath.Join(t.TempDir(), "load.yaml")
 	rules := "domain: load\ndescriptors:\n  - key: user\n    rate_limit: " + limit + "\n"
@@ -52,7 +58,7 @@ func startEnvoyService(t *testing.T, limit string, extra ...string) (string, rls
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", rulesPath}, extra...)...)
+	_, cmd := start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", rulesPath}, extra...)...)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +70,7 @@ func startEnvoyService(t *testing.T, limit string, extra ...string) (string, rls
 	if _, err := rls.ShouldRateLimit(ctx, loadReq("warm"), grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("the gRPC service never answered: %v", err)
 	}
-	return addr, rls
+	return addr, rls, cmd
 }
 
 // loadReq asks for the descriptor user=user of domain load.
@@ -75,11 +81,24 @@ func loadReq(user string) *rlsv3.RateLimitRequest {
 }
 
 func envoyUnderAttack(t *testing.T, extra ...string) {
-	addr, rls := startEnvoyService(t, "{unit: year, requests_per_unit: 100}", extra...)
+	addr, rls, cmd := startEnvoyService(t, "{unit: year, requests_per_unit: 100}", extra...)
+	rss := func() int64 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		for line := range strings.Lines(string(b)) {
+			if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				n, _ := strconv.ParseInt(strings.Fields(kb)[0], 10, 64)
+				return n << 10
+			}
+		}
+		return 0
+	}
+	before := rss()
 
 	var wg sync.WaitGroup
 	wg.Go(func() { resetFlood(t, addr, 3000) })
 	wg.Go(func() { malformedCalls(t, addr) })
+	wg.Go(func() { slowReader(t, addr, 20000) })
+	wg.Go(func() { pingFlood(t, addr) })
 	var ok, over atomic.Int64
 	for range 64 {
 		wg.Go(func() {
@@ -105,6 +124,87 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 	resp, err := rls.ShouldRateLimit(context.Background(), loadReq("after"))
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("a new user after the attack: %v %v", resp, err)
+	}
+	if grown := rss() - before; grown > 64<<20 {
+		t.Fatalf("the attack grew the process by %d MiB", grown>>20)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health after the attack: %v %v", h, err)
+	}
+}
+
+// slowReader makes n calls on one connection that reads every frame and
+// never grants send window: the server must refuse what it cannot answer
+// rather than hold it.
+func slowReader(t *testing.T, addr string, n int) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer nc.Close()
+	c := &h2conn{nc: nc, fr: http2.NewFramer(nc, nc)}
+	c.enc = hpack.NewEncoder(&c.hbuf)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	io.WriteString(nc, http2.ClientPreface)
+	c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	var refused atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+		for {
+			f, err := c.fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if r, ok := f.(*http2.RSTStreamFrame); ok && r.ErrCode == http2.ErrCodeRefusedStream {
+				refused.Add(1)
+			}
+			if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+				return
+			}
+		}
+	}()
+	msg, _ := proto.Marshal(loadReq("slow-reader"))
+	for i := range n {
+		c.call(uint32(2*i+1), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", msg, 0)
+	}
+	c.fr.WritePing(false, [8]byte{'s', 'l', 'o', 'w'})
+	<-done
+	if refused.Load() < int64(n-1024) {
+		t.Errorf("a reader that grants no window: %d of %d calls refused, want all but the 1,024 the server holds", refused.Load(), n)
+	}
+}
+
+// pingFlood sends PINGs as fast as it can: the server must end the
+// connection.
+func pingFlood(t *testing.T, addr string) {
+	c := dialH2(t, addr)
+	defer c.nc.Close()
+	for i := range 1000 {
+		if c.fr.WritePing(false, [8]byte{byte(i)}) != nil {
+			break
+		}
+	}
+	c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Errorf("a PING flood: the connection ended without GOAWAY (%v)", err)
+			return
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("a PING flood: GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			return
+		}
 	}
 }
 
@@ -219,7 +319,7 @@ func TestEnvoyServiceAnswersCurlOverHTTP2EndToEnd(t *testing.T) {
 	if v, err := exec.Command(curl, "--version").Output(); err != nil || !bytes.Contains(v, []byte("HTTP2")) {
 		t.Skipf("SKIPPED LOUDLY: this curl has no HTTP/2 (%s)", v)
 	}
-	addr, _ := startEnvoyService(t, "{unit: minute, requests_per_unit: 10}")
+	addr, _, _ := startEnvoyService(t, "{unit: minute, requests_per_unit: 10}")
 	msg, err := proto.Marshal(loadReq("curl"))
 	if err != nil {
 		t.Fatal(err)
