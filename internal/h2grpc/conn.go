@@ -406,8 +406,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	if st.pending != nil {
 		c.sendPending(st)
 	}
+	if testHookWindowUpdate != nil {
+		testHookWindowUpdate()
+	}
 	return nil
 }
+
+// testHookWindowUpdate, set by tests, runs once a stream's WINDOW_UPDATE is
+// applied.
+var testHookWindowUpdate func()
 
 // endOfBody starts the call once its request is complete.
 func (c *conn) endOfBody(st *stream) {

@@ -59,6 +59,9 @@ func (c *conn) flush() {
 		b := c.out.b
 		c.out.b = c.spare[:0]
 		c.wmu.Unlock()
+		if testHookFlushing != nil {
+			testHookFlushing()
+		}
 		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := c.nc.Write(b)
 		c.wmu.Lock()
@@ -73,6 +76,9 @@ func (c *conn) flush() {
 	}
 	c.flushing = false
 }
+
+// testHookFlushing, set by tests, runs while a flush writes without wmu.
+var testHookFlushing func()
 
 // outBuffer collects the framer's writes.
 type outBuffer struct{ b []byte }
