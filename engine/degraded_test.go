@@ -25,11 +25,31 @@ func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
 		}
 		return admitted
 	}
+	envoy := func(tenant string, n int) (admitted int) {
+		var res Result
+		for range n {
+			d := []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: tenant}}, Hits: 1}}
+			if err := f.e.CheckDescriptors(context.Background(), "edge", d, &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
 	// 10 admitted through the store, then the store fails: 25 - 10 more.
 	if got := count("u", 10); got != 10 {
 		t.Fatalf("healthy: %d", got)
 	}
+	if got := envoy("mirrored", 10); got != 10 {
+		t.Fatalf("Envoy, healthy: %d", got)
+	}
 	f.store.mode.Store(1)
+	// Envoy's admissions through the store count against the share too.
+	if got := envoy("mirrored", 100); got != 15 {
+		t.Fatalf("Envoy, degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
+	}
 	if got := count("u", 100); got != 15 {
 		t.Fatalf("degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
 	}

@@ -1,14 +1,18 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // Results whose RefusalKeys are equal render the same fields and the same
@@ -69,5 +73,49 @@ func TestRefusalKeyDecidesTheRendering(t *testing.T) {
 			t.Fatalf("legacy %v: %d results met an earlier key, %d had none: the test compares too little", legacy, repeats, keyless)
 		}
 		t.Log(fmt.Sprintf("legacy %v: %d distinct keys, %d repeats, %d without a key", legacy, len(seen), repeats, keyless))
+	}
+}
+
+// A rule's cost is part of a refusal's key: the same rule, limit and wait
+// with another cost (a reload changed it) advertises another quota in
+// requests, and a kept refusal must not show the other cost's fields.
+func TestRefusalKeyHoldsTheCost(t *testing.T) {
+	clock := sluice.NewManualClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	refusal := func(cost int) (RefusalKey, string) {
+		cfg, err := rules.Parse("r.yaml", []byte(fmt.Sprintf("rules:\n  - {id: a, key: [ip], rate: 10, per: 1h, algorithm: fixed-window, cost: %d}\n", cost)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(cfg, engine.Options{Store: memory.New(memory.WithClock(clock))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := New(e, Options{})
+		req := rules.Request{Method: "GET", Path: "/", ClientIP: netip.MustParseAddr("192.0.2.1")}
+		var res engine.Result
+		for range 11 {
+			e.Check(context.Background(), &req, engine.CheckOptions{}, &res)
+			if !res.Allowed {
+				break
+			}
+		}
+		if res.Allowed {
+			t.Fatalf("cost %d: never refused", cost)
+		}
+		var k RefusalKey
+		if !l.RefusalKey(&res, &k) {
+			t.Fatal("no key")
+		}
+		out := ""
+		l.VisitHeaders(&res, func(name string, v []byte) { out += name + ": " + string(v) + "\n" })
+		return k, out
+	}
+	k1, r1 := refusal(1)
+	k5, r5 := refusal(5)
+	if r1 == r5 {
+		t.Fatalf("the two costs render alike, the test shows nothing:\n%s", r1)
+	}
+	if k1 == k5 {
+		t.Fatalf("equal keys for different refusals:\n%s---\n%s", r1, r5)
 	}
 }

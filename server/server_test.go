@@ -426,3 +426,49 @@ func TestReadinessIncludesTheUpstream(t *testing.T) {
 		}
 	}
 }
+
+// Forward-auth takes the original method and URI only from the headers its
+// proxy sets: a client's own copy of another proxy's headers (which its
+// proxy passes through untouched) names nothing. Each proxy type is asked
+// for POST /only-this by its own headers while the client names GET /other
+// in every other proxy's; a rule of 1 on POST /only-this must refuse the
+// second call.
+func TestForwardAuthReadsOnlyItsProxysMethodAndURI(t *testing.T) {
+	src := "trustedProxies: [192.0.2.0/24]\nrules:\n  - {id: one, match: {method: POST, path: /only-this}, key: [ip], rate: 1, per: 1h}\n"
+	own := map[AuthProxy][]string{
+		AuthNginx:   {"X-Original-Method", "POST", "X-Original-URI", "/only-this", "X-Real-IP", "203.0.113.7"},
+		AuthTraefik: {"X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/only-this", "X-Forwarded-For", "203.0.113.7"},
+		AuthCaddy:   {"X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/only-this", "X-Forwarded-For", "203.0.113.7"},
+		AuthEnvoy:   {"X-Forwarded-For", "203.0.113.7"},
+	}
+	spoofs := map[AuthProxy][]string{ // every other proxy's headers, naming GET /other
+		AuthNginx:   {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/other"},
+		AuthTraefik: {"X-Original-Method", "GET", "X-Original-URI", "/other"},
+		AuthCaddy:   {"X-Original-Method", "GET", "X-Original-URI", "/other"},
+		AuthEnvoy:   {"X-Original-Method", "GET", "X-Original-URI", "/other", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/other"},
+	}
+	for proxy, hdr := range own {
+		f := newFixtureOf(t, src, Options{Loopback: true, AuthProxy: proxy})
+		var codes []int
+		for range 2 {
+			target := "/v1/auth"
+			if proxy == AuthEnvoy {
+				target = "/v1/auth/only-this" // Envoy sends the original path after its prefix
+			}
+			r := httptest.NewRequest("POST", target, nil)
+			r.RemoteAddr = "192.0.2.10:4000"
+			for i := 0; i+1 < len(hdr); i += 2 {
+				r.Header.Set(hdr[i], hdr[i+1])
+			}
+			for i := 0; i+1 < len(spoofs[proxy]); i += 2 {
+				r.Header.Set(spoofs[proxy][i], spoofs[proxy][i+1])
+			}
+			w := httptest.NewRecorder()
+			f.srv.ServeHTTP(w, r)
+			codes = append(codes, w.Code)
+		}
+		if codes[0] != 200 || codes[1] != 429 {
+			t.Errorf("%s: %v, want [200 429]: the client's own headers moved the request off POST /only-this", proxy, codes)
+		}
+	}
+}
