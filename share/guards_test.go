@@ -74,7 +74,9 @@ func TestTickGivesBackExpiredLeases(t *testing.T) {
 	remote := memory.New(memory.WithClock(clock))
 	g := New(remote, Options{
 		Local: memory.New(memory.WithClock(clock)), Clock: clock, ManualTick: true,
-		Sharing:  func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second} },
+		Sharing: func(string) sluice.Sharing {
+			return sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second}
+		},
 		Gateways: func() int { return 1 },
 	})
 	defer g.Close()
