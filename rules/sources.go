@@ -87,9 +87,23 @@ type Request struct {
 	Header   http.Header
 	// Body holds up to MaxBodyBytes of the body, when a rule needs it.
 	Body []byte
-	// Attributes supply key source values directly, by source name; they
-	// take precedence over extraction.
+	// Attributes supply key source values directly, by source name in
+	// lower case (AttributeName); they take precedence over extraction.
 	Attributes map[string]string
+}
+
+// AttributeName is the name under which Request.Attributes holds a source's
+// value: its name in lower case, so that "User" and "user" are one
+// attribute, as "X-User-Id" and "x-user-id" are one header.
+func AttributeName(source string) string { return strings.ToLower(source) }
+
+// attribute is the value req.Attributes gives the source, if any.
+func (s *Source) attribute(req *Request) (string, bool) {
+	if req.Attributes == nil {
+		return "", false
+	}
+	v, ok := req.Attributes[AttributeName(s.Name)]
+	return v, ok && v != ""
 }
 
 // AppendKey appends the rule's key for req to dst. route is the matched
@@ -122,7 +136,7 @@ func (r *Rule) AppendKey(dst []byte, req *Request, route string, ipv6Prefix int)
 }
 
 func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, bool) {
-	if v, ok := req.Attributes[s.Name]; ok && v != "" {
+	if v, ok := s.attribute(req); ok {
 		return s.finish(dst, v), true
 	}
 	var v string
@@ -254,7 +268,7 @@ func bodyValue(body []byte, contentType, name string) string {
 // hashing, and for ip the address itself (not its IPv6 prefix). Matches and
 // exemptions compare it with the values a rule file lists.
 func (s *Source) Value(req *Request, route string) (string, bool) {
-	if v, ok := req.Attributes[s.Name]; ok && v != "" {
+	if v, ok := s.attribute(req); ok {
 		return v, true
 	}
 	if s.Kind == FromIP {
@@ -285,7 +299,7 @@ func (v *ValueSet) Contains(req *Request, route string) bool {
 		// The address itself, not its text: an exempt network costs no
 		// allocation per request.
 		a := req.ClientIP
-		if s, ok := req.Attributes[v.Source.Name]; ok && s != "" {
+		if s, ok := v.Source.attribute(req); ok {
 			a, _ = netip.ParseAddr(s)
 		}
 		if !a.IsValid() {

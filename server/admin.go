@@ -127,7 +127,7 @@ func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key str
 			req.ClientIP = a
 			continue
 		}
-		req.Attributes[src.Name] = v
+		req.Attributes[rules.AttributeName(src.Name)] = v
 	}
 	if len(missing) > 0 {
 		writeBad(w, &badRequest{missing[0], fmt.Sprintf("rule %s is keyed by %s: give %s (or key=K)", rule, strings.Join(sourceNames(rr), " and "), strings.Join(missing, " and "))})

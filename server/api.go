@@ -208,7 +208,21 @@ func toCheck(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 
 // toRequest validates an API request and turns it into what rules see.
 func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
-	rr := rules.Request{Method: "GET", Path: "/", Attributes: req.Attributes}
+	rr := rules.Request{Method: "GET", Path: "/"}
+	if len(req.Attributes) > 0 {
+		// Names are case-insensitive, as header names are: two spellings
+		// of one name would let a caller choose which a rule reads.
+		rr.Attributes = make(map[string]string, len(req.Attributes))
+		spelled := make(map[string]string, len(req.Attributes))
+		for k, v := range req.Attributes {
+			name := rules.AttributeName(k)
+			if other, ok := spelled[name]; ok {
+				return nil, engine.CheckOptions{}, &badRequest{"attributes", fmt.Sprintf("%q and %q name one attribute (names are case-insensitive)", min(k, other), max(k, other))}
+			}
+			spelled[name] = k
+			rr.Attributes[name] = v
+		}
+	}
 	if info := req.Request; info != nil {
 		if info.Method != "" {
 			rr.Method = strings.ToUpper(info.Method)
@@ -229,7 +243,13 @@ func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 		}
 		if len(info.Headers) > 0 {
 			rr.Header = make(http.Header, len(info.Headers))
+			spelled := make(map[string]string, len(info.Headers))
 			for k, v := range info.Headers {
+				ck := http.CanonicalHeaderKey(k)
+				if other, ok := spelled[ck]; ok {
+					return nil, engine.CheckOptions{}, &badRequest{"request.headers", fmt.Sprintf("%q and %q name one header (header names are case-insensitive)", min(k, other), max(k, other))}
+				}
+				spelled[ck] = k
 				rr.Header.Set(k, v)
 			}
 		}

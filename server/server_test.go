@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
@@ -469,6 +471,58 @@ func TestForwardAuthReadsOnlyItsProxysMethodAndURI(t *testing.T) {
 		}
 		if codes[0] != 200 || codes[1] != 429 {
 			t.Errorf("%s: %v, want [200 429]: the client's own headers moved the request off POST /only-this", proxy, codes)
+		}
+	}
+}
+
+// Header and attribute names are case-insensitive in the JSON API: any
+// spelling of a name counts under the one key, and two spellings of one
+// name in a request are refused (400) rather than one chosen by map order.
+// A property over random spellings: the first three checks of a user on a
+// rule of 2 per 15 minutes admit two, whatever the spellings.
+func TestCheckAPINamesAreCaseInsensitive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	spell := func(name string) string {
+		b := []byte(name)
+		for i := range b {
+			if rng.IntN(2) == 0 {
+				b[i] = byte(unicode.ToUpper(rune(b[i])))
+			} else {
+				b[i] = byte(unicode.ToLower(rune(b[i])))
+			}
+		}
+		return string(b)
+	}
+	for round := range 50 {
+		f := newFixture(t, Options{Loopback: true})
+		user := fmt.Sprintf("u%d", round)
+		var codes []int
+		for range 3 {
+			var body string
+			if rng.IntN(2) == 0 {
+				body = fmt.Sprintf(`{"request":{"method":"POST","path":"/login","ip":"198.51.100.1","headers":{%q:%q}}}`, spell("X-User-ID"), user)
+			} else {
+				body = fmt.Sprintf(`{"request":{"method":"POST","path":"/login","ip":"198.51.100.1"},"attributes":{%q:%q}}`, spell("user"), user)
+			}
+			w := f.do("POST", "/v1/check", body)
+			var a CheckResponse
+			json.Unmarshal(w.Body.Bytes(), &a)
+			codes = append(codes, w.Code)
+			if w.Code == 200 && a.Allowed {
+				codes[len(codes)-1] = 1
+			}
+		}
+		if codes[0] != 1 || codes[1] != 1 || codes[2] != 200 {
+			t.Fatalf("round %d: %v, want two admitted and one refused under one key", round, codes)
+		}
+	}
+	f := newFixture(t, Options{Loopback: true})
+	for _, body := range []string{
+		`{"request":{"path":"/login","headers":{"x-user-id":"victim","X-User-Id":"attacker"}}}`,
+		`{"attributes":{"user":"victim","User":"attacker"}}`,
+	} {
+		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "case-insensitive") {
+			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/sluice-rl/sluice/rules"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -151,7 +152,13 @@ func parseJSONLine(line []byte) (LogRecord, error) {
 	if err := json.Unmarshal(line, &j); err != nil {
 		return LogRecord{}, errMalformed
 	}
-	r := LogRecord{Method: strings.ToUpper(j.Method), Host: j.Host, User: j.User, Status: j.Status, Attrs: j.Attributes}
+	r := LogRecord{Method: strings.ToUpper(j.Method), Host: j.Host, User: j.User, Status: j.Status}
+	if len(j.Attributes) > 0 {
+		r.Attrs = make(map[string]string, len(j.Attributes))
+		for k, v := range j.Attributes {
+			r.Attrs[rules.AttributeName(k)] = v
+		}
+	}
 	if r.Method == "" {
 		r.Method = "GET"
 	}
