@@ -4,8 +4,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -14,12 +16,17 @@ import (
 
 // admin guards an admin handler: with a token, every call must carry it as
 // "Authorization: Bearer <token>"; without one, admin calls are served only
-// on a loopback listener.
+// on a loopback listener, and only to requests that name this listener
+// (sameListener).
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.o.AdminToken == "" {
 			if !s.o.Loopback {
 				writeProblem(w, http.StatusForbidden, "Forbidden", "admin endpoints need an admin token when the listener is not loopback", "")
+				return
+			}
+			if why := s.sameListener(r); why != "" {
+				writeProblem(w, http.StatusForbidden, "Forbidden", why, "")
 				return
 			}
 			h(w, r)
@@ -35,6 +42,57 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// sameListener says why a request to the admin endpoints without a token
+// is refused, or "" if it is not. A loopback listener without a token is
+// open to any program on the machine, and so, through a browser, to any web
+// page its user opens: a page can send requests to 127.0.0.1, or to its
+// own name made to resolve to 127.0.0.1 (DNS rebinding). So its Host must
+// name this listener (a loopback address, localhost, or a name of
+// AdminHosts), and a request that changes state must not come from another
+// origin (its Origin, when a browser sends one, must name an allowed host
+// too). A token, which a page cannot know, is the way for remote use.
+func (s *Server) sameListener(r *http.Request) string {
+	if !s.allowedHost(r.Host) {
+		return fmt.Sprintf("the admin endpoints answer only requests addressed to this listener (Host %q is not a loopback address, localhost or an --admin-allowed-hosts name)", r.Host)
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return ""
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return "" // not a browser's cross-origin request
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || !s.allowedHost(u.Host) {
+		return fmt.Sprintf("the admin endpoints do not take changes from another origin (%q)", origin)
+	}
+	return ""
+}
+
+// allowedHost reports whether a Host (or an origin's host) names this
+// listener: a loopback address, localhost (or a name under .localhost), or
+// one of AdminHosts, with any port.
+func (s *Server) allowedHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return a.Unmap().IsLoopback()
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	for _, h := range s.o.AdminHosts {
+		if strings.EqualFold(h, host) {
+			return true
+		}
+	}
+	return false
 }
 
 // RuleJSON describes one rule for GET /v1/rules.

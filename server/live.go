@@ -251,6 +251,12 @@ func (s *Server) livePage(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusForbidden, "Forbidden", "the live page needs an admin token when the listener is not loopback", "")
 		return
 	}
+	if s.o.AdminToken == "" {
+		if why := s.sameListener(r); why != "" {
+			writeProblem(w, http.StatusForbidden, "Forbidden", why, "")
+			return
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")

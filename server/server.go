@@ -42,6 +42,10 @@ type Options struct {
 	AuthProxy AuthProxy
 	// Loopback tells whether the listener is on a loopback address.
 	Loopback bool
+	// AdminHosts are host names, besides loopback addresses and localhost,
+	// that requests to the admin endpoints without a token may name in
+	// their Host (for a listener reached under a name of its own).
+	AdminHosts []string
 	// Metrics, if set, are the metrics to serve; make them with NewMetrics
 	// before the engine, so the engine can report store calls to them
 	// (engine.Options.OnStoreCall = m.ObserveStoreCall).

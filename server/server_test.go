@@ -63,7 +63,12 @@ func newFixtureOf(t testing.TB, src string, o Options) *fixture {
 
 func (f *fixture) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r.Host = "127.0.0.1:8080" // as a client on the machine addresses a loopback listener
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			r.Host = hdr[i+1]
+			continue
+		}
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -524,5 +529,42 @@ func TestCheckAPINamesAreCaseInsensitive(t *testing.T) {
 		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "case-insensitive") {
 			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
 		}
+	}
+}
+
+// DNS rebinding: a web page the operator opens can send requests to a
+// loopback listener, under the page's own name resolved to 127.0.0.1, or to
+// 127.0.0.1 from another origin. Without a token the admin endpoints answer
+// only requests addressed to the listener (its Host) and take changes only
+// from no origin or an allowed one; a token opens them to any Host.
+func TestAdminEndpointsRefuseOtherHostsAndOrigins(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true, AdminHosts: []string{"sluice.internal"}})
+	for _, c := range []struct {
+		method, target string
+		hdr            []string
+		want           int
+	}{
+		{"GET", "/v1/rules", []string{"Host", "127.0.0.1:8080"}, 200},
+		{"GET", "/v1/rules", []string{"Host", "localhost:8080"}, 200},
+		{"GET", "/v1/rules", []string{"Host", "[::1]:8080"}, 200},
+		{"GET", "/v1/rules", []string{"Host", "sluice.internal:9091"}, 200},
+		{"GET", "/v1/rules", []string{"Host", "attacker.example:8080"}, 403},
+		{"GET", "/ui", []string{"Host", "attacker.example:8080"}, 403},
+		{"GET", "/v1/ui/state", []string{"Host", "attacker.example"}, 403},
+		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Host", "attacker.example:8080"}, 403},
+		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "https://attacker.example"}, 403},
+		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "null"}, 403},
+		{"PUT", "/v1/pressure", []string{"Origin", "http://evil.localhost.example"}, 403},
+		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "http://127.0.0.1:8080"}, 200},
+		{"DELETE", "/v1/state?rule=otp&key=555", nil, 200}, // curl sends no Origin
+		{"GET", "/v1/rules", []string{"Origin", "https://attacker.example"}, 200}, // reads need CORS, which is not offered
+	} {
+		if w := f.do(c.method, c.target, "", c.hdr...); w.Code != c.want {
+			t.Errorf("%s %s %v: %d, want %d (%s)", c.method, c.target, c.hdr, w.Code, c.want, w.Body)
+		}
+	}
+	tok := newFixture(t, Options{Loopback: true, AdminToken: "t0k"})
+	if w := tok.do("DELETE", "/v1/state?rule=otp&key=555", "", "Host", "sluice.example.net", "Authorization", "Bearer t0k"); w.Code != 200 {
+		t.Errorf("with the token, any Host: %d", w.Code)
 	}
 }

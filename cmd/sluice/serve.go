@@ -53,6 +53,7 @@ type common struct {
 	maxKeys         *int
 	coarse          *time.Duration
 	adminToken      *string
+	adminHosts      *string
 	storeTimeout    *time.Duration
 	storeTimeoutMax *time.Duration
 	gateways        *int
@@ -85,6 +86,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.maxKeys = fs.Int("max-keys", memory.DefaultMaxKeys, "embedded store: most keys per rule")
 	c.coarse = fs.Duration("coarse-clock", 0, "embedded store: read time from a clock ticking this often (such as 1ms) instead of the exact clock: faster, up to one tick less precise")
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints")
+	c.adminHosts = fs.String("admin-allowed-hosts", "", "comma-separated host names, besides loopback addresses and localhost, that admin requests without a token may be addressed to (their Host)")
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
 	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
 	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit")
@@ -387,7 +389,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.close()
 	srv, err := server.New(server.Options{
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
-		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
+		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
 		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
 	})
 	if err != nil {
@@ -457,6 +459,17 @@ func (s *setup) scheme(plain string) string {
 		return plain + "s"
 	}
 	return plain
+}
+
+// allowedHosts is --admin-allowed-hosts as a list.
+func (c *common) allowedHosts() []string {
+	var hosts []string
+	for h := range strings.SplitSeq(*c.adminHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // pressureFactor is the engine's pressure source: the gateway's measured
