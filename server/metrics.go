@@ -121,8 +121,8 @@ var (
 		"Live keys the embedded store evicted to stay within its bound, by rule.", []string{"rule"}, nil)
 	descHolds = prometheus.NewDesc("sluice_memory_store_reservations",
 		"Reservations the embedded store keeps open (some may be past their deadline, not yet dropped).", nil, nil)
-	descHoldsDropped = prometheus.NewDesc("sluice_memory_store_reservations_dropped_total",
-		"Reservations the embedded store took unrecorded because it held its bound of open ones: they stand at their estimates.", nil, nil)
+	descHoldsDropped = prometheus.NewDesc("sluice_memory_store_reservations_refused_total",
+		"Requests the embedded store refused (503) because it held its bound of open reservations.", nil, nil)
 	descOverflows = prometheus.NewDesc("sluice_memory_store_overflows_total",
 		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
 	descDegraded = prometheus.NewDesc("sluice_degraded_decisions_total",
@@ -257,7 +257,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descHolds, prometheus.GaugeValue, float64(c.mem.OpenHolds()))
-	counter(descHoldsDropped, c.mem.DroppedHolds())
+	counter(descHoldsDropped, c.mem.RefusedHolds())
 	keys, evictions, overflows := map[string]int{}, map[string]uint64{}, map[string]uint64{}
 	for _, st := range c.mem.Stats() {
 		keys[st.Rule] += st.Keys

@@ -1,11 +1,13 @@
 package memory
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
@@ -27,40 +29,60 @@ const DefaultMaxHolds = 1 << 18
 // as if the estimate had been c - r larger, whatever ran in between. A
 // reservation past its deadline is closed for good and its estimate stands.
 //
-// The holds are bounded: at the bound the expired ones are dropped, and if
-// the live ones alone fill it, a new reservation takes its estimate without
-// being recorded (it settles at its estimate, the strict side) and is
-// counted in Stats.
+// The holds are bounded, and every operation on them is O(log n) at most,
+// full or not: the reservations are also kept in a heap by deadline, so
+// making room pops only the ones past their deadline, and finding none
+// costs one look at the earliest. A reservation for which there is no room
+// is refused before anything is taken (ReasonUnavailable, RetryAfter the
+// time until the earliest deadline), and counted: never taken unrecorded,
+// so that every reservation the store admits can be settled.
 type holds struct {
-	mu      sync.Mutex
-	m       map[holdKey]hold
-	max     int
-	dropped atomic.Uint64
+	mu       sync.Mutex
+	m        map[holdKey]*hold
+	byExpiry holdHeap
+	max      int
+	refused  atomic.Uint64
 }
 
 type holdKey struct{ rule, key, id string }
 
 type hold struct {
+	key   holdKey
 	units int64
 	until int64 // open while now < until
+	index int   // in byExpiry
 }
 
-func newHolds(max int) *holds { return &holds{m: map[holdKey]hold{}, max: max} }
+func newHolds(max int) *holds { return &holds{m: map[holdKey]*hold{}, max: max} }
 
-// open records units reserved for k until until.
-func (h *holds) open(k holdKey, units, until, now int64) {
+// room makes room for n new reservations at now: it drops those past their
+// deadline, earliest first, and reports whether n fit. When they do not, it
+// returns how long until the earliest open one ends.
+func (h *holds) room(n int, now int64) (bool, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.m[k]; !ok && len(h.m) >= h.max {
-		h.expire(now)
-		if len(h.m) >= h.max {
-			h.dropped.Add(1)
-			return
-		}
+	h.expire(now)
+	if len(h.m)+n <= h.max {
+		return true, 0
+	}
+	h.refused.Add(1)
+	return false, time.Duration(h.byExpiry[0].until - now)
+}
+
+// open records units reserved for k until until.
+func (h *holds) open(k holdKey, units, until int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r, ok := h.m[k]; ok { // the same id again: the latest stands
+		r.units, r.until = units, until
+		heap.Fix(&h.byExpiry, r.index)
+		return
 	}
 	// Clone: the caller's strings may point into reused buffers.
 	k = holdKey{strings.Clone(k.rule), strings.Clone(k.key), strings.Clone(k.id)}
-	h.m[k] = hold{units: units, until: until}
+	r := &hold{key: k, units: units, until: until}
+	h.m[k] = r
+	heap.Push(&h.byExpiry, r)
 }
 
 // close removes k's reservation and returns its units, if it is still
@@ -73,15 +95,16 @@ func (h *holds) close(k holdKey, now int64) (int64, bool) {
 		return 0, false
 	}
 	delete(h.m, k)
+	heap.Remove(&h.byExpiry, r.index)
 	return r.units, now < r.until
 }
 
-// expire drops the reservations past their deadline. Call with mu held.
+// expire drops the reservations past their deadline, earliest first. Call
+// with mu held.
 func (h *holds) expire(now int64) {
-	for k, r := range h.m {
-		if now >= r.until {
-			delete(h.m, k)
-		}
+	for len(h.byExpiry) > 0 && now >= h.byExpiry[0].until {
+		r := heap.Pop(&h.byExpiry).(*hold)
+		delete(h.m, r.key)
 	}
 }
 
@@ -95,6 +118,28 @@ func (h *holds) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.m)
+}
+
+// holdHeap orders reservations by deadline (container/heap).
+type holdHeap []*hold
+
+func (q holdHeap) Len() int           { return len(q) }
+func (q holdHeap) Less(i, j int) bool { return q[i].until < q[j].until }
+func (q holdHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *holdHeap) Push(x any) {
+	r := x.(*hold)
+	r.index = len(*q)
+	*q = append(*q, r)
+}
+func (q *holdHeap) Pop() any {
+	old := *q
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return r
 }
 
 // settle settles tk (a take with Settle set) at now: it closes the
@@ -128,6 +173,22 @@ func (s *Store) takeHolding(ctx context.Context, takes []sluice.Take, out []slui
 	}
 	var rest []sluice.Take
 	var idx []int
+	opens := 0
+	for i := range takes {
+		if tk := &takes[i]; tk.Hold != "" && !tk.Settle && tk.Cost > 0 && !tk.DryRun && tk.HoldFor > 0 {
+			opens++
+		}
+	}
+	// Room for the reservations first: a call the store cannot record is
+	// refused whole, before anything is taken.
+	if opens > 0 {
+		if ok, wait := s.holds.room(opens, now); !ok {
+			for i := range takes {
+				out[i] = sluice.Decision{Reason: sluice.ReasonUnavailable, RetryAfter: wait}
+			}
+			return nil
+		}
+	}
 	for i := range takes {
 		tk := &takes[i]
 		if tk.Hold != "" && tk.Settle {
@@ -160,7 +221,7 @@ func (s *Store) takeHolding(ctx context.Context, takes []sluice.Take, out []slui
 	}
 	for _, tk := range rest {
 		if tk.Hold != "" && tk.Cost > 0 && !tk.DryRun && tk.HoldFor > 0 {
-			s.holds.open(holdKey{tk.Rule, tk.Key, tk.Hold}, tk.Cost, now+int64(tk.HoldFor), now)
+			s.holds.open(holdKey{tk.Rule, tk.Key, tk.Hold}, tk.Cost, now+int64(tk.HoldFor))
 		}
 	}
 	return nil

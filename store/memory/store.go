@@ -62,14 +62,13 @@ func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = max(1, n) }
 
 // WithMaxHolds bounds the reservations open at once (see sluice.Take.Hold).
 // Past it, expired reservations are dropped; if the open ones alone fill
-// it, a new reservation takes its estimate unrecorded, so that it settles
-// at its estimate, and is counted in [Store.DroppedHolds].
+// it, a call that would open another is refused (ReasonUnavailable) before
+// anything is taken, and counted in [Store.RefusedHolds].
 func WithMaxHolds(n int) Option { return func(s *Store) { s.maxHold = max(1, n) } }
 
-// DroppedHolds returns how many reservations were taken unrecorded
-// because the store held WithMaxHolds open ones; OpenHolds how many are
-// recorded now (some may have expired since).
-func (s *Store) DroppedHolds() uint64 { return s.holds.dropped.Load() }
+// RefusedHolds returns how many calls were refused because the store held
+// WithMaxHolds open reservations.
+func (s *Store) RefusedHolds() uint64 { return s.holds.refused.Load() }
 
 // OpenHolds returns how many reservations the store records now.
 func (s *Store) OpenHolds() int { return s.holds.len() }

@@ -572,8 +572,8 @@ func TestEvictionTakesTheMostIdleKeysFirst(t *testing.T) {
 }
 
 // The open reservations are bounded: at the bound, expired ones make room;
-// when the open ones fill it, a new reservation takes its estimate
-// unrecorded (it stands) and is counted.
+// when the open ones fill it, a new reservation is refused before anything
+// is taken (it could never be settled), and counted.
 func TestReservationsAreBounded(t *testing.T) {
 	clock := sluice.NewManualClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 	s := New(WithClock(clock), WithMaxHolds(2))
@@ -589,17 +589,19 @@ func TestReservationsAreBounded(t *testing.T) {
 	}
 	hold("a", 5, false)
 	hold("b", 5, false)
-	hold("c", 5, false) // the bound is full: taken, not recorded
-	if s.OpenHolds() != 2 || s.DroppedHolds() != 1 {
-		t.Fatalf("open %d, dropped %d: want 2, 1", s.OpenHolds(), s.DroppedHolds())
+	if d := hold("c", 5, false); d.Allowed || d.Reason != sluice.ReasonUnavailable || d.RetryAfter != time.Second { // the bound is full
+		t.Fatalf("a reservation beyond the bound: %+v, want refused until the earliest deadline", d)
 	}
-	if d := hold("c", 0, true); d.Reason != sluice.ReasonNoReservation || d.Remaining != 85 {
-		t.Fatalf("the unrecorded reservation: %+v, want no reservation and its estimate standing", d)
+	if s.OpenHolds() != 2 || s.RefusedHolds() != 1 {
+		t.Fatalf("open %d, refused %d: want 2, 1", s.OpenHolds(), s.RefusedHolds())
+	}
+	if d := hold("c", 0, true); d.Reason != sluice.ReasonNoReservation || d.Remaining != 90 {
+		t.Fatalf("the refused reservation: %+v, want none and nothing taken (90 left)", d)
 	}
 	clock.Advance(time.Second) // a and b expire: at, not after, their deadline
 	hold("d", 5, false)
-	if s.OpenHolds() != 1 || s.DroppedHolds() != 1 {
-		t.Fatalf("after the deadline: open %d, dropped %d: want 1, 1", s.OpenHolds(), s.DroppedHolds())
+	if s.OpenHolds() != 1 || s.RefusedHolds() != 1 {
+		t.Fatalf("after the deadline: open %d, refused %d: want 1, 1", s.OpenHolds(), s.RefusedHolds())
 	}
 	if d := hold("d", 1, true); !d.Allowed {
 		t.Fatalf("settle d: %+v", d)
