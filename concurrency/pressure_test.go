@@ -27,7 +27,7 @@ func TestPressureFollowsLatencyAndFailures(t *testing.T) {
 	run := func(d time.Duration, latency time.Duration, failEvery int) float64 {
 		for elapsed := time.Duration(0); elapsed < d; elapsed += 10 * time.Millisecond {
 			for i := range 10 {
-				p.Observe(latency, failEvery > 0 && i%failEvery == 0)
+				p.Observe(0, latency, failEvery > 0 && i%failEvery == 0)
 			}
 			clock.add(10 * time.Millisecond)
 			p.Factor()
@@ -63,7 +63,7 @@ func TestPressureFollowsLatencyAndFailures(t *testing.T) {
 	}
 	// Smoothing: one bad tick moves the factor only part of the way.
 	for range 10 {
-		p.Observe(2*time.Second, false)
+		p.Observe(0, 2*time.Second, false)
 	}
 	clock.add(100 * time.Millisecond)
 	if f := p.Factor(); f <= 0.5 || f >= 1 {
@@ -77,7 +77,7 @@ func TestPressureIsSafeForConcurrentUse(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				p.Observe(time.Duration(i)*time.Millisecond, i%2 == 0)
+				p.Observe(0, time.Duration(i)*time.Millisecond, i%2 == 0)
 				if f := p.Factor(); f < 0.1 || f > 1 {
 					t.Errorf("factor %v out of [0.1, 1]", f)
 					return
@@ -90,7 +90,7 @@ func TestPressureIsSafeForConcurrentUse(t *testing.T) {
 
 func TestObserveAllocatesNothing(t *testing.T) {
 	p := NewPressure(PressureOptions{Target: time.Millisecond})
-	if n := testing.AllocsPerRun(1000, func() { p.Observe(time.Millisecond, false); p.Factor() }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { p.Observe(0, time.Millisecond, false); p.Factor() }); n != 0 {
 		t.Fatalf("%v allocations per observe and factor", n)
 	}
 }
@@ -124,7 +124,7 @@ func TestPressureDefaults(t *testing.T) {
 	p := NewPressure(PressureOptions{Now: clock.now})
 	tick := func(n, failed int) float64 {
 		for i := range n {
-			p.Observe(time.Millisecond, i < failed)
+			p.Observe(0, time.Millisecond, i < failed)
 		}
 		clock.add(100 * time.Millisecond)
 		return p.Factor()
@@ -134,7 +134,7 @@ func TestPressureDefaults(t *testing.T) {
 	}
 	// Not a tick yet: the samples wait.
 	for range 100 {
-		p.Observe(time.Millisecond, true)
+		p.Observe(0, time.Millisecond, true)
 	}
 	clock.add(50 * time.Millisecond)
 	if f := p.Factor(); math.Abs(f-0.5/0.95) > 1e-9 {
@@ -161,7 +161,7 @@ func TestPressureDefaults(t *testing.T) {
 	q := NewPressure(PressureOptions{Now: clock.now})
 	if tick := func(failed int) float64 {
 		for i := range 100 {
-			q.Observe(time.Millisecond, i < failed)
+			q.Observe(0, time.Millisecond, i < failed)
 		}
 		clock.add(100 * time.Millisecond)
 		return q.Factor()
@@ -172,5 +172,36 @@ func TestPressureDefaults(t *testing.T) {
 	clock.add(time.Second)
 	if f, until := q.SetUntil(); f != 1 || !until.IsZero() {
 		t.Fatalf("at its end a set factor still applies: %v until %v", f, until)
+	}
+}
+
+// One client, one vote: a client whose own requests all fail (a route that
+// answers it 5xx, at 50 times the others' rate) or crawl leaves the factor
+// at 1 while the service answers everyone else well; when most clients see
+// failures, the factor falls.
+func TestOneClientCannotLowerThePressureForAll(t *testing.T) {
+	clock := &fakeTime{t: time.Unix(1_800_000_000, 0)}
+	p := NewPressure(PressureOptions{Target: 100 * time.Millisecond, Now: clock.now})
+	tick := func(failing int) float64 {
+		for range 50 { // the attacker
+			p.Observe(666, 5*time.Second, true)
+		}
+		for c := range 4 { // four others, one answer each per tick
+			p.Observe(uint64(c+1), 20*time.Millisecond, c < failing)
+		}
+		clock.add(100 * time.Millisecond)
+		return p.Factor()
+	}
+	for i := range 100 {
+		if f := tick(0); f != 1 {
+			t.Fatalf("tick %d: one client failing alone (50 answers a tick against 4) moved the factor to %v", i, f)
+		}
+	}
+	var f float64
+	for range 100 {
+		f = tick(3) // now three of the four others fail too
+	}
+	if f > 0.2 {
+		t.Fatalf("most clients failing: factor %v, want it near the floor", f)
 	}
 }

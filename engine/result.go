@@ -363,3 +363,15 @@ func unscale(d *sluice.Decision, r *rule, f float64) bool {
 	}
 	return reduced
 }
+
+// Adaptive reports whether an enforced rule marked adaptive applies to the
+// request: its outcome is a sample of the pressure those rules follow
+// (concurrency.Pressure), and the outcome of any other request is not.
+func (res *Result) Adaptive() bool {
+	for i := range res.Statuses {
+		if st := &res.Statuses[i]; !st.Shadow && st.r != nil && st.r.Adaptive {
+			return true
+		}
+	}
+	return false
+}

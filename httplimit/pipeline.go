@@ -2,6 +2,9 @@ package httplimit
 
 import (
 	"context"
+	"encoding/binary"
+	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/sluice-rl/sluice/concurrency"
@@ -78,32 +81,41 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 		return
 	}
 	settles, charges := res.Settles(), res.Charges() && sees
-	watch := l.o.Pressure != nil || l.o.Concurrency != nil || settles || charges
+	// The pressure that adaptive rules follow is sampled from the requests
+	// they apply to, each client one voice (concurrency.Pressure): a client
+	// failing its own requests elsewhere, or here, does not shrink them for
+	// everyone.
+	pressure := l.o.Pressure
+	if pressure != nil && !res.Adaptive() {
+		pressure = nil
+	}
+	watch := pressure != nil || l.o.Concurrency != nil || settles || charges
 	var start time.Time
-	if l.o.Pressure != nil {
-		start = time.Now()
+	var client uint64
+	if pressure != nil {
+		start, client = time.Now(), clientID(req.ClientIP, cfg.IPv6Prefix)
 	}
 	status := 0
 	if c := l.o.Concurrency; c != nil {
 		p, err := c.AcquireAt(x.Context(), res.Tier())
 		if err != nil {
 			x.Shed()
-			if l.o.Pressure != nil {
-				l.o.Pressure.Observe(time.Since(start), true)
+			if pressure != nil {
+				pressure.Observe(client, time.Since(start), true)
 			}
 			return
 		}
 		// Released even if the handler panics.
 		defer func() {
-			if status >= 500 || status == 0 {
+			if overloaded(status) {
 				p.Release(concurrency.Dropped)
 			} else {
 				p.Release(concurrency.Success)
 			}
 		}()
 	}
-	if l.o.Pressure != nil {
-		defer func() { l.o.Pressure.Observe(time.Since(start), status >= 500 || status == 0) }()
+	if pressure != nil {
+		defer func() { pressure.Observe(client, time.Since(start), status >= 500 || status == 0) }()
 	}
 	status = x.Forward(req.Path, res, watch, settles && cfg.SettlesFromJSON())
 	if status == 0 && watch {
@@ -144,4 +156,25 @@ func Hold(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// clientID names a client for the pressure signal: its address, an IPv6
+// one by the prefix the rules count it by (a client owns a whole /64).
+func clientID(a netip.Addr, v6prefix int) uint64 {
+	a = a.Unmap()
+	if a.Is6() && v6prefix > 0 && v6prefix < 128 {
+		p, _ := a.Prefix(v6prefix)
+		a = p.Addr()
+	}
+	b := a.As16()
+	return (binary.BigEndian.Uint64(b[:8])*0x9e3779b97f4a7c15 ^ binary.BigEndian.Uint64(b[8:])) * 0xbf58476d1ce4e5b9
+}
+
+// overloaded reports whether an answer's status says the upstream is
+// overloaded or out of reach (none, 502, 503, 504): a drop for the
+// concurrency limit. Any other answer is a latency sample, 500 included: a
+// client can provoke errors of its own at will, and they say nothing of
+// the upstream's capacity, so they must not shrink it for everyone.
+func overloaded(status int) bool {
+	return status == 0 || status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }

@@ -138,3 +138,87 @@ func pressureFactor(t *testing.T, admin string) float64 {
 	f, _ := strconv.ParseFloat(m[1], 64)
 	return f
 }
+
+// The built gateway with --adaptive, as an attacker would try it: one
+// client (203.0.113.66, behind the trusted proxy the test plays) makes its
+// own requests fail — on a route no rule counts, and on the adaptive route
+// itself with a header the upstream answers 500 to — a few thousand times a
+// second for 3 s, while four others use the adaptive route normally. The pressure
+// follows the clients, one vote each: the factor stays at 1 and every one
+// of the others' requests is served (before, the factor fell to 0.11-0.26
+// and a well-behaved user got 10 of 40).
+func TestGatewayPressureIsNotOneClientsToSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/broken" || r.Header.Get("X-Evil") != "" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer up.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte(`trustedProxies: [127.0.0.1/32]
+rules:
+  - {id: api, match: {path: "/api/*"}, key: [ip], rate: 6000, per: 1m, adaptive: true}
+`), 0o600)
+	admin := freeAddr(t)
+	base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0",
+		"--admin-listen", admin, "--watch", "0", "--adaptive")
+	// get returns the status, and for a 503 whether the adaptive rule
+	// refused it (its problem names the reduced limit) rather than the
+	// concurrency limit shed it (load shedding, whoever sends the load).
+	get := func(path, client string, evil bool) (int, bool) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("X-Forwarded-For", client)
+		if evil {
+			req.Header.Set("X-Evil", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, strings.Contains(string(body), "under load: the limit is")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	var attacks atomic.Int32
+	for range 4 { // the attacker: 4 connections, a few thousand failures a second
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline) && i < 5000; i++ {
+				get([]string{"/broken", "/api/x"}[i%2], "203.0.113.66", true)
+				attacks.Add(1)
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	var served, reduced, shed atomic.Int32
+	for c := range 4 { // the others: 40 requests each over the same 3 s
+		wg.Go(func() {
+			for range 40 {
+				code, byRule := get("/api/items", "198.51.100."+strconv.Itoa(c+1), false)
+				switch {
+				case code == 200:
+					served.Add(1)
+				case byRule:
+					reduced.Add(1)
+				default:
+					shed.Add(1)
+				}
+				time.Sleep(70 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	f := pressureFactor(t, admin)
+	if reduced.Load() != 0 || f < 0.9 {
+		t.Fatalf("after %d failing requests from one client: the factor is %v and the adaptive rule refused the others %d times (served %d, shed %d)",
+			attacks.Load(), f, reduced.Load(), served.Load(), shed.Load())
+	}
+	t.Logf("%d failing requests from one client; the others: %d of 160 served, %d shed by the concurrency limit, 0 refused by the adaptive rule; factor %v",
+		attacks.Load(), served.Load(), shed.Load(), f)
+}
