@@ -556,7 +556,7 @@ func TestAdminEndpointsRefuseOtherHostsAndOrigins(t *testing.T) {
 		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "null"}, 403},
 		{"PUT", "/v1/pressure", []string{"Origin", "http://evil.localhost.example"}, 403},
 		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "http://127.0.0.1:8080"}, 200},
-		{"DELETE", "/v1/state?rule=otp&key=555", nil, 200}, // curl sends no Origin
+		{"DELETE", "/v1/state?rule=otp&key=555", nil, 200},                        // curl sends no Origin
 		{"GET", "/v1/rules", []string{"Origin", "https://attacker.example"}, 200}, // reads need CORS, which is not offered
 	} {
 		if w := f.do(c.method, c.target, "", c.hdr...); w.Code != c.want {
