@@ -29,6 +29,11 @@ const (
 	// opened, already settled or cancelled, or past its deadline, when it
 	// stands at its estimate); nothing changed.
 	ReasonNoReservation
+	// ReasonBadRequest: the request cannot be counted as its upstream
+	// would read it (a path servers read in different ways, a key given
+	// twice with different values, a body too large to read its key from):
+	// it is refused, and nothing is counted.
+	ReasonBadRequest
 )
 
 var reasonNames = [...]string{
@@ -40,6 +45,7 @@ var reasonNames = [...]string{
 	ReasonMissingKey:  "missing-key",
 
 	ReasonNoReservation: "no-reservation",
+	ReasonBadRequest:    "bad-request",
 }
 
 // String returns the reason's stable name, such as "limited".

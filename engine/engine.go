@@ -216,7 +216,12 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	rs := e.set.Load()
 	res.reset(rs)
 	res.estimate, res.reserve = opt.Estimate, opt.Reserve && !opt.DryRun
-	req.Path = rs.cfg.Paths.Normalize(req.Path)
+	path, ok := rs.cfg.Paths.Normalize(req.Path)
+	if !ok {
+		res.refuseBadRequest("its path holds an encoded slash or backslash, or a path parameter, which servers read in different ways")
+		return nil
+	}
+	req.Path = path
 
 	// Match the rules and build their keys into one buffer.
 	for _, r := range rs.rules {
@@ -743,7 +748,12 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	mult := max(opt.Cost, 1)
 	rs := e.set.Load()
 	res.reset(rs)
-	req.Path = rs.cfg.Paths.Normalize(req.Path)
+	path, ok := rs.cfg.Paths.Normalize(req.Path)
+	if !ok {
+		res.refuseBadRequest("its path holds an encoded slash or backslash, or a path parameter, which servers read in different ways")
+		return nil // refused when it was checked: nothing to charge
+	}
+	req.Path = path
 	res.takes = res.takes[:0]
 	for _, r := range rs.rules {
 		if len(r.CountOn) == 0 || r.Shadow || r.Envoy != nil || !counts(r.CountOn, status) {

@@ -30,6 +30,9 @@ type Result struct {
 	// missing from the request; MissingKey names them, in rule order.
 	Skipped    int
 	MissingKey []Skip
+	// Invalid says why a request refused with sluice.ReasonBadRequest
+	// cannot be counted, for its 400's detail.
+	Invalid string
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
@@ -137,8 +140,15 @@ type Skip struct {
 	Limit sluice.Limit
 }
 
+// refuseBadRequest refuses a request that cannot be counted as its
+// upstream would read it, saying why; nothing is counted.
+func (res *Result) refuseBadRequest(why string) {
+	res.Allowed, res.Reason, res.Invalid = false, sluice.ReasonBadRequest, why
+	res.Decision = sluice.Decision{Reason: sluice.ReasonBadRequest}
+}
+
 func (res *Result) reset(rs *ruleSet) {
-	res.Allowed, res.Reason, res.Decision, res.Delay = true, sluice.ReasonOK, sluice.Decision{}, 0
+	res.Allowed, res.Reason, res.Decision, res.Delay, res.Invalid = true, sluice.ReasonOK, sluice.Decision{}, 0, ""
 	res.Skipped, res.StoreError = 0, nil
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
 	res.priority, res.leveled, res.level = rs.cfg.Priority, false, 0

@@ -238,13 +238,15 @@ func TestConcurrencyOption(t *testing.T) {
 	}
 }
 
-// A 5xx from the handler counts as dropped: an AIMD limit backs off on it,
-// and grows on successes that use it.
-func TestConcurrencyOptionCountsServerErrorsAsDropped(t *testing.T) {
+// An answer that says the handler is overloaded or out of reach (502, 503,
+// 504) counts as dropped: an AIMD limit backs off on it, and grows on other
+// answers that use it, 500 included (a client can provoke errors of its
+// own at will: they say nothing of capacity).
+func TestConcurrencyOptionCountsOverloadAnswersAsDropped(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		grows  bool
-	}{{200, true}, {503, false}, {500, false}, {499, true}} {
+	}{{200, true}, {503, false}, {502, false}, {504, false}, {500, true}, {499, true}} {
 		lim := concurrency.New(concurrency.AIMD{Start: 2, Backoff: 0.5}, concurrency.Options{Min: 1, Max: 100})
 		f := newFixture(t, "rules:\n  - {id: a, key: [ip], rate: 1000, per: 1s}\n", Options{Concurrency: lim})
 		f.h = Middleware(f.eng, Options{Concurrency: lim})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) }))

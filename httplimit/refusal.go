@@ -48,8 +48,8 @@ type keyStatus struct {
 // with Options.Jitter (each refusal waits its own time), not for an
 // allowed result, and not for more than four statuses.
 func (l *Limiter) RefusalKey(res *engine.Result, k *RefusalKey) bool {
-	if res.Allowed || l.o.Jitter > 0 || len(res.Statuses) > maxKeyStatuses {
-		return false
+	if res.Allowed || l.o.Jitter > 0 || len(res.Statuses) > maxKeyStatuses || res.Reason == sluice.ReasonBadRequest {
+		return false // a bad request's detail says why: rendered afresh
 	}
 	d := &res.Decision
 	*k = RefusalKey{

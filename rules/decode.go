@@ -26,6 +26,16 @@ type decoder struct {
 	paths PathOptions // from the paths section, applied to rule patterns
 }
 
+// pattern parses a rule's path pattern in the normal form of the file's
+// paths section, so that it matches the paths it is written for.
+func (d *decoder) pattern(s string) (*Pattern, error) {
+	n, ok := d.paths.Normalize(s)
+	if !ok {
+		return nil, fmt.Errorf("path pattern %q holds what the paths section refuses in a path (an encoded slash or backslash, or a ;)", s)
+	}
+	return ParsePattern(n)
+}
+
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
 	e := &Error{File: d.file, Field: field, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
@@ -220,6 +230,32 @@ func (d *decoder) config(data []byte) *Config {
 					}
 				},
 				"caseInsensitive": func(v *yaml.Node, f string) { c.Paths.CaseInsensitive, _ = d.boolean(v, f) },
+				"encodedSlashes": func(v *yaml.Node, f string) {
+					if s, ok := d.str(v, f); ok {
+						switch s {
+						case "reject":
+							c.Paths.DecodeSeparators = false
+						case "decode":
+							c.Paths.DecodeSeparators = true
+						default:
+							d.fail(v, f, "want reject (the default: a path with %%2F, %%5C or a backslash gets 400) or decode (read each as /), got %q", s)
+						}
+					}
+				},
+				"params": func(v *yaml.Node, f string) {
+					if s, ok := d.str(v, f); ok {
+						switch s {
+						case "strip":
+							c.Paths.Params = ParamsStrip
+						case "keep":
+							c.Paths.Params = ParamsKeep
+						case "reject":
+							c.Paths.Params = ParamsReject
+						default:
+							d.fail(v, f, "want strip (the default: /otp;a=b is /otp), keep (; is an ordinary character) or reject (400), got %q", s)
+						}
+					}
+				},
 			})
 			d.paths = c.Paths
 		},
@@ -782,7 +818,7 @@ func (d *decoder) priority(c *Config, n *yaml.Node, field string) *Priority {
 			for i := 0; i+1 < len(routes.Content); i += 2 {
 				k, v := routes.Content[i], routes.Content[i+1]
 				f := field + ".routes." + k.Value
-				pat, err := ParsePattern(d.paths.Normalize(k.Value))
+				pat, err := d.pattern(k.Value)
 				if err != nil {
 					d.fail(k, f, "%v", err)
 					continue
@@ -925,7 +961,7 @@ func (d *decoder) match(c *Config, m *Match, n *yaml.Node, field string) {
 		"path": func(v *yaml.Node, f string) {
 			ps, nodes := d.strings(v, f)
 			for i, s := range ps {
-				p, err := ParsePattern(d.paths.Normalize(s))
+				p, err := d.pattern(s)
 				if err != nil {
 					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
 					continue

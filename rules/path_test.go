@@ -24,10 +24,18 @@ func TestNormalizePath(t *testing.T) {
 		{PathOptions{}, "/%6Ftp", "/otp"},
 		{PathOptions{}, "/%6ftp", "/otp"},
 		{PathOptions{}, "/%2e%2e/otp", "/otp"},
-		{PathOptions{}, "/a%2fb", "/a%2Fb"},
-		{PathOptions{}, "/a%2Fb", "/a%2Fb"},
-		{PathOptions{}, "/50%", "/50%"},
-		{PathOptions{}, "/%zz", "/%zz"},
+		{PathOptions{DecodeSeparators: true}, "/a%2fb", "/a/b"},
+		{PathOptions{DecodeSeparators: true}, "/x/..%2Fotp", "/otp"},
+		{PathOptions{DecodeSeparators: true}, "/x/..%5cotp", "/otp"},
+		{PathOptions{DecodeSeparators: true}, "/x\\..\\otp", "/otp"},
+		{PathOptions{DecodeSeparators: true}, "/api%252fotp", "/api/otp"},
+		{PathOptions{}, "/otp;a=b", "/otp"},
+		{PathOptions{}, "/x/..;/otp", "/otp"},
+		{PathOptions{}, "/a;v=1/b;w=2", "/a/b"},
+		{PathOptions{}, "/;x/otp", "/otp"},
+		{PathOptions{}, "/otp%3Ba=b", "/otp%3Ba=b"},
+		{PathOptions{Params: ParamsKeep}, "/otp;a=b", "/otp;a=b"},
+		{PathOptions{Params: ParamsKeep}, "/x/..;/otp", "/x/..;/otp"},
 		{PathOptions{}, "/%41%7e", "/A~"},
 		{PathOptions{}, "/.well-known/x", "/.well-known/x"},
 		{PathOptions{}, "/a/.b/..c", "/a/.b/..c"},
@@ -36,8 +44,29 @@ func TestNormalizePath(t *testing.T) {
 		{PathOptions{}, "*", "*"},
 		{PathOptions{}, "", ""},
 	} {
-		if got := tc.o.Normalize(tc.in); got != tc.want {
-			t.Errorf("%+v.Normalize(%q) = %q, want %q", tc.o, tc.in, got, tc.want)
+		if got, ok := tc.o.Normalize(tc.in); got != tc.want || !ok {
+			t.Errorf("%+v.Normalize(%q) = %q, %v; want %q", tc.o, tc.in, got, ok, tc.want)
+		}
+	}
+}
+
+// What servers read in different ways is refused by default: an encoded
+// slash or backslash, once or twice escaped and in any case, a raw
+// backslash; a ";" with ParamsReject.
+func TestNormalizeRefusesWhatServersReadDifferently(t *testing.T) {
+	for _, in := range []string{"/a%2Fb", "/a%2fb", "/%2Fotp", "/x/..%2Fotp", "/api%2Fotp", "/a%5Cb", "/a%5cb", "/otp\\", "/x\\..\\otp", "/a%252Fb", "/a%252fb", "/a%255Cb", "/%2F"} {
+		if got, ok := (PathOptions{}).Normalize(in); ok {
+			t.Errorf("Normalize(%q) = %q: want it refused", in, got)
+		}
+	}
+	for _, in := range []string{"/otp;a", "/;"} {
+		if got, ok := (PathOptions{Params: ParamsReject}).Normalize(in); ok {
+			t.Errorf("ParamsReject: Normalize(%q) = %q: want it refused", in, got)
+		}
+	}
+	for _, in := range []string{"/a%2Eb", "/a%25", "/a%252", "/a%25Fb", "/%252", "/a%2E%2E"} {
+		if _, ok := (PathOptions{}).Normalize(in); !ok {
+			t.Errorf("Normalize(%q) refused: no separator in it", in)
 		}
 	}
 }
@@ -53,16 +82,26 @@ func TestNormalizeKeepsANormalPathWithoutAllocating(t *testing.T) {
 // segment: nothing is left for a second pass, or an upstream, to resolve.
 func FuzzNormalizePath(f *testing.F) {
 	for _, s := range []string{"/otp", "//otp/", "/./a/../b", "/%6F%2f%2E%2E", "/a/%2e%2E/b", "/%%41", "/.../..../."} {
-		f.Add(s, false, false)
+		f.Add(s, false, false, false, uint8(0))
 	}
-	f.Fuzz(func(t *testing.T, p string, keep, fold bool) {
+	for _, s := range []string{"/x/..%2Fotp", "/a\\b", "/x/..;/otp", "/a%252Fb", "/%2e%2e%2f..;x/"} {
+		f.Add(s, false, false, true, uint8(0))
+		f.Add(s, true, true, false, uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, p string, keep, fold, decode bool, params uint8) {
 		if !strings.HasPrefix(p, "/") {
 			return
 		}
-		o := PathOptions{KeepTrailingSlash: keep, CaseInsensitive: fold}
-		n := o.Normalize(p)
-		if again := o.Normalize(n); again != n {
-			t.Fatalf("Normalize(%q) = %q, but Normalize of that is %q", p, n, again)
+		o := PathOptions{KeepTrailingSlash: keep, CaseInsensitive: fold, DecodeSeparators: decode, Params: ParamMode(params % 3)}
+		n, ok := o.Normalize(p)
+		if !ok {
+			return
+		}
+		if again, ok := o.Normalize(n); again != n || !ok {
+			t.Fatalf("Normalize(%q) = %q, but Normalize of that is %q, %v", p, n, again, ok)
+		}
+		if hasSeparator(n) || o.Params != ParamsKeep && strings.Contains(n, ";") {
+			t.Fatalf("Normalize(%q) = %q keeps what servers read in different ways", p, n)
 		}
 		if !strings.HasPrefix(n, "/") || strings.Contains(n, "//") {
 			t.Fatalf("Normalize(%q) = %q", p, n)
@@ -82,24 +121,27 @@ func TestNormalizeDecodesExactlyTheUnreserved(t *testing.T) {
 	var o PathOptions
 	for c := 0; c < 256; c++ {
 		in := "/x" + "%" + strings.ToLower(hex2(c)) + "y"
-		got := o.Normalize(in)
+		got, _ := o.Normalize(in)
 		ch := byte(c)
 		unres := 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '-' || ch == '.' || ch == '_' || ch == '~'
 		want := "/x%" + hex2(c) + "y"
 		if unres {
 			want = "/x" + string(rune(ch)) + "y"
 		}
+		if ch == '/' || ch == '\\' {
+			want = "" // refused: TestNormalizeRefusesWhatServersReadDifferently
+		}
 		if got != want {
 			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for _, bad := range []string{"/a%g1", "/a%1g", "/a%G1", "/a%:1", "/a%/1", "/a%", "/a%4"} {
-		if got := o.Normalize(bad); got != bad {
-			t.Errorf("Normalize(%q) = %q: a malformed escape must stay as it is", bad, got)
+	for _, bad := range []string{"/a%g1", "/a%1g", "/a%G1", "/a%:1", "/a%/1", "/a%", "/a%4", "/50%", "/%zz", "/%7%30"} {
+		if got, ok := o.Normalize(bad); ok {
+			t.Errorf("Normalize(%q) = %q: a malformed escape must be refused", bad, got)
 		}
 	}
 	for in, want := range map[string]string{"/a/.": "/a", "/a/..": "/", "/.a/..b": "/.a/..b", "/a/...": "/a/...", "/": "/", "/a/": "/a"} {
-		if got := o.Normalize(in); got != want {
+		if got, _ := o.Normalize(in); got != want {
 			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
 		}
 	}

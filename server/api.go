@@ -62,6 +62,9 @@ type CheckResponse struct {
 	DelayMs      int64             `json:"delayMs"`
 	Statuses     []StatusJSON      `json:"statuses"`
 	Headers      map[string]string `json:"headers"`
+	// Detail says why a request refused as bad-request cannot be counted
+	// (a path servers read in different ways, a key given twice).
+	Detail string `json:"detail,omitempty"`
 	// Degraded is true when the store failed and the rules were answered by
 	// their fail modes (fail-open rules within their per-gateway share);
 	// DegradedReason says why.
@@ -281,6 +284,7 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 	if res.Degraded() {
 		resp.Degraded, resp.DegradedReason = true, res.StoreError.Error()
 	}
+	resp.Detail = res.Invalid
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		resp.Statuses[i] = StatusJSON{

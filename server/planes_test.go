@@ -262,6 +262,72 @@ var planeCases = []planeCase{
 			t.Fatalf("the upstream saw %d, want %d", n, 2*len(users))
 		}
 	}},
+	{name: "paths servers read in different ways are refused or counted as the strictest reading", run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		for range 3 {
+			send(t, "POST", base+"/otp", nil, "")
+		}
+		// Encoded slashes and backslashes: nginx and WSGI servers decode
+		// them, Go's and Node's do not. Refused, never forwarded.
+		for _, path := range []string{"/%2Fotp", "/x/..%2Fotp", "/api%2Fotp", "/x/..%5Cotp", "/x/..%252Fotp", "/otp%2F", "/%7%30tp"} {
+			c := dialPlane(t, base)
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", path)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("POST %s: %d, want it refused", path, resp.StatusCode)
+			}
+		}
+		// Path parameters: a servlet container routes "/otp;a=b" and
+		// "/x/..;/otp" to /otp; they are counted as /otp.
+		for _, path := range []string{"/otp;a=b", "/x/..;/otp", "/otp;/", "/;x/otp"} {
+			c := dialPlane(t, base)
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", path)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("POST %s with /otp exhausted: %d, want it refused", path, resp.StatusCode)
+			}
+		}
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		seen := 0
+		for path, n := range up.hits {
+			seen += n
+			if path != "/otp" {
+				t.Errorf("the upstream saw %s", path)
+			}
+		}
+		if seen != 3 {
+			t.Errorf("the upstream saw %d requests, want the 3 admitted", seen)
+		}
+	}},
+	{name: "with encodedSlashes: decode, separators are read as slashes, counted and forwarded so", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, "paths: {encodedSlashes: decode}\n"+planeRules, GatewayOptions{})
+		for i, path := range []string{"/x/..%2Fotp", "/api/..%5Cotp", "/x\\..\\otp", "/%2Fotp"} {
+			c := dialPlane(t, base)
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", path)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			resp.Body.Close()
+			if want := map[bool]int{true: 200, false: 429}[i < 3]; resp.StatusCode != want {
+				t.Fatalf("POST %s: %d, want %d (counted as /otp)", path, resp.StatusCode, want)
+			}
+		}
+		if n := up.count("/otp"); n != 3 {
+			t.Fatalf("the upstream saw /otp %d times, want 3: %v", n, up.hits)
+		}
+	}},
 	{name: "a weighted request takes its cost", run: func(t *testing.T, p testPlane) {
 		up := newRecorder(t, nil)
 		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})

@@ -67,15 +67,27 @@ func Remove() {
 	}
 }
 
-// Start runs the sluice binary with args, its stderr (the log) going to
-// stderr, and returns the loopback address its first line names and the
-// process, which is killed when the test ends (and with the test process,
-// even on a panic or -timeout).
+// Start runs the sluice binary with args and returns the loopback address
+// its first line names and the process, which is killed when the test ends
+// (and with the test process, even on a panic or -timeout). Its stderr (the
+// log) goes to stderr; given os.Stderr, it is kept instead (the last
+// 256 KiB of it) and printed only if the test fails, so that a passing
+// suite is quiet and a failing one shows the process's last words.
 func Start(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(Sluice(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, _ := cmd.StdoutPipe()
+	if stderr == os.Stderr {
+		tail := &tailLog{max: 256 << 10}
+		stderr = tail
+		name := "sluice " + strings.Join(args, " ")
+		t.Cleanup(func() { // runs after the kill below
+			if t.Failed() {
+				t.Logf("the log of %s (its last %d bytes):\n%s", name, tail.max, tail.String())
+			}
+		})
+	}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -92,4 +104,27 @@ func Start(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
 	}
 	t.Fatalf("banner %q", line)
 	return "", nil
+}
+
+// tailLog keeps the last max bytes written to it.
+type tailLog struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (l *tailLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if over := len(l.b) - l.max; over > 0 {
+		l.b = append(l.b[:0], l.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (l *tailLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
 }

@@ -7,10 +7,12 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,9 +64,13 @@ func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := Need(t)
 	dir := t.TempDir()
+	cluster := slices.Contains(extra, "cluster-enabled yes")
 	var lastErr error
-	for range 5 {
+	for range 20 {
 		port := freePort(t)
+		if cluster && !portFree(port+10000) {
+			continue // a cluster node also listens on its bus port, port + 10000
+		}
 		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--protected-mode", "no"}
 		for _, e := range extra {
@@ -76,6 +82,9 @@ func Start(t testing.TB, extra ...string) *Server {
 			t.Cleanup(s.Stop)
 			return s
 		}
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no free pair of ports for a cluster node and its bus")
 	}
 	t.Fatal(lastErr)
 	return nil
@@ -163,6 +172,19 @@ func (s *Server) Do(args ...string) (string, error) {
 func (s *Server) ping() bool {
 	r, err := s.Do("PING")
 	return err == nil && r == "+PONG"
+}
+
+// portFree reports whether a loopback port can be listened on now.
+func portFree(port int) bool {
+	if port > 65535 {
+		return false
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 func freePort(t testing.TB) int {
