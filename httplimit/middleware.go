@@ -157,6 +157,8 @@ func (x *httpExchange) Hold(d time.Duration) bool { return Hold(x.r.Context(), d
 
 func (x *httpExchange) SeesResponse() bool { return true }
 
+func (x *httpExchange) Abandon() { Abandon(x.w) }
+
 func (x *httpExchange) Refuse(res *engine.Result) { x.l.reject(x.w, x.r, res, x.st) }
 
 func (x *httpExchange) Shed() { shed(x.w) }

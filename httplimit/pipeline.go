@@ -24,6 +24,10 @@ type Exchange interface {
 	// is still there at the end. It returns false as soon as the stack
 	// sees the client go.
 	Hold(d time.Duration) bool
+	// Abandon ends the exchange of a client that has gone, answering
+	// nothing: its connection is closed (an answer it may still read must
+	// not claim a success that did not happen).
+	Abandon()
 	// Refuse answers a refused result: its status, the fields of
 	// Limiter.VisitHeaders and the problem of FillProblem (or the stack's
 	// own rendering of them).
@@ -142,6 +146,7 @@ func (l *Limiter) hold(x Exchange, res *engine.Result) bool {
 	}
 	// The client gave up: its units go back, though its context is done.
 	l.e.Refund(context.WithoutCancel(x.Context()), res)
+	x.Abandon()
 	return false
 }
 
@@ -177,4 +182,17 @@ func clientID(a netip.Addr, v6prefix int) uint64 {
 // the upstream's capacity, so they must not shrink it for everyone.
 func overloaded(status int) bool {
 	return status == 0 || status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
+// Abandon ends a net/http exchange whose client has gone without writing an
+// answer: the connection is taken over and closed, or where it cannot be
+// (HTTP/2), the handler is aborted with http.ErrAbortHandler, which the
+// server takes as the end of the stream. A handler that returned without
+// writing would be answered 200 with an empty body.
+func Abandon(w http.ResponseWriter) {
+	if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		c.Close()
+		return
+	}
+	panic(http.ErrAbortHandler)
 }

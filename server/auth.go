@@ -149,6 +149,8 @@ func (x *authExchange) Context() context.Context { return x.r.Context() }
 
 func (x *authExchange) Hold(d time.Duration) bool { return httplimit.Hold(x.r.Context(), d) }
 
+func (x *authExchange) Abandon() { httplimit.Abandon(x.w) }
+
 func (x *authExchange) Refuse(res *engine.Result) {
 	x.s.limiter.Headers(x.w.Header(), res)
 	httplimit.WriteProblem(x.w, httplimit.ProblemFor(res))

@@ -116,8 +116,24 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *Fast
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ReadBufferSize: 64 << 10, NoDefaultServerHeader: true, NoDefaultDate: false,
 		DisableHeaderNamesNormalizing: true, CloseOnShutdown: true,
+		Concurrency: clientConnections(o.MaxConns, g.up.MaxTunnels),
 	}
 	return g
+}
+
+// clientConnections is how many client connections the fasthttp plane
+// serves at once: what the open-file limit leaves once the upstream's
+// connections (two clients of maxConns each) and the tunnels (two
+// descriptors each) have theirs, and a margin. Beyond it fasthttp answers
+// new connections 503 and closes them; the process never runs out of
+// descriptors on client connections alone (PatientListener waits out the
+// rest).
+func clientConnections(maxConns, maxTunnels int) int {
+	n := fileLimit()
+	if n <= 0 {
+		return 0 // fasthttp's default
+	}
+	return max(64, n-2*maxConns-2*maxTunnels-256)
 }
 
 func hostPort(u *url.URL) string {
@@ -219,7 +235,6 @@ func (x *fastExchange) Hold(d time.Duration) bool {
 			time.Sleep(min(left, holdPoll))
 		}
 		if peerClosed(x.ctx.Conn()) {
-			x.ctx.SetConnectionClose()
 			return false
 		}
 		if left <= holdPoll {
@@ -232,6 +247,12 @@ func (x *fastExchange) Hold(d time.Duration) bool {
 const holdPoll = 20 * time.Millisecond
 
 func (x *fastExchange) Refuse(res *engine.Result) { x.g.reject(x.ctx, res, x.st) }
+
+// Abandon closes the client's connection without an answer.
+func (x *fastExchange) Abandon() {
+	x.ctx.HijackSetNoResponse(true)
+	x.ctx.Hijack(func(net.Conn) {}) // fasthttp closes it once this returns
+}
 
 func (x *fastExchange) Shed() {
 	ctx, st := x.ctx, x.st

@@ -91,7 +91,8 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 		Rewrite:   rewrite,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
-				return // the client went away: nobody to answer
+				httplimit.Abandon(w) // the client went away: answer nothing, not an empty 200
+				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -147,6 +148,7 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 	a, err := u.exchange(r.Context(), func(w *bufio.Writer) error { return out.Write(w) })
 	if err != nil {
 		if r.Context().Err() != nil {
+			httplimit.Abandon(w)
 			return
 		}
 		var ne net.Error

@@ -412,6 +412,31 @@ var planeCases = []planeCase{
 			t.Fatalf("the upstream saw %d requests, want 1: a client that left was forwarded", n)
 		}
 	}},
+	{name: "a client that half-closes is never told of a success that did not happen", run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				time.Sleep(500 * time.Millisecond)
+			}
+			w.Write([]byte("upstream\n"))
+		})
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		send(t, "GET", base+"/queue", nil, "") // the queue's first, served at once
+		for _, path := range []string{"/queue", "/slow"} {
+			c := dialPlane(t, base)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+			c.(*net.TCPConn).CloseWrite() // sent, and nothing more: but still reading
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				continue // closed without an answer: as a client that left
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && string(body) != "upstream\n" {
+				t.Errorf("%s, half-closed: %d %q — a success the upstream never gave", path, resp.StatusCode, body)
+			}
+		}
+	}},
 	{name: "a delay beyond the longest hold is refused and gives its units back", run: func(t *testing.T, p testPlane) {
 		up := newRecorder(t, nil)
 		base, e := p.start(t, up.srv.URL, planeRules, GatewayOptions{})

@@ -31,7 +31,8 @@ import (
 //
 // A tunnel ends when either side closes, when no byte has crossed it either
 // way for IdleTimeout, or MaxDuration after it opened; at most MaxTunnels
-// are open at once (beyond: 503). Each holds two 8 KiB copy buffers.
+// are open at once (beyond: 503). Each holds two 8 KiB copy buffers and
+// two file descriptors.
 type Upgrades struct {
 	// Refuse answers every upgrade request 501 (after the rules have
 	// counted it) instead of passing it on.
@@ -41,7 +42,9 @@ type Upgrades struct {
 	IdleTimeout time.Duration
 	// MaxDuration ends a tunnel this long after it opened (default 1 hour).
 	MaxDuration time.Duration
-	// MaxTunnels bounds the tunnels open at once (default 10,000).
+	// MaxTunnels bounds the tunnels open at once (default: a quarter of
+	// the process's open-file limit, at most 10,000: each tunnel holds two
+	// descriptors).
 	MaxTunnels int
 }
 
@@ -74,7 +77,7 @@ func newUpgrader(upstream *url.URL, g GatewayOptions) *upgrader {
 		o.MaxDuration = DefaultTunnelMax
 	}
 	if o.MaxTunnels <= 0 {
-		o.MaxTunnels = DefaultMaxTunnels
+		o.MaxTunnels = defaultMaxTunnels()
 	}
 	u := &upgrader{Upgrades: o, upstream: upstream, addr: hostPort(upstream), timeout: g.Timeout}
 	if upstream.Scheme == "https" {
@@ -269,6 +272,15 @@ func (u *upgrader) pipe(dst net.Conn, src net.Conn, r io.Reader, last *atomic.In
 			return
 		}
 	}
+}
+
+// defaultMaxTunnels is a quarter of the open-file limit, at most
+// DefaultMaxTunnels: tunnels alone can take half the descriptors.
+func defaultMaxTunnels() int {
+	if n := fileLimit(); n > 0 {
+		return max(16, min(DefaultMaxTunnels, n/4))
+	}
+	return DefaultMaxTunnels
 }
 
 // take reserves a tunnel; false when MaxTunnels are open.

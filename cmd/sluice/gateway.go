@@ -31,7 +31,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	noUpgrades := fs.Bool("no-upgrades", false, "refuse protocol upgrades (WebSocket) with 501 instead of passing them to the upstream")
 	tunnelIdle := fs.Duration("tunnel-idle-timeout", server.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
 	tunnelMax := fs.Duration("tunnel-max-duration", server.DefaultTunnelMax, "end an upgraded connection this long after it opened")
-	maxTunnels := fs.Int("max-tunnels", server.DefaultMaxTunnels, "the most upgraded connections open at once; beyond it, 503")
+	maxTunnels := fs.Int("max-tunnels", 0, "the most upgraded connections open at once, beyond which 503 (0: a quarter of the open-file limit, at most 10000)")
 	upstreamCA := fs.String("upstream-ca", "", "PEM file of the certificate authorities an https upstream is checked against (default: the system's)")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
@@ -74,8 +74,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		conc = concurrency.New(concurrency.NewMinRTT(concurrency.MinRTT{}), concurrency.Options{Min: 4, Max: *adaptiveMax, Tiers: tiers})
 		s.metrics.WatchConcurrency(conc)
 	}
-	if *tunnelIdle <= 0 || *tunnelMax <= 0 || *maxTunnels <= 0 {
-		return errUsage{errors.New("--tunnel-idle-timeout, --tunnel-max-duration and --max-tunnels must be > 0")}
+	if *tunnelIdle <= 0 || *tunnelMax <= 0 || *maxTunnels < 0 {
+		return errUsage{errors.New("--tunnel-idle-timeout and --tunnel-max-duration must be > 0, --max-tunnels >= 0")}
 	}
 	var upstreamTLS *tls.Config
 	if *upstreamCA != "" {
@@ -102,7 +102,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		ln = s.tls.wrap(ln, "http/1.1") // fasthttp speaks HTTP/1.1 only
+		ln = s.tls.wrap(server.PatientListener(ln, s.log), "http/1.1") // fasthttp speaks HTTP/1.1 only
 		g := server.NewFastGateway(u, s.eng, gwo)
 		front = &listening{ln: ln, srv: fastServer{g}}
 	case "net/http":

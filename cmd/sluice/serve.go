@@ -424,7 +424,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return errUsage{err}
 		}
-		servers = append(servers, &listening{ln: gl, srv: g})
+		servers = append(servers, &listening{ln: server.PatientListener(gl, s.log), srv: g})
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
 		fmt.Fprintf(stdout, "sluice Envoy rate limit service on %s://%s\n", s.scheme("grpc"), gl.Addr())
 	}
