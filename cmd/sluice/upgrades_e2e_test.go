@@ -2,7 +2,11 @@ package main
 
 import (
 	"bufio"
+	"os/exec"
+	"syscall"
+
 	"fmt"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -119,5 +123,77 @@ func TestGatewayUpgradeSmugglingEndToEnd(t *testing.T) {
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("tunnel: %q %v", buf, err)
+	}
+}
+
+// The built gateway with an open-file limit of 512 and its default flags,
+// against 700 connections opened at once and left idle: it does not run
+// out of descriptors and exit (the previous build did, as fasthttp's
+// server stops on EMFILE), and once they are gone it serves again.
+func TestGatewaySurvivesAConnectionFloodEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer up.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - {id: all, key: [ip], rate: 1000000, per: 1s}\n"), 0o600)
+	cmd := exec.Command("sh", "-c", `ulimit -n 512 && exec "$0" "$@"`, proctest.Sluice(t),
+		"gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", "", "--watch", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, _ := cmd.StdoutPipe()
+	var log proctest.Output
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no banner: %v", err)
+	}
+	var base string
+	for _, f := range strings.Fields(line) {
+		if strings.HasPrefix(f, "http://127.0.0.1:") {
+			base = f // the first: the gateway's, before its upstream's
+			break
+		}
+	}
+	var flood []net.Conn
+	for range 700 {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			break
+		}
+		flood = append(flood, c)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("the gateway exited under %d idle connections: %v\n%s", len(flood), waitErr, log.String())
+	case <-time.After(2 * time.Second):
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := client.Get(base + "/after")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the gateway did not serve again within 30 s after the flood: %v\n%s", err, log.String())
+		}
+	}
+	select {
+	case <-exited:
+		t.Fatalf("the gateway exited: %v", waitErr)
+	default:
 	}
 }
