@@ -222,6 +222,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 		return nil
 	}
 	req.Path = path
+	req.Method = upperMethod(req.Method)
 
 	// Match the rules and build their keys into one buffer.
 	for _, r := range rs.rules {
@@ -754,6 +755,7 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 		return nil // refused when it was checked: nothing to charge
 	}
 	req.Path = path
+	req.Method = upperMethod(req.Method)
 	res.takes = res.takes[:0]
 	for _, r := range rs.rules {
 		if len(r.CountOn) == 0 || r.Shadow || r.Envoy != nil || !counts(r.CountOn, status) {

@@ -53,3 +53,15 @@ func mulCost(a, b int64) int64 {
 	}
 	return a * b
 }
+
+// upperMethod is the method as rules match it: in upper case. Methods are
+// case-sensitive (RFC 9110 §9.1), but some servers read "post" as POST;
+// counting it as POST is the strictest reading.
+func upperMethod(m string) string {
+	for i := 0; i < len(m); i++ {
+		if 'a' <= m[i] && m[i] <= 'z' {
+			return strings.ToUpper(m)
+		}
+	}
+	return m
+}

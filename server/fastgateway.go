@@ -62,6 +62,8 @@ type FastGateway struct {
 	pool    sync.Pool // of *fastState
 	up      *upgrader
 	trusted []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
+	// warnings are the upstream errors logged, at most one a second.
+	warnings rareWarnings
 }
 
 type fastState struct {
@@ -96,7 +98,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *Fast
 	g := &FastGateway{
 		e: e, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
 		log: o.Logger, panics: &o.Metrics.panics, trusted: o.HTTP.TrustedProxies,
-		up: newUpgrader(upstream, o),
+		up: newUpgrader(upstream, o), warnings: rareWarnings{log: o.Logger},
 		client: &fasthttp.HostClient{
 			Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
 			ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
@@ -418,8 +420,14 @@ func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detai
 func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
 	// The forwarding fields are rebuilt: any the client sent go, whatever
-	// the case of their names.
-	hop := scrubHop(&req.Header, forwardingHeaders...)
+	// the case of their names, and so do the other fields naming a client
+	// address unless a trusted proxy sent them.
+	fromTrusted := peer.IsValid() && containsAddr(trusted, peer)
+	drop := forwardingHeaders
+	if !fromTrusted {
+		drop = untrustedHeaders
+	}
+	hop := scrubHop(&req.Header, drop...)
 	asked := ""
 	if hop.connUpgrade {
 		asked = hop.upgrade
@@ -430,13 +438,16 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	// X-Forwarded-For: keep a trusted proxy's chain, drop anyone else's.
 	var buf [64]byte
 	xff := buf[:0]
-	if chain := st.fwd["X-Forwarded-For"]; len(chain) > 0 && peer.IsValid() && containsAddr(trusted, peer) {
+	if chain := st.fwd["X-Forwarded-For"]; len(chain) > 0 && fromTrusted {
 		for _, c := range chain {
 			xff = append(append(xff, c...), ", "...)
 		}
 	}
 	req.Header.SetBytesV("X-Forwarded-For", peer.AppendTo(xff))
 	req.Header.SetBytesV("X-Forwarded-Host", ctx.Host())
+	if client := st.req.ClientIP; client.IsValid() {
+		req.Header.SetBytesV("X-Real-IP", client.AppendTo(buf[:0]))
+	}
 	proto := "http"
 	if ctx.IsTLS() {
 		proto = "https"
@@ -472,7 +483,7 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
 		return
 	case err != nil:
-		g.log.Warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
+		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
 		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
 		return
 	}
@@ -486,8 +497,14 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	g.limiter.VisitHeaders(res, func(name string, v []byte) { h.SetBytesV(name, v) })
 }
 
-// forwardingHeaders are the fields the gateway rebuilds for the upstream.
-var forwardingHeaders = []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto"}
+// forwardingHeaders are the fields the gateway rebuilds for the upstream;
+// untrustedHeaders those it also drops when the peer is not a trusted
+// proxy: every field an upstream might take a client's address or the
+// original request from (see clientAddressHeaders).
+var (
+	forwardingHeaders = []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip"}
+	untrustedHeaders  = append(slices.Clone(forwardingHeaders), clientAddressHeaders...)
+)
 
 // upgrade passes an upgrade request on (see Upgrades): a tunnel once the
 // upstream has switched to the protocol asked, its answer relayed
@@ -511,7 +528,7 @@ func (g *FastGateway) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked str
 			g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
 			return
 		}
-		g.log.Warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
+		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
 		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
 		return
 	}
@@ -597,7 +614,10 @@ func scrubHop(h fastHeader, also ...string) (f hopFields) {
 					switch {
 					case strings.EqualFold(t, "upgrade"):
 						f.connUpgrade = true
-					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)):
+					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)) ||
+						strings.EqualFold(t, "Content-Length") || strings.EqualFold(t, "Host"):
+						// The request's framing and target are not the
+						// Connection field's to remove.
 					default:
 						named = append(named, strings.Clone(t))
 					}

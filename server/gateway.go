@@ -74,6 +74,7 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 	if o.UpstreamTLS != nil {
 		t.TLSClientConfig = o.UpstreamTLS.Clone()
 	}
+	warnings := &rareWarnings{log: log}
 	rewrite := func(pr *httputil.ProxyRequest) {
 		pr.SetURL(upstream)
 		pr.Out.Host = pr.In.Host
@@ -81,10 +82,19 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 		if trusted == nil {
 			trusted = e.Config().TrustedProxies
 		}
-		if peer := httplimit.ClientIP(&http.Request{RemoteAddr: pr.In.RemoteAddr}, nil); peer.IsValid() && containsAddr(trusted, peer) {
+		peer := httplimit.ClientIP(&http.Request{RemoteAddr: pr.In.RemoteAddr}, nil)
+		if peer.IsValid() && containsAddr(trusted, peer) {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+		} else {
+			for _, k := range clientAddressHeaders {
+				pr.Out.Header.Del(k)
+			}
 		}
 		pr.SetXForwarded()
+		pr.Out.Header.Del("X-Real-Ip")
+		if client := httplimit.ClientIPAtDepth(pr.In, trusted, e.Config().ClientIPDepth); client.IsValid() {
+			pr.Out.Header.Set("X-Real-Ip", client.String())
+		}
 	}
 	proxy := &httputil.ReverseProxy{
 		Transport: t,
@@ -99,14 +109,14 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 				writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
 				return
 			}
-			log.Warn("sluice: upstream unreachable", "upstream", upstream.Host, "error", err)
+			warnings.warn("sluice: upstream unreachable", "upstream", upstream.Host, "error", err)
 			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
 		},
 	}
 	up := newUpgrader(upstream, o)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 1 && isUpgrade(r.Header.Get("Connection"), r.Header.Get("Upgrade")) {
-			up.serveHTTP(w, r, rewrite, log)
+			up.serveHTTP(w, r, rewrite, warnings)
 			return
 		}
 		proxy.ServeHTTP(w, r)
@@ -117,7 +127,7 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 // serveHTTP passes an upgrade request on for the net/http plane: the
 // request as the proxy would send it, then a tunnel if the upstream
 // switches, or its answer relayed if not.
-func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), log *slog.Logger) {
+func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), warnings *rareWarnings) {
 	if u.Refuse {
 		writeProblem(w, http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades", "")
 		return
@@ -156,7 +166,7 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 			writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
 			return
 		}
-		log.Warn("sluice: upstream unreachable", "upstream", u.upstream.Host, "error", err)
+		warnings.warn("sluice: upstream unreachable", "upstream", u.upstream.Host, "error", err)
 		writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
 		return
 	}
@@ -193,6 +203,15 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 	tunnelled = true
 	u.tunnel(conn, brw.Reader, a)
 }
+
+// clientAddressHeaders are the fields, besides X-Forwarded-For and
+// Forwarded, from which upstreams commonly take a client's address or the
+// original request: dropped when the peer is not a trusted proxy, so that a
+// client cannot name itself to the upstream. X-Real-IP is set to the
+// address the gateway counted.
+var clientAddressHeaders = []string{"True-Client-Ip", "X-Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip",
+	"Fastly-Client-Ip", "X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Prefix", "X-Original-Forwarded-For",
+	"X-Original-Uri", "X-Original-Url", "X-Rewrite-Url"}
 
 // TransportOptions size the gateway's connections to its upstream.
 type TransportOptions struct {

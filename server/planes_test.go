@@ -283,10 +283,12 @@ var planeCases = []planeCase{
 			}
 		}
 		// Path parameters: a servlet container routes "/otp;a=b" and
-		// "/x/..;/otp" to /otp; they are counted as /otp.
-		for _, path := range []string{"/otp;a=b", "/x/..;/otp", "/otp;/", "/;x/otp"} {
+		// "/x/..;/otp" to /otp; they are counted as /otp. So is "post
+		// /otp": some servers read a method in any case.
+		for _, line := range []string{"POST /otp;a=b", "POST /x/..;/otp", "POST /otp;/", "POST /;x/otp", "post /otp", "Post /otp"} {
 			c := dialPlane(t, base)
-			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", path)
+			method, path, _ := strings.Cut(line, " ")
+			fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", method, path)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
@@ -684,14 +686,18 @@ var planeCases = []planeCase{
 		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
 		c := dialPlane(t, base)
 		c.Write([]byte("GET /a HTTP/1.1\r\nhost: x\r\nconnection: x-drop\r\nx-drop: 1\r\nproxy-authorization: secret\r\nte: gzip\r\n" +
-			"x-forwarded-for: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nforwarded: for=8.8.8.8\r\nx-forwarded-host: evil\r\n\r\n"))
+			"x-forwarded-for: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nforwarded: for=8.8.8.8\r\nx-forwarded-host: evil\r\n"+
+			"x-real-ip: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.7\r\nX-Original-URL: /admin\r\nX-Forwarded-Port: 1\r\n\r\n"))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		r := up.lastRequest()
-		for _, k := range []string{"X-Drop", "Proxy-Authorization", "Te", "Forwarded", "Connection"} {
+		if xri := r.Header["X-Real-Ip"]; len(xri) != 1 || xri[0] != "127.0.0.1" {
+			t.Errorf("X-Real-IP reached the upstream as %q, want the address counted", xri)
+		}
+		for _, k := range []string{"X-Drop", "Proxy-Authorization", "Te", "Forwarded", "Connection", "True-Client-Ip", "X-Original-Url", "X-Forwarded-Port"} {
 			if v, ok := r.Header[k]; ok {
 				t.Errorf("the upstream got %s: %q", k, v)
 			}
@@ -704,6 +710,18 @@ var planeCases = []planeCase{
 		}
 		if v := resp.Header.Get("X-Hop"); v != "" {
 			t.Errorf("a field the upstream's Connection named reached the client: %q", v)
+		}
+		// A Connection field naming the request's own framing does not
+		// unframe it: the body still reaches the upstream whole.
+		c2 := dialPlane(t, base)
+		c2.Write([]byte("POST /framed HTTP/1.1\r\nHost: x\r\nConnection: Content-Length, Host\r\nContent-Length: 4\r\n\r\nbody"))
+		resp2, err := http.ReadResponse(bufio.NewReader(c2), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp2.Body.Close()
+		if resp2.StatusCode != 200 || up.count("/framed") != 1 {
+			t.Errorf("Connection: Content-Length: %d, the upstream saw it %d times", resp2.StatusCode, up.count("/framed"))
 		}
 	}},
 	{name: "a trusted proxy's forwarding fields count in any case and over several lines", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
