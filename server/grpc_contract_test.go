@@ -45,7 +45,9 @@ import (
 // grpcGaps are the contract's cases a server does not meet, by server and
 // case name: the suite skips them, loudly, and docs/service.md lists them.
 var grpcGaps = map[string]string{
-	"grpc-go/a request that never completes ends its connection": "grpc-go has no bound on the time a request may take to arrive",
+	"grpc-go/a request that never completes ends its connection":                       "grpc-go has no bound on the time a request may take to arrive",
+	"grpc-go/at the connection cap an idle connection makes room, a busy one does not": "with grpc-go, connections beyond the cap wait until one ends (its MaxConnectionIdle ends an idle one after 5 minutes by default): idle connections can lock others out until then",
+	"grpc-go/a flood of frames that carry no call ends its connection":                 "grpc-go answers SETTINGS and WINDOW_UPDATE floods without bound",
 }
 
 const contractRules = `domain: load
@@ -305,11 +307,30 @@ var contractCases = []contractCase{
 			t.Fatal(err)
 		}
 	}},
-	{"connections beyond the cap wait until one ends", func(t *testing.T, kind string) {
+	{"at the connection cap an idle connection makes room, a busy one does not", func(t *testing.T, kind string) {
 		f := startGRPC(t, kind, GRPCOptions{MaxConnections: 2})
-		a, b := dialH2(t, f.addr), dialH2(t, f.addr)
-		a.settled(t)
-		b.settled(t)
+		busy := rlsv3.NewRateLimitServiceClient(grpcClient(t, f.addr))
+		if _, err := busy.ShouldRateLimit(context.Background(), loadRequest("user", "busy"), grpc.WaitForReady(true)); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() { // a connection in use: a call every 50 ms
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				if _, err := busy.ShouldRateLimit(context.Background(), loadRequest("user", "busy")); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+		defer func() { close(stop); wg.Wait() }()
+		idle := dialH2(t, f.addr) // the second: open, and never a call
+		idle.settled(t)
 		c := dialH2(t, f.addr)
 		got := make(chan error, 1)
 		go func() {
@@ -322,9 +343,58 @@ var contractCases = []contractCase{
 			t.Fatalf("a third connection over a cap of 2 was served at once (%v)", err)
 		case <-time.After(300 * time.Millisecond):
 		}
-		a.nc.Close()
 		if err := <-got; err != nil {
-			t.Fatalf("the third connection, once one ended: %v", err)
+			t.Fatalf("the third connection, with an idle one to end: %v", err)
+		}
+		if err := idle.untilClosed(20 * time.Second); err != nil {
+			t.Fatalf("the idle connection: %v", err)
+		}
+		if failed.Load() != 0 {
+			t.Fatalf("%d calls of the busy connection failed: it was ended instead of the idle one", failed.Load())
+		}
+	}},
+	{"a flood of frames that carry no call ends its connection", func(t *testing.T, kind string) {
+		f := startGRPC(t, kind, GRPCOptions{})
+		r := dialH2(t, f.addr)
+		r.settled(t)
+		done := make(chan error, 1)
+		go func() {
+			r.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+			for {
+				fr, err := r.fr.ReadFrame()
+				if err != nil {
+					done <- err
+					return
+				}
+				if g, ok := fr.(*http2.GoAwayFrame); ok && g.ErrCode == http2.ErrCodeEnhanceYourCalm {
+					done <- nil
+					return
+				}
+			}
+		}()
+		// SETTINGS and WINDOW_UPDATE frames, as fast as they go, for at
+		// most 10 s: each asks some work of the server, and none a call.
+		end := time.Now().Add(10 * time.Second)
+		for i := 0; time.Now().Before(end); i++ {
+			var err error
+			if i%2 == 0 {
+				err = r.fr.WriteSettings()
+			} else {
+				err = r.fr.WriteWindowUpdate(0, 1)
+			}
+			if err != nil {
+				break // closed
+			}
+			select {
+			case <-done: // GOAWAY ENHANCE_YOUR_CALM, or the connection closed
+				return // (a close with the flood unread may reach us as a reset first)
+			default:
+			}
+		}
+		select {
+		case <-done: // the server closed it: the last writes failed
+		case <-time.After(5 * time.Second):
+			t.Fatal("the connection was still open after 10 s of a flood")
 		}
 	}},
 	{"a client's PING flood ends its connection", func(t *testing.T, kind string) {

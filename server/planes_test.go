@@ -686,7 +686,7 @@ var planeCases = []planeCase{
 		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
 		c := dialPlane(t, base)
 		c.Write([]byte("GET /a HTTP/1.1\r\nhost: x\r\nconnection: x-drop\r\nx-drop: 1\r\nproxy-authorization: secret\r\nte: gzip\r\n" +
-			"x-forwarded-for: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nforwarded: for=8.8.8.8\r\nx-forwarded-host: evil\r\n"+
+			"x-forwarded-for: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nforwarded: for=8.8.8.8\r\nx-forwarded-host: evil\r\n" +
 			"x-real-ip: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.7\r\nX-Original-URL: /admin\r\nX-Forwarded-Port: 1\r\n\r\n"))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {

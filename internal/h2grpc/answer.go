@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -92,6 +93,8 @@ func (c *conn) finish(st *stream) {
 		return
 	}
 	st.finished = true
+	c.answered.Add(1)
+	c.lastAnswer.Store(time.Now().UnixNano())
 	c.mu.Lock()
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)

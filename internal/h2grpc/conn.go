@@ -60,6 +60,9 @@ type conn struct {
 	lastStream atomic.Uint32
 	goingAway  atomic.Bool  // the second GOAWAY is sent: new streams are refused
 	unfinished atomic.Int32 // streams whose request is not complete
+	idleFrames atomic.Int64 // frames read that carried no call (progress)
+	answered   atomic.Int64 // calls answered
+	lastAnswer atomic.Int64 // when a call was last answered (or the connection ready), ns
 	ready      atomic.Bool  // past the prefaces: the watcher runs
 	reads      atomic.Uint64
 	w          watch // the watcher's state (watch.go)
@@ -124,6 +127,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		sendConn: 65535, peerInitWindow: 65535, peerMaxFrame: 16384,
 	}
 	c.streamWindow = min(int64(c.maxRecv)+5+16<<10, math.MaxInt32)
+	c.lastAnswer.Store(time.Now().UnixNano()) // for eviction, a new connection is as good as one that just answered
 	c.br = bufio.NewReaderSize(nc, 32<<10)
 	c.fr = http2.NewFramer(&c.out, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -176,6 +180,9 @@ func (c *conn) serve() {
 	for {
 		c.reads.Add(1)
 		if err == nil {
+			if !progress(f) {
+				c.idleFrames.Add(1)
+			}
 			err = c.handle(f)
 		}
 		if err != nil && !c.survive(err) {

@@ -39,6 +39,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 )
 
@@ -183,14 +184,12 @@ func (s *Server) Serve(l net.Listener) error {
 	}()
 	var backoff time.Duration
 	for {
-		select {
-		case slots <- struct{}{}: // released when the connection ends
-		case <-s.quit:
+		nc, err := l.Accept()
+		if err == nil && !s.room(slots) {
+			nc.Close()
 			return ErrServerClosed
 		}
-		nc, err := l.Accept()
 		if err != nil {
-			<-slots
 			s.mu.Lock()
 			closing := s.closing
 			s.mu.Unlock()
@@ -219,6 +218,55 @@ func (s *Server) Serve(l net.Listener) error {
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		go c.serve()
+	}
+}
+
+// idleEviction is how long a connection must have gone without answering a
+// call to be ended for a new one when the server is at MaxConnections.
+const idleEviction = time.Second
+
+// room takes a connection slot for a connection just accepted. At
+// MaxConnections it makes room by ending the connection that has gone
+// longest without answering a call, if that is at least idleEviction, so
+// that idle connections cannot lock everyone else out; while every
+// connection is busy it waits for one to end, looking again every 250 ms.
+// It reports false if the server closes meanwhile.
+func (s *Server) room(slots chan struct{}) bool {
+	for {
+		select {
+		case slots <- struct{}{}: // released when the connection ends
+			return true
+		default:
+		}
+		s.evictIdle()
+		select {
+		case slots <- struct{}{}:
+			return true
+		case <-s.quit:
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// evictIdle ends the connection that has gone longest without answering a
+// call, if that is at least idleEviction.
+func (s *Server) evictIdle() {
+	cutoff := time.Now().Add(-idleEviction).UnixNano()
+	var victim *conn
+	oldest := cutoff
+	s.mu.Lock()
+	for c := range s.conns {
+		if t := c.lastAnswer.Load(); t <= oldest {
+			victim, oldest = c, t
+		}
+	}
+	s.mu.Unlock()
+	if victim != nil {
+		if victim.ready.Load() {
+			victim.goAwayWith(http2.ErrCodeNo)
+		}
+		victim.close()
 	}
 }
 

@@ -24,7 +24,12 @@ import (
 //     RequestTimeout → GOAWAY ENHANCE_YOUR_CALM, close, so that a client
 //     cannot hold streams and window open by trickling bytes;
 //   - drain: the second GOAWAY if the client has not answered the first
-//     one's PING within a second.
+//     one's PING within a second;
+//   - floods: more frames that carry no call (SETTINGS, WINDOW_UPDATE,
+//     PRIORITY, RST_STREAM, empty DATA, unknown types) in a second than
+//     max(1,000, 50 per call answered in it) → GOAWAY ENHANCE_YOUR_CALM,
+//     close: each costs the server a little work, and a flood of them,
+//     unlimited, a core.
 //
 // A client's PINGs are policed where they are read (onPing), as grpc-go's
 // keepalive enforcement polices them.
@@ -63,6 +68,24 @@ type watch struct {
 	idleSince  time.Time
 	lastStream uint32
 	pingSent   time.Time // a keepalive PING unanswered since; zero: none
+	idleFrames int64     // at the last tick
+	answered   int64
+}
+
+// maxIdleFrames is how many frames that carry no call a connection may
+// send in a second, beyond those its answered calls allow (50 each).
+const maxIdleFrames = 1000
+
+// progress reports whether a frame carries a call: HEADERS, a DATA with
+// bytes or ending its stream, or a PING (policed apart, by onPing).
+func progress(f http2.Frame) bool {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame, *http2.PingFrame:
+		return true
+	case *http2.DataFrame:
+		return f.Length > 0 || f.StreamEnded()
+	}
+	return false
 }
 
 // startWatch starts the watcher once the connection's prefaces are done.
@@ -74,6 +97,7 @@ func (c *conn) startWatch() {
 		jitter := time.Duration(rand.Int64N(int64(age)/5+1)) - age/10
 		w.ageAt = now.Add(age + jitter)
 	}
+	c.lastAnswer.Store(now.UnixNano())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.stopped {
@@ -123,6 +147,13 @@ func (c *conn) check(now time.Time) bool {
 		c.release()
 		w.pingSent = now
 	}
+	idle, answered := c.idleFrames.Load(), c.answered.Load()
+	if idle-w.idleFrames > max(maxIdleFrames, 50*(answered-w.answered)) {
+		c.goAwayWith(http2.ErrCodeEnhanceYourCalm)
+		c.close()
+		return false
+	}
+	w.idleFrames, w.answered = idle, answered
 	if c.unfinished.Load() > 0 && c.staleRequest(now, orDefault(s.RequestTimeout, defaultReqTimeout)) {
 		c.goAwayWith(http2.ErrCodeEnhanceYourCalm)
 		c.close()
