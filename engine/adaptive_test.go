@@ -20,7 +20,7 @@ const adaptiveRules = `
 priority: {from: header:X-Priority}
 rules:
   - {id: api, key: [user], rate: 100, per: 1h, adaptive: true}
-  - {id: tiered, key: [tenant], rate: 100, per: 1h, adaptive: true, tiers: {critical: 50%}}
+  - {id: tiered, key: [tenant], rate: 100, per: 1h, adaptive: true, tiers: {critical: 50%}, onMissingKey: skip}
   - {id: fixed, key: [user], rate: 1000, per: 1h}
 `
 

@@ -234,18 +234,23 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 			continue
 		}
 		start := len(res.keyBuf)
-		res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix)
-		if ok {
-			res.keyBuf = boundKey(res.keyBuf, start)
-		}
-		if !ok {
-			if r.RejectMissingKey && !r.Shadow {
-				res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
-			} else {
-				r.stats.skipped.Add(1)
-				res.Skipped++
-				res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
-			}
+		var state rules.KeyState
+		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
+		switch {
+		case state == rules.KeyFound:
+		case state == rules.KeyAmbiguous && !r.Shadow:
+			res.refuseBadRequest(fmt.Sprintf("the %q limit counts by a field given twice with different values, which servers read in different ways", r.ID))
+			return nil
+		case state == rules.KeyBodyTooLarge && !r.Shadow:
+			res.refuseTooLarge(fmt.Sprintf("the %q limit counts by a field of its body, which is larger than the %d bytes read to find it", r.ID, rules.MaxBodyBytes))
+			return nil
+		case r.MissingKey == rules.MissingReject && !r.Shadow:
+			res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
+			continue
+		default: // skipped (onMissingKey: skip), or a shadow rule that could not read its key
+			r.stats.skipped.Add(1)
+			res.Skipped++
+			res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
 			continue
 		}
 		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
@@ -766,8 +771,8 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 			continue
 		}
 		start := len(res.keyBuf)
-		if res.keyBuf, ok = r.AppendKey(res.keyBuf, req, route, rs.cfg.IPv6Prefix); ok {
-			res.keyBuf = boundKey(res.keyBuf, start)
+		var state rules.KeyState
+		if res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix); state == rules.KeyFound {
 			res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
 		}
 	}

@@ -105,8 +105,8 @@ func userReq(user string) *rules.Request {
 
 // A rule file means what it says: per user and IP, 10 per 15 minutes
 // ("login" has no match, so it counts every request); per user, 20
-// at once then 100 per minute; otp-sms and tenant skip requests without a
-// phone or tenant.
+// at once then 100 per minute; otp-sms and tenant, which say
+// onMissingKey: skip, skip requests without a phone or tenant.
 func TestRulesMeanWhatTheySay(t *testing.T) {
 	c, err := rules.Load("testdata/every-request.json")
 	if err != nil {
@@ -356,21 +356,52 @@ func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
 	}
 }
 
-func TestMissingKeysSkipOrRejectAsTheRuleSays(t *testing.T) {
+// A request that lacks a source of a rule's key is counted under the
+// rule's fallback key (the client address by default) in a key space of
+// its own, refused with onMissingKey: reject, and counted by nothing only
+// with onMissingKey: skip, written out.
+func TestMissingKeysFallBackRejectOrSkipAsTheRuleSays(t *testing.T) {
 	f := newFixture(t, `
 rules:
-  - {id: by-user, key: [user], rate: 5, per: 1m}
+  - {id: by-user, key: [user], rate: 3, per: 1m}
   - {id: by-tenant, key: [tenant], rate: 5, per: 1m, onMissingKey: reject}
+  - {id: by-plan, key: [header:X-Plan], rate: 1, per: 1m, onMissingKey: skip}
+  - {id: by-org, key: [header:X-Org], rate: 2, per: 1m, fallbackKey: [header:X-Device]}
 `, Options{})
 	req := userReq("u")
 	res := f.check(t, req)
 	if res.Allowed || res.Reason != sluice.ReasonMissingKey || res.Decision.Rule != "by-tenant" {
 		t.Fatalf("missing tenant: %+v", res.Decision)
 	}
-	req.Header = http.Header{"X-Tenant-Id": {"t1"}}
-	res = f.check(t, req)
-	if !res.Allowed || res.Skipped != 1 {
-		t.Fatalf("missing user: allowed=%v skipped=%d", res.Allowed, res.Skipped)
+	// No user: counted under the client address, 3 a minute; no plan:
+	// skipped; no org: counted under the device, 2 a minute.
+	anon := func(device string) *Result {
+		return f.check(t, &rules.Request{Method: "GET", Path: "/", ClientIP: netip.MustParseAddr("203.0.113.9"),
+			Header: http.Header{"X-Tenant-Id": {"t1"}, "X-Device": {device}}})
+	}
+	for i, want := range []string{"ok", "ok", "by-org"} {
+		res := anon("d1")
+		if got := map[bool]string{true: "ok", false: res.Decision.Rule}[res.Allowed]; got != want || res.Skipped != 1 {
+			t.Fatalf("anonymous request %d on device d1: %s (skipped %d), want %s", i+1, got, res.Skipped, want)
+		}
+	}
+	if res := anon("d2"); !res.Allowed {
+		t.Fatalf("another device: refused by %s", res.Decision.Rule)
+	}
+	if res := anon("d3"); res.Allowed || res.Decision.Rule != "by-user" {
+		t.Fatalf("the fourth request without a user from one address: %+v, want refused by by-user", res.Decision)
+	}
+	// A user named like a fallback key is not counted with the fallback:
+	// client values starting with "~" are hashed.
+	res = f.check(t, &rules.Request{Method: "GET", Path: "/", ClientIP: netip.MustParseAddr("198.51.100.1"),
+		Header: http.Header{"X-Tenant-Id": {"t1"}, "X-User-Id": {"~missing:203.0.113.9"}, "X-Org": {"o"}}})
+	if !res.Allowed {
+		t.Fatalf("a user named ~missing:203.0.113.9 shares the anonymous count of 203.0.113.9: %+v", res.Decision)
+	}
+	for _, st := range f.e.Stats() {
+		if st.Rule == "by-user" && st.FellBack != 5 {
+			t.Fatalf("by-user fell back %d times, want 5", st.FellBack)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/sluice-rl/sluice/rules"
 	"math"
 	"strings"
 )
@@ -13,20 +14,25 @@ import (
 // megabyte, and the same digest is used by every store.
 const MaxKeyBytes = 64
 
-// hashedKeyPrefix starts every digest key. A key sent by a client that
-// itself starts with it is hashed too, so no raw key can equal a digest:
-// the raw and digest key spaces are disjoint.
-const hashedKeyPrefix = "~sha256:"
+// hashedKeyPrefix starts every digest key, missingKeyPrefix every key a
+// rule counts a request without its own key under (onMissingKey:
+// fallback). A key sent by a client that itself starts with "~" is hashed,
+// so no raw key can equal a digest or a fallback key: the key spaces are
+// disjoint.
+const (
+	hashedKeyPrefix  = "~sha256:"
+	missingKeyPrefix = "~missing:"
+)
 
 // boundKey replaces buf[start:] with its digest when it is longer than
-// MaxKeyBytes or starts with hashedKeyPrefix: hashedKeyPrefix followed by
+// MaxKeyBytes or starts with "~" (the prefix of sluice's own keys): hashedKeyPrefix followed by
 // the hex of the first 128 bits of its SHA-256. Collisions are then as
 // unlikely as a 128-bit collision (an attacker cannot aim one key at
 // another's count). Shorter keys are kept byte for byte: keys are compared
 // as the bytes sent, never normalised or merged.
 func boundKey(buf []byte, start int) []byte {
 	k := buf[start:]
-	if len(k) <= MaxKeyBytes && !strings.HasPrefix(bufString(k), hashedKeyPrefix) {
+	if len(k) <= MaxKeyBytes && (len(k) == 0 || k[0] != '~') {
 		return buf
 	}
 	sum := sha256.Sum256(k)
@@ -64,4 +70,30 @@ func upperMethod(m string) string {
 		}
 	}
 	return m
+}
+
+// ruleKey appends the key r counts req under, bounded (boundKey): the
+// rule's own, or when a source of it is missing and the rule falls back
+// (onMissingKey: fallback, the default), missingKeyPrefix and its fallback
+// key. It reports KeyFound when it appended a key; otherwise buf is as it
+// came and the state says why (missing with another mode, ambiguous, a
+// body too large).
+func ruleKey(buf []byte, r *rule, req *rules.Request, route string, ipv6Prefix int) ([]byte, rules.KeyState) {
+	start := len(buf)
+	buf, state := r.AppendKey(buf, req, route, ipv6Prefix)
+	switch {
+	case state == rules.KeyFound:
+		return boundKey(buf, start), state
+	case state != rules.KeyMissing || r.MissingKey != rules.MissingFallback:
+		return buf, state
+	}
+	buf = append(buf, missingKeyPrefix...)
+	buf, _ = r.AppendFallbackKey(buf, req, route, ipv6Prefix) // none either: one count for all such requests
+	r.stats.fellBack.Add(1)
+	if len(buf)-start <= MaxKeyBytes {
+		return buf, rules.KeyFound
+	}
+	sum := sha256.Sum256(buf[start:])
+	buf = append(buf[:start], hashedKeyPrefix...)
+	return hex.AppendEncode(buf, sum[:16]), rules.KeyFound
 }

@@ -31,8 +31,10 @@ type Result struct {
 	Skipped    int
 	MissingKey []Skip
 	// Invalid says why a request refused with sluice.ReasonBadRequest
-	// cannot be counted, for its 400's detail.
-	Invalid string
+	// cannot be counted, for its 400's detail; TooLarge that it is its
+	// body's size (413).
+	Invalid  string
+	TooLarge bool
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
@@ -143,8 +145,17 @@ type Skip struct {
 // refuseBadRequest refuses a request that cannot be counted as its
 // upstream would read it, saying why; nothing is counted.
 func (res *Result) refuseBadRequest(why string) {
-	res.Allowed, res.Reason, res.Invalid = false, sluice.ReasonBadRequest, why
+	res.Allowed, res.Reason, res.Invalid, res.TooLarge = false, sluice.ReasonBadRequest, why, false
 	res.Decision = sluice.Decision{Reason: sluice.ReasonBadRequest}
+	clear(res.Statuses)
+	res.Statuses = res.Statuses[:0]
+}
+
+// refuseTooLarge is refuseBadRequest for a body too large to read its key
+// from (413).
+func (res *Result) refuseTooLarge(why string) {
+	res.refuseBadRequest(why)
+	res.TooLarge = true
 }
 
 func (res *Result) reset(rs *ruleSet) {
@@ -223,6 +234,7 @@ func rejectsHarder(a, b *Status) bool {
 // counters are one rule's outcome counts, for metrics.
 type counters struct {
 	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
+	fellBack                                                                                                  atomic.Uint64
 	settled, unsettled                                                                                        atomic.Uint64
 	// Of a rule with tiers, the requests each tier had admitted and
 	// refused (by level index).
@@ -271,6 +283,9 @@ type RuleStats struct {
 	Rule                                                                                string
 	Shadow                                                                              bool
 	Allowed, Limited, ShadowLimited, FailedOpen, FailedClosed, Skipped, Locked, Charged uint64
+	// FellBack counts requests counted under the fallback key, their own
+	// key missing (onMissingKey: fallback).
+	FellBack uint64
 	// Overruled counts requests another rule refused while this one had
 	// room: nothing was charged, and they are not counted as allowed.
 	Overruled uint64
@@ -301,7 +316,7 @@ func (e *Engine) Stats() []RuleStats {
 		out[i] = RuleStats{
 			Rule: r.ID, Shadow: r.Shadow,
 			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),
-			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(),
+			FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(), Skipped: c.skipped.Load(), FellBack: c.fellBack.Load(),
 			Locked: c.locked.Load(), Charged: c.charged.Load(), NearLimit: c.nearLimit.Load(), Overruled: c.overruled.Load(),
 			Settled: c.settled.Load(), Unsettled: c.unsettled.Load(),
 		}

@@ -132,7 +132,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		ClientIP: ClientIPAtDepth(r, trusted, cfg.ClientIPDepth), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
-		st.req.Body = readBody(r)
+		st.req.Body, st.req.BodyTruncated = readBody(r)
 	}
 	st.x = httpExchange{l: l, w: w, r: r, next: next, st: st}
 	l.Serve(&st.x, &st.req, &st.res)
@@ -306,16 +306,20 @@ var headerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &
 func Status(res *engine.Result) int { return ProblemFor(res).Status }
 
 // readBody reads up to rules.MaxBodyBytes of r's body for body key sources
-// and puts it back in front of the rest, so the handler reads it all.
-func readBody(r *http.Request) []byte {
+// and puts it back in front of the rest, so the handler reads it all. It
+// reports whether the body is longer (one byte more was read to know).
+func readBody(r *http.Request) ([]byte, bool) {
 	var buf bytes.Buffer
-	n, err := io.CopyN(&buf, r.Body, rules.MaxBodyBytes)
+	n, err := io.CopyN(&buf, r.Body, rules.MaxBodyBytes+1)
 	rest := r.Body
 	r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), rest), Closer: rest}
 	if err != nil && err != io.EOF || n == 0 {
-		return nil
+		return nil, false
 	}
-	return buf.Bytes()
+	if n > rules.MaxBodyBytes {
+		return buf.Bytes()[:rules.MaxBodyBytes], true
+	}
+	return buf.Bytes(), false
 }
 
 type replayBody struct {

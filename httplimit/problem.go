@@ -67,6 +67,9 @@ func FillProblem(p *Problem, res *engine.Result) {
 		p.Detail = fmt.Sprintf("This request lacks what the %q limit counts by.", d.Rule)
 	case sluice.ReasonBadRequest:
 		p.Type, p.Title, p.Status = "about:blank", "Bad Request", http.StatusBadRequest
+		if res.TooLarge {
+			p.Title, p.Status = "Content Too Large", http.StatusRequestEntityTooLarge
+		}
 		p.Detail = "This request cannot be counted as the service would read it: " + res.Invalid + "."
 	case sluice.ReasonTooLarge:
 		p.Detail = detailNeverAdmissible

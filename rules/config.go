@@ -115,9 +115,13 @@ type Rule struct {
 	Reserve *Reserve
 	// Penalty, when set, locks a key out after repeated rejections.
 	Penalty *Penalty
-	// RejectMissingKey rejects a request that lacks a key source instead of
-	// skipping the rule for it.
-	RejectMissingKey bool
+	// MissingKey is what a request that lacks a key source gets
+	// (onMissingKey): counted under FallbackKey (the default), refused, or,
+	// only when the rule says so, not counted by this rule.
+	MissingKey MissingKeyMode
+	// FallbackKey are the sources a request without the rule's key is
+	// counted under (fallbackKey; default [ip]).
+	FallbackKey []*Source
 	// Fallback is the per-node limit applied while failing open, when the
 	// rule sets one (FallbackSet); otherwise the engine applies the rule's
 	// share of its limit among the gateways.
@@ -392,3 +396,21 @@ func Merge(cfgs ...*Config) (*Config, error) {
 	}
 	return out, nil
 }
+
+// MissingKeyMode is what a rule does with a request that lacks a source of
+// its key.
+type MissingKeyMode uint8
+
+// The missing-key modes.
+const (
+	// MissingFallback counts the request under the rule's FallbackKey (the
+	// client address by default), in a key space of its own: a request
+	// the rule matches is always counted somewhere.
+	MissingFallback MissingKeyMode = iota
+	// MissingReject refuses it (400): for rules whose requests must carry
+	// the key.
+	MissingReject
+	// MissingSkip lets the rule count nothing for it: only when written
+	// out, and flagged by sluice check.
+	MissingSkip
+)

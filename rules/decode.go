@@ -543,12 +543,26 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		"onMissingKey": func(v *yaml.Node, f string) {
 			if s, ok := d.str(v, f); ok {
 				switch s {
-				case "skip":
+				case "fallback":
+					r.MissingKey = MissingFallback
 				case "reject":
-					r.RejectMissingKey = true
+					r.MissingKey = MissingReject
+				case "skip":
+					r.MissingKey = MissingSkip
 				default:
-					d.fail(v, f, "want skip or reject, got %q", s)
+					d.fail(v, f, "want fallback (the default: counted under fallbackKey, the client address unless set), reject (400) or skip (not counted by this rule), got %q", s)
 				}
+			}
+		},
+		"fallbackKey": func(v *yaml.Node, f string) {
+			names, nodes := d.strings(v, f)
+			for i, name := range names {
+				s, err := c.source(name)
+				if err != nil {
+					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
+					continue
+				}
+				r.FallbackKey = append(r.FallbackKey, s)
 			}
 		},
 		"countOn": func(v *yaml.Node, f string) {
@@ -686,6 +700,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 	}
 	if len(r.Key) == 0 && r.Envoy == nil && !d.failedUnder(field+".key") {
 		d.fail(n, field+".key", "missing: say whose requests count, such as [user] or [ip]")
+	}
+	if len(r.FallbackKey) == 0 {
+		r.FallbackKey = []*Source{{Name: "ip", Kind: FromIP}}
 	}
 	if rateNode == nil {
 		d.fail(n, field+".rate", "missing")

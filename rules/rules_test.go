@@ -263,8 +263,8 @@ rules:
 	if !ok || route != "/v1/{x}" {
 		t.Fatalf("match: %q %v", route, ok)
 	}
-	key, ok := r.AppendKey(nil, req, route, 64)
-	if !ok {
+	key, state := r.AppendKey(nil, req, route, 64)
+	if state != KeyFound {
 		t.Fatal("key missing")
 	}
 	k := string(key)
@@ -280,13 +280,13 @@ rules:
 	}
 	// A missing source means no key.
 	delete(req.Header, "X-Region")
-	if _, ok := r.AppendKey(nil, req, route, 64); ok {
+	if _, state := r.AppendKey(nil, req, route, 64); state != KeyMissing {
 		t.Error("key built without X-Region")
 	}
 	// A wrong auth scheme is no api key.
 	req.Header["X-Region"] = []string{"eu"}
 	req.Header["Authorization"] = []string{"Basic abc"}
-	if _, ok := r.AppendKey(nil, req, route, 64); ok {
+	if _, state := r.AppendKey(nil, req, route, 64); state != KeyMissing {
 		t.Error("Basic credentials taken as a Bearer api key")
 	}
 }
@@ -300,17 +300,23 @@ func TestAttributesOverrideExtractionAndBodyKeys(t *testing.T) {
 		{"application/json", `{"phone":"8801700000000","x":1}`, "8801700000000"},
 		{"application/json; charset=utf-8", `{"phone":8801700000001}`, "8801700000001"},
 		{"application/x-www-form-urlencoded", `a=1&phone=%2B8801`, "+8801"},
-		{"text/plain", `phone=1`, ""},
+		{"text/plain", `phone=1`, "1"},                                      // a form in all but name: read as one
+		{"text/plain", `{"phone":"2"}`, "2"},                                // JSON in all but name
+		{"application/octet-stream", "\xef\xbb\xbf {\"phone\":\"3\"}", "3"}, // a byte order mark first
+		{"application/json", `{"PHONE":"4"}`, "4"},                          // names in any case, as Go reads them
+		{"application/json", `{"phone":"5","Phone":"5"}`, "5"},
+		{"application/json", `{"phone":null}`, ""},
+		{"application/json", `{"phone":"6"`, ""}, // incomplete
 	} {
 		req := &Request{Method: "POST", Path: "/otp", Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}
-		key, ok := r.AppendKey(nil, req, "", 64)
-		if string(key) != tc.want || ok != (tc.want != "") {
-			t.Errorf("%s %s: key %q %v, want %q", tc.ct, tc.body, key, ok, tc.want)
+		key, state := r.AppendKey(nil, req, "", 64)
+		if string(key) != tc.want || (state == KeyFound) != (tc.want != "") {
+			t.Errorf("%s %s: key %q %v, want %q", tc.ct, tc.body, key, state, tc.want)
 		}
 	}
 	req := &Request{Attributes: map[string]string{"phone": "555"}}
-	if key, ok := r.AppendKey(nil, req, "", 64); !ok || string(key) != "555" {
-		t.Errorf("attribute: %q %v", key, ok)
+	if key, state := r.AppendKey(nil, req, "", 64); state != KeyFound || string(key) != "555" {
+		t.Errorf("attribute: %q %v", key, state)
 	}
 }
 
@@ -401,8 +407,8 @@ func TestHashedSourceGivesEverySecretItsOwnKey(t *testing.T) {
 	r := c.Rules[0]
 	key := func(token string) string {
 		req := &Request{Header: http.Header{"Authorization": {"Bearer " + token}}}
-		k, ok := r.AppendKey(nil, req, "", 64)
-		if !ok {
+		k, state := r.AppendKey(nil, req, "", 64)
+		if state != KeyFound {
 			t.Fatalf("no key for %q", token)
 		}
 		return string(k)

@@ -85,8 +85,10 @@ type Request struct {
 	// proxies by the caller.
 	ClientIP netip.Addr
 	Header   http.Header
-	// Body holds up to MaxBodyBytes of the body, when a rule needs it.
-	Body []byte
+	// Body holds up to MaxBodyBytes of the body, when a rule needs it;
+	// BodyTruncated says the body was longer.
+	Body          []byte
+	BodyTruncated bool
 	// Attributes supply key source values directly, by source name in
 	// lower case (AttributeName); they take precedence over extraction.
 	Attributes map[string]string
@@ -106,19 +108,58 @@ func (s *Source) attribute(req *Request) (string, bool) {
 	return v, ok && v != ""
 }
 
+// KeyState says whether a request gives a key source one value.
+type KeyState uint8
+
+// The key states.
+const (
+	// KeyFound: the source has one value (repeated alike, if at all).
+	KeyFound KeyState = iota
+	// KeyMissing: the source has no value in the request.
+	KeyMissing
+	// KeyAmbiguous: the source has several different values — a header
+	// line or a query, form, JSON or cookie field given twice — of which
+	// servers read different ones (the first, the last, any case of a
+	// JSON name): counting one of them would let the upstream read another.
+	KeyAmbiguous
+	// KeyBodyTooLarge: the source is a body field and the body is larger
+	// than MaxBodyBytes: what lies beyond (another copy of the field) is
+	// not read, so the value the upstream reads is not known.
+	KeyBodyTooLarge
+)
+
 // AppendKey appends the rule's key for req to dst. route is the matched
-// route (see Match.Matches). It reports false when a key source has no value
-// in the request. One source gives its value as is; several are joined with
-// length prefixes ("3:u42|11:203.0.113.7"), so no value can forge another's.
-func (r *Rule) AppendKey(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, bool) {
-	for i, s := range r.Key {
+// route (see Match.Matches). It reports how the request gave the key: when
+// not KeyFound, dst is returned as it came. One source gives its value as
+// is; several are joined with length prefixes ("3:u42|11:203.0.113.7"), so
+// no value can forge another's.
+func (r *Rule) AppendKey(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, KeyState) {
+	return appendKey(dst, r.Key, req, route, ipv6Prefix)
+}
+
+// AppendFallbackKey appends the key the rule counts a request under when
+// its own key is missing (onMissingKey: fallback): its fallback sources'
+// (the client address by default).
+func (r *Rule) AppendFallbackKey(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, KeyState) {
+	if len(r.FallbackKey) == 0 {
+		return appendKey(dst, clientAddress, req, route, ipv6Prefix)
+	}
+	return appendKey(dst, r.FallbackKey, req, route, ipv6Prefix)
+}
+
+// clientAddress is the default fallback key.
+var clientAddress = []*Source{{Name: "ip", Kind: FromIP}}
+
+func appendKey(dst []byte, sources []*Source, req *Request, route string, ipv6Prefix int) ([]byte, KeyState) {
+	orig := len(dst)
+	for i, s := range sources {
 		start := len(dst)
-		var ok bool
-		dst, ok = s.appendValue(dst, req, route, ipv6Prefix)
-		if !ok {
-			return dst[:start], false
+		var state KeyState
+		dst, state = s.appendValue(dst, req, route, ipv6Prefix)
+		if state != KeyFound {
+			return dst[:orig], state
 		}
-		if len(r.Key) > 1 { // insert "|len:" before the value, in place
+		if len(sources) > 1 { // insert "|len:" before the value, in place
 			var pre [24]byte
 			p := pre[:0]
 			if i > 0 {
@@ -132,29 +173,30 @@ func (r *Rule) AppendKey(dst []byte, req *Request, route string, ipv6Prefix int)
 			copy(dst[start:], p)
 		}
 	}
-	return dst, true
+	return dst, KeyFound
 }
 
-func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, bool) {
+func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, KeyState) {
 	if v, ok := s.attribute(req); ok {
-		return s.finish(dst, v), true
+		return s.finish(dst, v), KeyFound
 	}
 	var v string
+	state := KeyFound
 	switch s.Kind {
 	case FromIP:
 		if !req.ClientIP.IsValid() {
-			return dst, false
+			return dst, KeyMissing
 		}
 		a := req.ClientIP.Unmap()
 		if a.Is6() && ipv6Prefix < 128 {
 			p, _ := a.Prefix(ipv6Prefix)
-			return p.AppendTo(dst), true
+			return p.AppendTo(dst), KeyFound
 		}
-		return a.AppendTo(dst), true
+		return a.AppendTo(dst), KeyFound
 	case FromRoute:
 		v = route
 		if v == "" {
-			return dst, false
+			return dst, KeyMissing
 		}
 		dst = append(dst, req.Method...)
 		dst = append(dst, ' ')
@@ -165,27 +207,28 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 	case FromHost:
 		v = strings.ToLower(stripPort(req.Host))
 	case FromHeader:
-		if vs := req.Header[s.Param]; len(vs) > 0 {
-			v = strings.TrimSpace(vs[0])
-		}
-		if s.Scheme != "" {
+		v, state = headerValue(req.Header[s.Param])
+		if state == KeyFound && s.Scheme != "" {
 			scheme, token, ok := strings.Cut(v, " ")
 			if !ok || !strings.EqualFold(scheme, s.Scheme) {
-				return dst, false
+				return dst, KeyMissing
 			}
 			v = strings.TrimSpace(token)
 		}
 	case FromQuery:
-		v = queryValue(req.RawQuery, s.Param)
+		v, state = queryValue(req.RawQuery, s.Param)
 	case FromCookie:
-		v = cookieValue(req.Header, s.Param)
+		v, state = cookieValue(req.Header, s.Param)
 	case FromBody:
-		v = bodyValue(req.Body, req.Header.Get("Content-Type"), s.Param)
+		v, state = bodyValue(req.Body, req.BodyTruncated, req.Header.Get("Content-Type"), s.Param)
+	}
+	if state != KeyFound {
+		return dst, state
 	}
 	if v == "" {
-		return dst, false
+		return dst, KeyMissing
 	}
-	return s.finish(dst, v), true
+	return s.finish(dst, v), KeyFound
 }
 
 // finish appends v, or its digest when the source holds a secret.
@@ -197,16 +240,40 @@ func (s *Source) finish(dst []byte, v string) []byte {
 	return hex.AppendEncode(dst, sum[:16])
 }
 
-func queryValue(raw, name string) string {
+// headerValue is a header's value: its one line, or lines that agree.
+func headerValue(lines []string) (string, KeyState) {
+	if len(lines) == 0 {
+		return "", KeyMissing
+	}
+	v := strings.TrimSpace(lines[0])
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) != v {
+			return "", KeyAmbiguous
+		}
+	}
+	return v, KeyFound
+}
+
+// queryValue is a field of a query or form body: its one value, or values
+// that agree. Go's FormValue reads the first, PHP and Django the last.
+func queryValue(raw, name string) (string, KeyState) {
+	v, state := "", KeyMissing
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if k == name || (strings.ContainsAny(k, "%+") && unescape(k) == name) {
-			return unescape(v)
+		k, val, _ := strings.Cut(pair, "=")
+		if k != name && !(strings.ContainsAny(k, "%+") && unescape(k) == name) {
+			continue
+		}
+		val = unescape(val)
+		switch {
+		case state == KeyMissing:
+			v, state = val, KeyFound
+		case val != v:
+			return "", KeyAmbiguous
 		}
 	}
-	return ""
+	return v, state
 }
 
 func unescape(s string) string {
@@ -220,48 +287,125 @@ func unescape(s string) string {
 	return u
 }
 
-func cookieValue(h http.Header, name string) string {
+// cookieValue is a cookie's value: its one value, or values that agree,
+// over every Cookie line (Go's Request.Cookie reads the first, Python's
+// SimpleCookie the last).
+func cookieValue(h http.Header, name string) (string, KeyState) {
+	v, state := "", KeyMissing
 	for _, line := range h["Cookie"] {
 		for line != "" {
 			var part string
 			part, line, _ = strings.Cut(line, ";")
-			k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if k == name {
-				return strings.Trim(v, `"`)
+			k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if k != name {
+				continue
+			}
+			val = strings.Trim(val, `"`)
+			switch {
+			case state == KeyMissing:
+				v, state = val, KeyFound
+			case val != v:
+				return "", KeyAmbiguous
 			}
 		}
 	}
-	return ""
+	return v, state
 }
 
-// bodyValue finds a top-level field of a JSON object or a form body.
-func bodyValue(body []byte, contentType, name string) string {
+// bodyValue finds a top-level field of a JSON object or a form body, read
+// the way the common servers would read it, and refuses to choose where
+// they would not agree:
+//
+//   - a body that is a JSON object (after a UTF-8 byte order mark and
+//     white space) is read as JSON whatever its Content-Type says (a
+//     framework that parses JSON regardless would read it); otherwise, as
+//     a form when its Content-Type says so or it looks like one (k=v&...);
+//   - JSON names match in any case, as Go's encoding/json matches them:
+//     {"PHONE": x} gives x; two fields that name it ("phone" twice, or
+//     "phone" and "Phone") with different values are ambiguous (Go reads
+//     the last of any case, Python and JavaScript the last of the exact
+//     name); a value that is not a string or a number is missing;
+//   - a form field given twice with different values is ambiguous;
+//   - a body cut at MaxBodyBytes cannot be read to its end: too large.
+func bodyValue(body []byte, truncated bool, contentType, name string) (string, KeyState) {
+	body = bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("\xef\xbb\xbf")), " \t\r\n")
 	if len(body) == 0 {
-		return ""
+		if truncated {
+			return "", KeyBodyTooLarge
+		}
+		return "", KeyMissing
+	}
+	if truncated {
+		return "", KeyBodyTooLarge
+	}
+	if body[0] == '{' {
+		return jsonField(body, name)
 	}
 	mt, _, _ := mime.ParseMediaType(contentType)
-	switch {
-	case mt == "application/x-www-form-urlencoded":
+	if mt == "application/x-www-form-urlencoded" || mt == "" || mt == "text/plain" || bytes.IndexByte(body, '=') > 0 {
 		return queryValue(string(body), name)
-	case mt == "application/json" || strings.HasSuffix(mt, "+json") || (mt == "" && bytes.HasPrefix(bytes.TrimSpace(body), []byte("{"))):
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(body, &fields) != nil {
-			return ""
+	}
+	return "", KeyMissing
+}
+
+// jsonField reads a top-level field of a JSON object (see bodyValue): the
+// fields whose names match in any case must agree on one string or number.
+// An object that does not parse to its end gives nothing.
+func jsonField(body []byte, name string) (string, KeyState) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", KeyMissing
+	}
+	var v string
+	matched, agree := 0, true
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", KeyMissing
 		}
-		raw, ok := fields[name]
-		if !ok {
-			return ""
+		key, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", KeyMissing
 		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
+		if !strings.EqualFold(key, name) {
+			continue
 		}
-		var n json.Number
-		if json.Unmarshal(raw, &n) == nil {
-			return n.String()
+		val, ok := scalar(raw)
+		matched++
+		switch {
+		case matched == 1 && ok:
+			v = val
+		case matched == 1:
+			agree = false // not a value a key can be made of
+		case !ok || val != v || !agree:
+			agree = false
 		}
 	}
-	return ""
+	if _, err := dec.Token(); err != nil { // the closing brace: a complete object
+		return "", KeyMissing
+	}
+	switch {
+	case matched == 0 || matched == 1 && !agree:
+		return "", KeyMissing
+	case !agree:
+		return "", KeyAmbiguous
+	}
+	return v, KeyFound
+}
+
+// scalar is a JSON string's text or a number's digits.
+func scalar(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String(), true
+	}
+	return "", false
 }
 
 // Value returns the source's value in req as the request gave it: before
@@ -279,8 +423,8 @@ func (s *Source) Value(req *Request, route string) (string, bool) {
 	}
 	plain := *s
 	plain.Hash = false
-	b, ok := plain.appendValue(nil, req, route, 128)
-	return string(b), ok
+	b, state := plain.appendValue(nil, req, route, 128)
+	return string(b), state == KeyFound
 }
 
 // ValueSet is the values of one key source that a rule's match selects or
@@ -293,8 +437,9 @@ type ValueSet struct {
 }
 
 // Contains reports whether req's value of the source is in the set; a
-// request without the value is in no set.
-func (v *ValueSet) Contains(req *Request, route string) bool {
+// request without the value is in no set. With several different values
+// (KeyAmbiguous), ambiguous says what to report.
+func (v *ValueSet) Contains(req *Request, route string, ambiguous bool) bool {
 	if v.Source.Kind == FromIP {
 		// The address itself, not its text: an exempt network costs no
 		// allocation per request.
@@ -313,22 +458,29 @@ func (v *ValueSet) Contains(req *Request, route string) bool {
 		}
 		return false
 	}
-	s, ok := v.Source.Value(req, route)
-	return ok && v.Values[s]
+	plain := *v.Source
+	plain.Hash = false
+	b, state := plain.appendValue(nil, req, route, 128)
+	if state == KeyAmbiguous {
+		return ambiguous
+	}
+	return state == KeyFound && v.Values[string(b)]
 }
 
 // Selects reports whether the rule applies to req beyond its method, host
 // and path: each of its match values holds (plans: X-Plan is gold), and no
 // exemption does (an allow-listed network or key value). An exempt request
-// is not counted by the rule at all.
+// is not counted by the rule at all. A source given several different
+// values is read the strict way: it matches (the request is counted), and
+// exempts nothing.
 func (r *Rule) Selects(req *Request, route string) bool {
 	for i := range r.Match.Values {
-		if !r.Match.Values[i].Contains(req, route) {
+		if !r.Match.Values[i].Contains(req, route, true) {
 			return false
 		}
 	}
 	for i := range r.Exempt {
-		if r.Exempt[i].Contains(req, route) {
+		if r.Exempt[i].Contains(req, route, false) {
 			return false
 		}
 	}
@@ -338,7 +490,7 @@ func (r *Rule) Selects(req *Request, route string) bool {
 // BodyNumber returns the whole number above 0 in the field name of a JSON
 // or form body (a reserve rule's estimateBody), if there is one.
 func BodyNumber(req *Request, name string) (int64, bool) {
-	v := bodyValue(req.Body, req.Header.Get("Content-Type"), name)
+	v, state := bodyValue(req.Body, req.BodyTruncated, req.Header.Get("Content-Type"), name)
 	n, err := strconv.ParseInt(v, 10, 64)
-	return n, err == nil && n > 0
+	return n, state == KeyFound && err == nil && n > 0
 }

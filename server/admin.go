@@ -191,8 +191,8 @@ func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key str
 		writeBad(w, &badRequest{missing[0], fmt.Sprintf("rule %s is keyed by %s: give %s (or key=K)", rule, strings.Join(sourceNames(rr), " and "), strings.Join(missing, " and "))})
 		return "", "", false
 	}
-	b, ok := rr.AppendKey(nil, req, "", cfg.IPv6Prefix)
-	if !ok {
+	b, state := rr.AppendKey(nil, req, "", cfg.IPv6Prefix)
+	if state != rules.KeyFound {
 		writeBad(w, &badRequest{"rule", "the key could not be built from the values given"})
 		return "", "", false
 	}

@@ -207,7 +207,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		ClientIP: client, Header: st.header,
 	}
 	if cfg.NeedsBody() {
-		st.req.Body = g.peekBody(ctx)
+		st.req.Body, st.req.BodyTruncated = g.peekBody(ctx)
 	}
 	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
 	g.limiter.Serve(&st.x, &st.req, &st.res)
@@ -287,17 +287,17 @@ func (x *fastExchange) ResponseBody() []byte {
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
-// leaving the body whole for the upstream.
-func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) []byte {
+// leaving the body whole for the upstream, and whether the body is longer.
+func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	if s := ctx.RequestBodyStream(); s != nil {
-		buf := make([]byte, rules.MaxBodyBytes)
+		buf := make([]byte, rules.MaxBodyBytes+1) // one byte more, to know
 		n, _ := io.ReadFull(s, buf)
 		buf = buf[:n]
 		ctx.Request.SetBodyStream(io.MultiReader(strings.NewReader(string(buf)), s), -1)
-		return buf
+		return buf[:min(n, rules.MaxBodyBytes)], n > rules.MaxBodyBytes
 	}
 	body := ctx.Request.Body()
-	return body[:min(len(body), rules.MaxBodyBytes)]
+	return body[:min(len(body), rules.MaxBodyBytes)], len(body) > rules.MaxBodyBytes
 }
 
 // reject answers a refused request without touching the upstream: the

@@ -26,7 +26,7 @@ trustedProxies: [192.0.2.0/24]
 rules:
   - {id: login, match: {method: POST, path: /login}, key: [user, ip], rate: 2, per: 15m}
   - {id: per-user, key: [user], rate: 100, per: 1m, burst: 20}
-  - {id: otp, key: [phone], rate: 1, per: 10m}
+  - {id: otp, key: [phone], rate: 1, per: 10m, onMissingKey: skip}
 `
 
 type fixture struct {

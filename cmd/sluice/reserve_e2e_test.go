@@ -48,7 +48,7 @@ func TestReservationsSettleOnceAcrossTwoServeProcesses(t *testing.T) {
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	os.WriteFile(rulesPath, []byte(`rules:
   - {id: tokens, key: [api_key], rate: 1000000, per: 1d, algorithm: fixed-window, reserve: {estimate: 100}}
-  - {id: other, key: [user], rate: 10, per: 1h}
+  - {id: other, key: [user], rate: 10, per: 1h, onMissingKey: skip}
 `), 0o600)
 	a, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rulesPath, "--store", srv.URL())
 	b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rulesPath, "--store", srv.URL())
