@@ -31,11 +31,8 @@ func (r *Rule) Summary() string {
 	} else {
 		b.WriteString(r.Match.String())
 		b.WriteString(", per ")
-		names := make([]string, len(r.Key))
-		for i, s := range r.Key {
-			names[i] = s.Name
-		}
-		b.WriteString(strings.Join(names, "+"))
+		b.WriteString(keyNames(r.Key))
+		b.WriteString(missingWords(r))
 	}
 	b.WriteString(": ")
 	if r.Unlimited {
@@ -130,6 +127,9 @@ func (c *Config) Warnings() []string {
 		if r.FailClosed && r.Sync.Mode.OverAdmits() {
 			w = append(w, fmt.Sprintf("%s:%d: rule %s fails closed (a money or security limit) but uses sync: %s, which can admit more than its limit across gateways; use exact or lease", c.File, r.Line, r.ID, r.Sync.Mode))
 		}
+		if r.MissingKey == MissingSkip && r.Envoy == nil {
+			w = append(w, fmt.Sprintf("%s:%d: rule %s says onMissingKey: skip: a request it matches without %s is not counted by it at all", c.File, r.Line, r.ID, keyNames(r.Key)))
+		}
 	}
 	return w
 }
@@ -195,4 +195,38 @@ func periodWords(d time.Duration) string {
 		}
 	}
 	return d.String()
+}
+
+// keyNames names a rule's key sources, "phone" or "user+ip".
+func keyNames(key []*Source) string {
+	names := make([]string, len(key))
+	for i, s := range key {
+		names[i] = s.Name
+	}
+	return strings.Join(names, "+")
+}
+
+// missingWords says what the rule does with a request it matches that lacks
+// its key; nothing for a key every request has (address, route, method,
+// path).
+func missingWords(r *Rule) string {
+	always := true
+	for _, s := range r.Key {
+		switch s.Kind {
+		case FromIP, FromRoute, FromMethod, FromPath:
+		default:
+			always = false
+		}
+	}
+	if always {
+		return ""
+	}
+	switch r.MissingKey {
+	case MissingReject:
+		return " (without it: refused)"
+	case MissingSkip:
+		return " (without it: not counted)"
+	default:
+		return " (without it: per " + keyNames(r.FallbackKey) + ")"
+	}
 }

@@ -496,3 +496,69 @@ func TestExemptNetworkMatchesWithoutAllocating(t *testing.T) {
 		t.Error("a request without an address was exempted")
 	}
 }
+
+// `sluice check` says what each rule does with a request that lacks its
+// key, and warns where such a request goes uncounted.
+func TestCheckSaysWhatAMissingKeyDoes(t *testing.T) {
+	c, err := Parse("missing.yaml", []byte(`
+keys:
+  phone: {body: phone}
+rules:
+  - id: fallback
+    match: {path: /a}
+    key: phone
+    rate: 3
+    per: 10m
+  - id: other-fallback
+    match: {path: /b}
+    key: phone
+    fallbackKey: [ip, route]
+    rate: 3
+    per: 10m
+  - id: reject
+    match: {path: /c}
+    key: phone
+    onMissingKey: reject
+    rate: 3
+    per: 10m
+  - id: skip
+    match: {path: /d}
+    key: phone
+    onMissingKey: skip
+    rate: 3
+    per: 10m
+  - id: address
+    match: {path: /e}
+    key: ip
+    rate: 3
+    per: 10m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"fallback":       "per phone (without it: per ip)",
+		"other-fallback": "per phone (without it: per ip+route)",
+		"reject":         "per phone (without it: refused)",
+		"skip":           "per phone (without it: not counted)",
+		"address":        "per ip: ",
+	}
+	for id, w := range want {
+		if got := c.Rule(id).Summary(); !strings.Contains(got, w) {
+			t.Errorf("%s: summary %q, want it to say %q", id, got, w)
+		}
+	}
+	warnings := c.Warnings()
+	var skipWarned int
+	for _, w := range warnings {
+		if strings.Contains(w, "onMissingKey: skip") {
+			skipWarned++
+			if !strings.Contains(w, "rule skip ") || !strings.Contains(w, "missing.yaml:") {
+				t.Errorf("warning %q does not name the rule and its line", w)
+			}
+		}
+	}
+	if skipWarned != 1 {
+		t.Errorf("warnings %q: want one about the skipping rule", warnings)
+	}
+}
