@@ -19,8 +19,9 @@ import (
 //   - latency: with a Target, the factor is Target / latency once the
 //     latency is above the target (twice the target: half the rate);
 //   - failures: the factor is (1 - failures) / (1 - ErrorRate) once the
-//     share of failed answers is above ErrorRate (timeouts, 5xx, and
-//     requests a concurrency limit shed all count as failed).
+//     share of failed answers is above ErrorRate (timeouts and 5xx count
+//     as failed; a request shed before it reached the service is no answer
+//     of the service, and its caller does not observe it).
 //
 // One client, one vote. Answers are grouped by the client that sent the
 // request (Observe's client: a gateway passes its address, an IPv6 one by

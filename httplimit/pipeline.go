@@ -85,28 +85,23 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 		return
 	}
 	settles, charges := res.Settles(), res.Charges() && sees
-	// The pressure that adaptive rules follow is sampled from the requests
-	// they apply to, each client one voice (concurrency.Pressure): a client
-	// failing its own requests elsewhere, or here, does not shrink them for
-	// everyone.
+	// The pressure that adaptive rules follow is sampled from the answers
+	// of the service to requests they apply to, each client one voice
+	// (concurrency.Pressure): a client failing its own requests elsewhere,
+	// or here, does not shrink them for everyone. A request the concurrency
+	// limit sheds never reached the service and says nothing of it: under
+	// a flood, counting the flood's victims as failures would let the
+	// flooder lower everyone's rate.
 	pressure := l.o.Pressure
 	if pressure != nil && !res.Adaptive() {
 		pressure = nil
 	}
 	watch := pressure != nil || l.o.Concurrency != nil || settles || charges
-	var start time.Time
-	var client uint64
-	if pressure != nil {
-		start, client = time.Now(), clientID(req.ClientIP, cfg.IPv6Prefix)
-	}
 	status := 0
 	if c := l.o.Concurrency; c != nil {
 		p, err := c.AcquireAt(x.Context(), res.Tier())
 		if err != nil {
 			x.Shed()
-			if pressure != nil {
-				pressure.Observe(client, time.Since(start), true)
-			}
 			return
 		}
 		// Released even if the handler panics.
@@ -118,7 +113,8 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 			}
 		}()
 	}
-	if pressure != nil {
+	if pressure != nil { // the service's latency: from here, not from a wait for a concurrency slot
+		start, client := time.Now(), clientID(req.ClientIP, cfg.IPv6Prefix)
 		defer func() { pressure.Observe(client, time.Since(start), status >= 500 || status == 0) }()
 	}
 	status = x.Forward(req.Path, res, watch, settles && cfg.SettlesFromJSON())
