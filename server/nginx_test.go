@@ -2,17 +2,13 @@ package server
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/nginxtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -26,102 +22,13 @@ rules:
   - {id: otp, match: {method: POST, path: /otp}, key: [user], rate: 1, per: 1h}
 `
 
-// startNginx runs nginx with the shipped snippet (examples/proxies/nginx.conf),
-// its addresses pointed at sluice and an upstream on free loopback ports, and
-// returns its base URL. Without nginx the test skips, loudly; in CI it fails.
+// startNginx runs nginx with the shipped snippet in front of sluiceAddr and
+// upstreamAddr and returns its base URL.
 func startNginx(t *testing.T, sluiceAddr, upstreamAddr string) string {
-	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
-			if _, e := os.Stat(p); e == nil {
-				bin, err = p, nil
-			}
-		}
-	}
-	if err != nil {
-		if ci() {
-			t.Fatal("nginx is not installed, and CI is set: CI must install it (apt-get install nginx)")
-		}
-		t.Skip("SKIPPING: nginx is not installed; install it (apt-get install nginx) to test the shipped snippet")
-	}
-	snippet, err := os.ReadFile("../examples/proxies/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for attempt := 0; ; attempt++ {
-		port := freePort(t)
-		conf := strings.NewReplacer(
-			"127.0.0.1:9000", upstreamAddr,
-			"127.0.0.1:8080", sluiceAddr,
-			"127.0.0.1:8088", fmt.Sprintf("127.0.0.1:%d", port),
-		).Replace(string(snippet))
-		full := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events {}
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-%[2]s
-}
-`, dir, conf)
-		path := filepath.Join(dir, "nginx.conf")
-		if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
-		setProcessGroup(cmd)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() { killGroup(cmd); <-done })
-		base := fmt.Sprintf("http://127.0.0.1:%d", port)
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			select {
-			case err := <-done:
-				done <- err
-				log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-				if attempt < 3 && strings.Contains(string(log), "Address already in use") {
-					goto retry // the port was taken between pick and bind
-				}
-				t.Fatalf("nginx exited: %v\n%s", err, log)
-			default:
-			}
-			if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-				c.Close()
-				return base
-			}
-		}
-		t.Fatal("nginx did not start listening within 10s")
-	retry:
-	}
+	return nginxtest.Start(t, "../examples/proxies/nginx.conf", sluiceAddr, upstreamAddr)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func ci() bool {
-	switch strings.ToLower(os.Getenv("CI")) {
-	case "1", "true", "yes":
-		return true
-	}
-	return false
-}
+func ci() bool { return nginxtest.CI() }
 
 // Behind the shipped nginx snippet, nothing a client writes in Forwarded,
 // X-Forwarded-*, X-Original-* or X-Real-IP changes the address, method or

@@ -215,6 +215,9 @@ rules:
   - {id: queue, match: {path: /queue}, key: [ip], rate: 1, per: 5s, algorithm: leaky-queue, burst: 3}
   - {id: slowq, match: {path: /slowq}, key: [ip], rate: 1, per: 30s, algorithm: leaky-queue, burst: 3}
   - {id: ws, match: {path: /ws}, key: [ip], rate: 2, per: 1h}
+  - {id: sms, match: {method: POST, path: /sms}, key: [phone], rate: 3, per: 10m}
+keys:
+  phone: {body: phone}
 `
 
 var planeCases = []planeCase{
@@ -309,6 +312,47 @@ var planeCases = []planeCase{
 		}
 		if seen != 3 {
 			t.Errorf("the upstream saw %d requests, want the 3 admitted", seen)
+		}
+	}},
+	{name: "a body key is read as upstreams read it, or the request is refused: never passed uncounted", run: func(t *testing.T, p testPlane) {
+		// The upstream is told which phone each request is for however it
+		// reads the body: case-insensitive JSON names (Go), the last of a
+		// repeated form field (PHP, Django), JSON sent as text/plain.
+		const victim = "8801799999999"
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		for i := range 3 {
+			if resp, _ := send(t, "POST", base+"/sms", map[string]string{"Content-Type": "application/json"}, `{"phone":"`+victim+`"}`); resp.StatusCode != 200 {
+				t.Fatalf("request %d for the victim: %d", i+1, resp.StatusCode)
+			}
+		}
+		pad := strings.Repeat(" ", rules.MaxBodyBytes)
+		tricks := []struct{ contentType, body string }{
+			{"application/json", `{"phone":"` + victim + `"}`},
+			{"text/plain", `{"phone":"` + victim + `"}`},
+			{"", `{"phone":"` + victim + `"}`},
+			{"application/json", `{"PHONE":"` + victim + `"}`},
+			{"application/json", `{"Phone":"` + victim + `"}`},
+			{"application/json", "\ufeff" + `{"phone":"` + victim + `"}`},
+			{"application/json", `{"phone":"8801700000001","Phone":"` + victim + `"}`},
+			{"application/json", `{"phone":"8801700000001","phone":"` + victim + `"}`},
+			{"application/json", `{"pad":"` + pad + `","phone":"` + victim + `"}`},
+			{"application/json", `{"phone":"` + victim + `"}` + pad},
+			{"application/x-www-form-urlencoded", "phone=8801700000001&phone=" + victim},
+			{"application/x-www-form-urlencoded", "phone=" + victim + "&pad=" + pad + "&phone=8801700000001"},
+			{"application/x-www-form-urlencoded; charset=utf-8", "phone=" + victim},
+		}
+		for _, tr := range tricks {
+			resp, _ := send(t, "POST", base+"/sms", map[string]string{"Content-Type": tr.contentType}, tr.body)
+			if resp.StatusCode < 400 {
+				t.Errorf("%s %.60q: %d, want it refused (the victim's 3 are spent)", tr.contentType, tr.body, resp.StatusCode)
+			}
+			if resp.StatusCode == 429 && !strings.Contains(resp.Header.Get("RateLimit"), `"sms"`) {
+				t.Errorf("%.60q: refused by %q, not the sms rule", tr.body, resp.Header.Get("RateLimit"))
+			}
+		}
+		if n := up.count("/sms"); n != 3 {
+			t.Fatalf("the upstream saw /sms %d times, want the victim's 3", n)
 		}
 	}},
 	{name: "with encodedSlashes: decode, separators are read as slashes, counted and forwarded so", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {

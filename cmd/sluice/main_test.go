@@ -88,7 +88,7 @@ func TestHelpShowsAnExample(t *testing.T) {
 
 func TestCheckDescribesGoodFilesAndListsEveryFault(t *testing.T) {
 	code, out, errs := runCLI("check", "../../examples/shop.yaml")
-	if code != 0 || !strings.Contains(out, "user-default: every request, per user: at most 20 at once, then 100 per minute") {
+	if code != 0 || !strings.Contains(out, "user-default: every request, per user (without it: per ip): at most 20 at once, then 100 per minute") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	code, _, errs = runCLI("check", "../../rules/testdata/bad.yaml")
