@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,5 +211,53 @@ func hostileChecks(t *testing.T, base string, rls rlsv3.RateLimitServiceClient) 
 	}
 	if a := postCheck(t, base, "/v1/check", good); a.Status != 200 {
 		t.Fatalf("the process no longer answers: %+v", a)
+	}
+}
+
+// DNS rebinding against the built binary's admin endpoints, on the
+// defaults (loopback, no token): a page under another name that resolves
+// to 127.0.0.1, or another origin, cannot read the rules or reset a locked
+// key; curl on the machine can. Both `serve` (admin on its listener) and
+// `gateway` (admin on --admin-listen) are tried.
+func TestAdminEndpointsRefuseRebindingEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	serveBase, _ := startServe(t, "--config", "../../examples/shop.yaml")
+	admin := freeAddr(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	start(t, "gateway", "--config", "../../examples/shop.yaml", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", admin, "--watch", "0")
+	for _, base := range []string{serveBase, "http://" + admin} {
+		for _, c := range []struct {
+			method, path, host, origin string
+			want                       int
+		}{
+			{"GET", "/v1/rules", "", "", 200},
+			{"GET", "/v1/rules", "localhost", "", 200},
+			{"GET", "/v1/rules", "attacker.example", "", 403},
+			{"GET", "/v1/rules", "127.0.0.1.nip.io", "", 403},
+			{"DELETE", "/v1/state?rule=otp-sms&key=8801799999999", "attacker.example", "", 403},
+			{"DELETE", "/v1/state?rule=otp-sms&key=8801799999999", "", "http://attacker.example", 403},
+			{"DELETE", "/v1/state?rule=otp-sms&key=8801799999999", "", "null", 403},
+			{"DELETE", "/v1/state?rule=otp-sms&key=8801799999999", "", "", 200},
+		} {
+			req, _ := http.NewRequest(c.method, base+c.path, nil)
+			if c.host != "" {
+				req.Host = c.host
+			}
+			if c.origin != "" {
+				req.Header.Set("Origin", c.origin)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("%s: %s %s Host %q Origin %q: %d, want %d", base, c.method, c.path, c.host, c.origin, resp.StatusCode, c.want)
+			}
+		}
 	}
 }
