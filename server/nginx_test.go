@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -95,5 +96,35 @@ func TestShippedNginxSnippetIgnoresSpoofedHeaders(t *testing.T) {
 		if got := send("POST", p, i); got != 429 {
 			t.Fatalf("POST %s: %d, want 429", p, got)
 		}
+	}
+}
+
+// When sluice cannot be reached, nginx fails the request closed; the
+// shipped snippet answers 503, not a 429 that would tell every client it
+// spent a quota it never had. A 400 from sluice reaches the client as 400.
+func TestShippedNginxSnippetTellsAnOutageFromALimit(t *testing.T) {
+	up := newRecorder(t, nil)
+	down := startNginx(t, closedAddr(t), strings.TrimPrefix(up.srv.URL, "http://"))
+	resp, err := http.Get(down + "/anything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("sluice unreachable: %d %s, want a 503 problem", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	base, _ := startAuthPlane(t, up.srv.URL, planeRules, GatewayOptions{})
+	c := dialPlane(t, base)
+	fmt.Fprintf(c, "POST /%%2Fotp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("an encoded slash through nginx: %d, want sluice's 400", resp.StatusCode)
+	}
+	if n := up.count("/anything") + up.count("//otp"); n != 0 {
+		t.Errorf("the upstream saw %d requests", n)
 	}
 }
