@@ -79,3 +79,39 @@ func TestTierIsKnownWithoutTieredRules(t *testing.T) {
 		}
 	}
 }
+
+// A route tier is the tier of the path the upstream will serve: a path that
+// servers read in different ways is refused before it can claim one, and
+// with encodedSlashes: decode the tier is that of the decoded path.
+func TestRouteTiersCannotBeClaimedByPathTricks(t *testing.T) {
+	const src = `
+priority:
+  routes: {"/checkout/*": critical}
+rules:
+  - {id: a, key: [ip], rate: 10, per: 1s}
+`
+	tier := func(f *fixture, path string) (int, bool) {
+		req := userReq("u")
+		req.Path = path
+		var res Result
+		if err := f.e.Check(context.Background(), req, CheckOptions{}, &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.Tier(), res.Invalid != ""
+	}
+	strict := newFixture(t, src, Options{})
+	if lvl, _ := tier(strict, "/checkout/pay"); lvl != 0 {
+		t.Fatalf("/checkout/pay: tier %d, want 0 (critical)", lvl)
+	}
+	for _, p := range []string{"/checkout/..%2Fapi/otp", "/checkout/..%5Capi/otp", "/checkout;x/../api/otp"} {
+		if lvl, invalid := tier(strict, p); !invalid && lvl == 0 {
+			t.Errorf("%s: tier %d and not refused, want it refused or of the tier of /api/otp", p, lvl)
+		}
+	}
+	decode := newFixture(t, "paths: {encodedSlashes: decode}\n"+src, Options{})
+	for _, p := range []string{"/checkout/..%2Fapi/otp", "/checkout/..%5Capi/otp", "/checkout\\..\\api/otp"} {
+		if lvl, invalid := tier(decode, p); invalid || lvl != 1 {
+			t.Errorf("decoding, %s: tier %d (refused %v), want 1, the tier of /api/otp", p, lvl, invalid)
+		}
+	}
+}
