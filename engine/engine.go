@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,10 +219,10 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	res.estimate, res.reserve = opt.Estimate, opt.Reserve && !opt.DryRun
 	path, ok := rs.cfg.Paths.Normalize(req.Path)
 	if !ok {
-		res.refuseBadRequest("its path holds an encoded slash or backslash, or a path parameter, which servers read in different ways")
+		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))
 		return nil
 	}
-	req.Path = path
+	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
 	req.Method = upperMethod(req.Method)
 
 	// Match the rules and build their keys into one buffer.
@@ -242,7 +243,10 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 			res.refuseBadRequest(fmt.Sprintf("the %q limit counts by a field given twice with different values, which servers read in different ways", r.ID))
 			return nil
 		case state == rules.KeyBodyTooLarge && !r.Shadow:
-			res.refuseTooLarge(fmt.Sprintf("the %q limit counts by a field of its body, which is larger than the %d bytes read to find it", r.ID, rules.MaxBodyBytes))
+			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is larger than the %d bytes read to find it", r.ID, rules.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return nil
+		case state == rules.KeyUnreadable && !r.Shadow:
+			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is compressed, not UTF-8, or JSON or multipart that not every server reads alike", r.ID), http.StatusUnsupportedMediaType)
 			return nil
 		case r.MissingKey == rules.MissingReject && !r.Shadow:
 			res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
@@ -756,10 +760,10 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	res.reset(rs)
 	path, ok := rs.cfg.Paths.Normalize(req.Path)
 	if !ok {
-		res.refuseBadRequest("its path holds an encoded slash or backslash, or a path parameter, which servers read in different ways")
+		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))
 		return nil // refused when it was checked: nothing to charge
 	}
-	req.Path = path
+	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
 	req.Method = upperMethod(req.Method)
 	res.takes = res.takes[:0]
 	for _, r := range rs.rules {

@@ -154,7 +154,7 @@ func TestPathTricksDoNotEscapeARule(t *testing.T) {
 	}{
 		{"", "/otp"}, {"", "//otp"}, {"", "/otp/"}, {"", "/./otp"}, {"", "/%6Ftp"}, {"", "/%6ftp"},
 		{"", "/x/../otp"}, {"", "/../otp"}, {"", "///otp//"}, {"", "/o%74p"}, {"", "/%2E/otp"},
-		{"paths: {caseInsensitive: true}\n", "/OTP"}, {"paths: {caseInsensitive: true}\n", "/%4FTP"},
+		{"", "/OTP"}, {"", "/%4FTP"}, {"", "/Otp/"}, {"paths: {caseInsensitive: true}\n", "/OTP"},
 	} {
 		f := newFixture(t, tc.paths+"rules:\n  - {id: otp, match: {method: POST, path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
 		req := func(p string) *rules.Request {
@@ -167,9 +167,10 @@ func TestPathTricksDoNotEscapeARule(t *testing.T) {
 			t.Errorf("%s%q escaped the rule on /otp", tc.paths, tc.path)
 		}
 	}
-	// An encoded slash stays data, and case matters by default.
-	f := newFixture(t, "rules:\n  - {id: otp, match: {path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
-	for _, p := range []string{"/otp%2F", "/OTP", "/otpx"} {
+	// Another path is another path, and with caseInsensitive: false so is
+	// another case.
+	f := newFixture(t, "paths: {caseInsensitive: false}\nrules:\n  - {id: otp, match: {path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
+	for _, p := range []string{"/otp%3B", "/OTP", "/otpx"} {
 		r := userReq("u")
 		r.Path = p
 		var res Result

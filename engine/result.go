@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,11 +31,16 @@ type Result struct {
 	// missing from the request; MissingKey names them, in rule order.
 	Skipped    int
 	MissingKey []Skip
+	// Path is the request's path in normal form (rules.PathOptions), in
+	// the case it was sent: what a gateway forwards, so that what was
+	// limited is what is served.
+	Path string
 	// Invalid says why a request refused with sluice.ReasonBadRequest
-	// cannot be counted, for its 400's detail; TooLarge that it is its
-	// body's size (413).
-	Invalid  string
-	TooLarge bool
+	// cannot be counted, for its answer's detail; InvalidStatus is that
+	// answer's HTTP status: 400, 413 for a body too large to read its key
+	// from, 415 for a body in a form that servers read in different ways.
+	Invalid       string
+	InvalidStatus int
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
@@ -145,21 +151,20 @@ type Skip struct {
 // refuseBadRequest refuses a request that cannot be counted as its
 // upstream would read it, saying why; nothing is counted.
 func (res *Result) refuseBadRequest(why string) {
-	res.Allowed, res.Reason, res.Invalid, res.TooLarge = false, sluice.ReasonBadRequest, why, false
+	res.refuseInvalid(why, http.StatusBadRequest)
+}
+
+// refuseInvalid refuses a request that cannot be counted with status.
+func (res *Result) refuseInvalid(why string, status int) {
+	res.Allowed, res.Reason, res.Invalid, res.InvalidStatus = false, sluice.ReasonBadRequest, why, status
 	res.Decision = sluice.Decision{Reason: sluice.ReasonBadRequest}
 	clear(res.Statuses)
 	res.Statuses = res.Statuses[:0]
 }
 
-// refuseTooLarge is refuseBadRequest for a body too large to read its key
-// from (413).
-func (res *Result) refuseTooLarge(why string) {
-	res.refuseBadRequest(why)
-	res.TooLarge = true
-}
 
 func (res *Result) reset(rs *ruleSet) {
-	res.Allowed, res.Reason, res.Decision, res.Delay, res.Invalid = true, sluice.ReasonOK, sluice.Decision{}, 0, ""
+	res.Allowed, res.Reason, res.Decision, res.Delay, res.Invalid, res.InvalidStatus, res.Path = true, sluice.ReasonOK, sluice.Decision{}, 0, "", 0, ""
 	res.Skipped, res.StoreError = 0, nil
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
 	res.priority, res.leveled, res.level = rs.cfg.Priority, false, 0

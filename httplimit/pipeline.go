@@ -59,15 +59,16 @@ type Exchange interface {
 // units given back if the client leaves, the concurrency permit, the
 // forwarding, and after the response the countOn charge and the settling
 // of reservations. req is the request as the rules read it, built by the
-// plane; Serve normalises its path (engine.Check) and leaves it in req.
+// plane; Serve normalises its path (engine.Check): req.Path is left as the
+// rules matched it, and the path forwarded is res.Path, the same in the
+// case it was sent.
 //
 // The order is the contract every plane shares:
 //
 //  1. check: refused → x.Refuse, nothing forwarded;
 //  2. delay: beyond Options.MaxDelay → units given back, refused; the
 //     client leaving during it → units given back, nothing forwarded;
-//  3. permit (Options.Concurrency): none → x.Shed, counted as a failure
-//     by Options.Pressure;
+//  3. permit (Options.Concurrency): none → x.Shed;
 //  4. x.Forward;
 //  5. the permit released (a 5xx counts as dropped), the latency and
 //     outcome told to Options.Pressure;
@@ -117,7 +118,7 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 		start, client := time.Now(), clientID(req.ClientIP, cfg.IPv6Prefix)
 		defer func() { pressure.Observe(client, time.Since(start), status >= 500 || status == 0) }()
 	}
-	status = x.Forward(req.Path, res, watch, settles && cfg.SettlesFromJSON())
+	status = x.Forward(res.Path, res, watch, settles && cfg.SettlesFromJSON())
 	if status == 0 && watch {
 		status = 200 // a handler that wrote nothing answered 200
 	}

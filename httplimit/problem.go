@@ -67,8 +67,11 @@ func FillProblem(p *Problem, res *engine.Result) {
 		p.Detail = fmt.Sprintf("This request lacks what the %q limit counts by.", d.Rule)
 	case sluice.ReasonBadRequest:
 		p.Type, p.Title, p.Status = "about:blank", "Bad Request", http.StatusBadRequest
-		if res.TooLarge {
-			p.Title, p.Status = "Content Too Large", http.StatusRequestEntityTooLarge
+		switch res.InvalidStatus {
+		case http.StatusRequestEntityTooLarge:
+			p.Title, p.Status = "Content Too Large", res.InvalidStatus
+		case http.StatusUnsupportedMediaType:
+			p.Title, p.Status = "Unsupported Media Type", res.InvalidStatus
 		}
 		p.Detail = "This request cannot be counted as the service would read it: " + res.Invalid + "."
 	case sluice.ReasonTooLarge:

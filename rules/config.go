@@ -60,7 +60,7 @@ func (c *Config) ReadsHeader(canonical string) bool {
 				case FromCookie:
 					c.headers["Cookie"] = true
 				case FromBody:
-					c.headers["Content-Type"] = true
+					c.headers["Content-Type"], c.headers["Content-Encoding"] = true, true
 				}
 			}
 			if r.Tiers != nil && c.Priority != nil && c.Priority.Source != nil {
@@ -70,14 +70,14 @@ func (c *Config) ReadsHeader(canonical string) bool {
 				case FromCookie:
 					c.headers["Cookie"] = true
 				case FromBody:
-					c.headers["Content-Type"] = true
+					c.headers["Content-Type"], c.headers["Content-Encoding"] = true, true
 				}
 			}
 			if rv := r.Reserve; rv != nil && rv.EstimateHeader != "" {
 				c.headers[rv.EstimateHeader] = true
 			}
 			if rv := r.Reserve; rv != nil && rv.EstimateBody != "" {
-				c.headers["Content-Type"] = true
+				c.headers["Content-Type"], c.headers["Content-Encoding"] = true, true
 			}
 		}
 	})

@@ -33,7 +33,7 @@ func (d *decoder) pattern(s string) (*Pattern, error) {
 	if !ok {
 		return nil, fmt.Errorf("path pattern %q holds what the paths section refuses in a path (an encoded slash or backslash, or a ;)", s)
 	}
-	return ParsePattern(n)
+	return ParsePattern(d.paths.MatchForm(n))
 }
 
 func (d *decoder) fail(n *yaml.Node, field, format string, args ...any) {
@@ -229,7 +229,11 @@ func (d *decoder) config(data []byte) *Config {
 						}
 					}
 				},
-				"caseInsensitive": func(v *yaml.Node, f string) { c.Paths.CaseInsensitive, _ = d.boolean(v, f) },
+				"caseInsensitive": func(v *yaml.Node, f string) {
+					if b, ok := d.boolean(v, f); ok {
+						c.Paths.CaseSensitive = !b
+					}
+				},
 				"encodedSlashes": func(v *yaml.Node, f string) {
 					if s, ok := d.str(v, f); ok {
 						switch s {

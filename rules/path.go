@@ -29,10 +29,14 @@ type PathOptions struct {
 	// trailing slash is dropped, since most servers route "/otp/" and "/otp"
 	// to the same handler.
 	KeepTrailingSlash bool
-	// CaseInsensitive folds ASCII letters to lower case, for upstreams that
-	// route "/OTP" like "/otp". Rule patterns are then matched in lower case
-	// too.
-	CaseInsensitive bool
+	// CaseSensitive matches paths in their own case. By default rules match
+	// paths in any ASCII case ("/OTP" is "/otp"), since Express, ASP.NET
+	// and IIS route them alike: counting /OTP against a rule for /otp costs
+	// a case-sensitive upstream nothing (it answers 404), while missing it
+	// lets an upstream that routes in any case serve it uncounted. The case
+	// is folded for matching and keys only: the gateway forwards the path
+	// in the case it was sent (MatchForm).
+	CaseSensitive bool
 	// DecodeSeparators reads encoded slashes and backslashes, and raw
 	// backslashes, as "/" instead of refusing the path.
 	DecodeSeparators bool
@@ -104,11 +108,29 @@ func (o PathOptions) Normalize(path string) (string, bool) {
 	if b.Len() == 0 || (o.KeepTrailingSlash && trailing) {
 		b.WriteByte('/')
 	}
-	out := b.String()
-	if o.CaseInsensitive {
-		out = strings.ToLower(out)
+	return b.String(), true
+}
+
+// Why says why Normalize refuses path, for the 400's detail.
+func (o PathOptions) Why(path string) string {
+	decoded, ok := decodeUnreserved(path)
+	switch {
+	case !ok:
+		return "its path holds a malformed percent-escape (a % without two hex digits), which servers read in different ways"
+	case hasSeparator(decoded):
+		return "its path holds an encoded slash or backslash (%2F, %5C) or a backslash, which servers read in different ways"
 	}
-	return out, true
+	return "its path holds a path parameter (;), which this service does not take"
+}
+
+// MatchForm is a normalised path as rules match it: in lower case unless
+// paths are case-sensitive. It allocates only for a path with upper-case
+// letters.
+func (o PathOptions) MatchForm(normal string) string {
+	if o.CaseSensitive {
+		return normal
+	}
+	return strings.ToLower(normal)
 }
 
 // hasSeparator reports whether a path (its unreserved escapes decoded, the
@@ -171,8 +193,6 @@ func (o PathOptions) isNormal(path string) bool {
 		case c == '/' && prev == '/':
 			return false
 		case c == '.' && prev == '/' && dotSegment(path[i:]):
-			return false
-		case o.CaseInsensitive && 'A' <= c && c <= 'Z':
 			return false
 		}
 		prev = c

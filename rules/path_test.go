@@ -39,8 +39,8 @@ func TestNormalizePath(t *testing.T) {
 		{PathOptions{}, "/%41%7e", "/A~"},
 		{PathOptions{}, "/.well-known/x", "/.well-known/x"},
 		{PathOptions{}, "/a/.b/..c", "/a/.b/..c"},
-		{PathOptions{CaseInsensitive: true}, "/OTP/Verify", "/otp/verify"},
-		{PathOptions{}, "/OTP", "/OTP"},
+		{PathOptions{}, "/OTP/Verify", "/OTP/Verify"}, // the case is the upstream's: folded only to match (MatchForm)
+		{PathOptions{CaseSensitive: true}, "/OTP", "/OTP"},
 		{PathOptions{}, "*", "*"},
 		{PathOptions{}, "", ""},
 	} {
@@ -92,7 +92,7 @@ func FuzzNormalizePath(f *testing.F) {
 		if !strings.HasPrefix(p, "/") {
 			return
 		}
-		o := PathOptions{KeepTrailingSlash: keep, CaseInsensitive: fold, DecodeSeparators: decode, Params: ParamMode(params % 3)}
+		o := PathOptions{KeepTrailingSlash: keep, CaseSensitive: fold, DecodeSeparators: decode, Params: ParamMode(params % 3)}
 		n, ok := o.Normalize(p)
 		if !ok {
 			return
@@ -149,4 +149,39 @@ func TestNormalizeDecodesExactlyTheUnreserved(t *testing.T) {
 
 func hex2(c int) string {
 	return strings.ToUpper(string("0123456789abcdef"[c>>4]) + string("0123456789abcdef"[c&15]))
+}
+
+// Rules match paths in any case by default, and in their own when the
+// paths section says caseInsensitive: false; a refusal says what it
+// refuses.
+func TestPathsMatchInAnyCaseByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		src, path string
+		want      bool
+	}{
+		{"", "/OTP", true},
+		{"", "/Otp/", true},
+		{"", "/otp", true},
+		{"paths: {caseInsensitive: false}\n", "/OTP", false},
+		{"paths: {caseInsensitive: false}\n", "/otp", false},
+		{"paths: {caseInsensitive: false}\n", "/Otp", true},
+		{"paths: {caseInsensitive: true}\n", "/oTp", true},
+	} {
+		c, err := Parse("case.yaml", []byte(tc.src+"rules:\n  - {id: a, match: {path: /Otp}, key: [ip], rate: 1, per: 1s}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := c.Paths.Normalize(tc.path)
+		if _, got := c.Rules[0].Match.Matches("GET", "", c.Paths.MatchForm(n)); got != tc.want {
+			t.Errorf("%q against /Otp with %q: %v, want %v", tc.path, tc.src, got, tc.want)
+		}
+	}
+	for in, want := range map[string]string{"/otp%zz": "malformed percent-escape", "/%2Fotp": "encoded slash", "/a\\b": "backslash"} {
+		if why := (PathOptions{}).Why(in); !strings.Contains(why, want) {
+			t.Errorf("Why(%q) = %q, want it to say %q", in, why, want)
+		}
+	}
+	if why := (PathOptions{Params: ParamsReject}).Why("/otp;a"); !strings.Contains(why, "path parameter") {
+		t.Errorf("Why(/otp;a) = %q", why)
+	}
 }

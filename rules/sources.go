@@ -1,15 +1,11 @@
 package rules
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -126,6 +122,11 @@ const (
 	// than MaxBodyBytes: what lies beyond (another copy of the field) is
 	// not read, so the value the upstream reads is not known.
 	KeyBodyTooLarge
+	// KeyUnreadable: the source is a body field and the body is in a form
+	// that some servers read and sluice does not (compressed, not UTF-8,
+	// JSON beyond what Go parses, multipart that does not parse), so the
+	// value the upstream reads is not known. See bodyValue.
+	KeyUnreadable
 )
 
 // AppendKey appends the rule's key for req to dst. route is the matched
@@ -216,11 +217,11 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 			v = strings.TrimSpace(token)
 		}
 	case FromQuery:
-		v, state = queryValue(req.RawQuery, s.Param)
+		v, state = formValue(req.RawQuery, s.Param)
 	case FromCookie:
 		v, state = cookieValue(req.Header, s.Param)
 	case FromBody:
-		v, state = bodyValue(req.Body, req.BodyTruncated, req.Header.Get("Content-Type"), s.Param)
+		v, state = bodyValue(req.Body, req.BodyTruncated, req.Header, s.Param)
 	}
 	if state != KeyFound {
 		return dst, state
@@ -254,39 +255,6 @@ func headerValue(lines []string) (string, KeyState) {
 	return v, KeyFound
 }
 
-// queryValue is a field of a query or form body: its one value, or values
-// that agree. Go's FormValue reads the first, PHP and Django the last.
-func queryValue(raw, name string) (string, KeyState) {
-	v, state := "", KeyMissing
-	for raw != "" {
-		var pair string
-		pair, raw, _ = strings.Cut(raw, "&")
-		k, val, _ := strings.Cut(pair, "=")
-		if k != name && !(strings.ContainsAny(k, "%+") && unescape(k) == name) {
-			continue
-		}
-		val = unescape(val)
-		switch {
-		case state == KeyMissing:
-			v, state = val, KeyFound
-		case val != v:
-			return "", KeyAmbiguous
-		}
-	}
-	return v, state
-}
-
-func unescape(s string) string {
-	if !strings.ContainsAny(s, "%+") {
-		return s
-	}
-	u, err := url.QueryUnescape(s)
-	if err != nil {
-		return ""
-	}
-	return u
-}
-
 // cookieValue is a cookie's value: its one value, or values that agree,
 // over every Cookie line (Go's Request.Cookie reads the first, Python's
 // SimpleCookie the last).
@@ -310,102 +278,6 @@ func cookieValue(h http.Header, name string) (string, KeyState) {
 		}
 	}
 	return v, state
-}
-
-// bodyValue finds a top-level field of a JSON object or a form body, read
-// the way the common servers would read it, and refuses to choose where
-// they would not agree:
-//
-//   - a body that is a JSON object (after a UTF-8 byte order mark and
-//     white space) is read as JSON whatever its Content-Type says (a
-//     framework that parses JSON regardless would read it); otherwise, as
-//     a form when its Content-Type says so or it looks like one (k=v&...);
-//   - JSON names match in any case, as Go's encoding/json matches them:
-//     {"PHONE": x} gives x; two fields that name it ("phone" twice, or
-//     "phone" and "Phone") with different values are ambiguous (Go reads
-//     the last of any case, Python and JavaScript the last of the exact
-//     name); a value that is not a string or a number is missing;
-//   - a form field given twice with different values is ambiguous;
-//   - a body cut at MaxBodyBytes cannot be read to its end: too large.
-func bodyValue(body []byte, truncated bool, contentType, name string) (string, KeyState) {
-	body = bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("\xef\xbb\xbf")), " \t\r\n")
-	if len(body) == 0 {
-		if truncated {
-			return "", KeyBodyTooLarge
-		}
-		return "", KeyMissing
-	}
-	if truncated {
-		return "", KeyBodyTooLarge
-	}
-	if body[0] == '{' {
-		return jsonField(body, name)
-	}
-	mt, _, _ := mime.ParseMediaType(contentType)
-	if mt == "application/x-www-form-urlencoded" || mt == "" || mt == "text/plain" || bytes.IndexByte(body, '=') > 0 {
-		return queryValue(string(body), name)
-	}
-	return "", KeyMissing
-}
-
-// jsonField reads a top-level field of a JSON object (see bodyValue): the
-// fields whose names match in any case must agree on one string or number.
-// An object that does not parse to its end gives nothing.
-func jsonField(body []byte, name string) (string, KeyState) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", KeyMissing
-	}
-	var v string
-	matched, agree := 0, true
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return "", KeyMissing
-		}
-		key, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return "", KeyMissing
-		}
-		if !strings.EqualFold(key, name) {
-			continue
-		}
-		val, ok := scalar(raw)
-		matched++
-		switch {
-		case matched == 1 && ok:
-			v = val
-		case matched == 1:
-			agree = false // not a value a key can be made of
-		case !ok || val != v || !agree:
-			agree = false
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace: a complete object
-		return "", KeyMissing
-	}
-	switch {
-	case matched == 0 || matched == 1 && !agree:
-		return "", KeyMissing
-	case !agree:
-		return "", KeyAmbiguous
-	}
-	return v, KeyFound
-}
-
-// scalar is a JSON string's text or a number's digits.
-func scalar(raw json.RawMessage) (string, bool) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, true
-	}
-	var n json.Number
-	if json.Unmarshal(raw, &n) == nil {
-		return n.String(), true
-	}
-	return "", false
 }
 
 // Value returns the source's value in req as the request gave it: before
@@ -438,7 +310,8 @@ type ValueSet struct {
 
 // Contains reports whether req's value of the source is in the set; a
 // request without the value is in no set. With several different values
-// (KeyAmbiguous), ambiguous says what to report.
+// or a value it cannot read one way (KeyAmbiguous, KeyBodyTooLarge,
+// KeyUnreadable), ambiguous says what to report.
 func (v *ValueSet) Contains(req *Request, route string, ambiguous bool) bool {
 	if v.Source.Kind == FromIP {
 		// The address itself, not its text: an exempt network costs no
@@ -461,10 +334,13 @@ func (v *ValueSet) Contains(req *Request, route string, ambiguous bool) bool {
 	plain := *v.Source
 	plain.Hash = false
 	b, state := plain.appendValue(nil, req, route, 128)
-	if state == KeyAmbiguous {
-		return ambiguous
+	switch state {
+	case KeyFound:
+		return v.Values[string(b)]
+	case KeyMissing:
+		return false
 	}
-	return state == KeyFound && v.Values[string(b)]
+	return ambiguous // a value is there, but not one value sluice can name
 }
 
 // Selects reports whether the rule applies to req beyond its method, host
@@ -490,7 +366,7 @@ func (r *Rule) Selects(req *Request, route string) bool {
 // BodyNumber returns the whole number above 0 in the field name of a JSON
 // or form body (a reserve rule's estimateBody), if there is one.
 func BodyNumber(req *Request, name string) (int64, bool) {
-	v, state := bodyValue(req.Body, req.BodyTruncated, req.Header.Get("Content-Type"), name)
+	v, state := bodyValue(req.Body, req.BodyTruncated, req.Header, name)
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n, state == KeyFound && err == nil && n > 0
 }

@@ -293,7 +293,9 @@ func (g *FastGateway) peekBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 		buf := make([]byte, rules.MaxBodyBytes+1) // one byte more, to know
 		n, _ := io.ReadFull(s, buf)
 		buf = buf[:n]
-		ctx.Request.SetBodyStream(io.MultiReader(strings.NewReader(string(buf)), s), -1)
+		// Forwarded with the length the client declared, if it did: an
+		// upstream that refuses chunked requests still takes it.
+		ctx.Request.SetBodyStream(io.MultiReader(strings.NewReader(string(buf)), s), max(ctx.Request.Header.ContentLength(), -1))
 		return buf[:min(n, rules.MaxBodyBytes)], n > rules.MaxBodyBytes
 	}
 	body := ctx.Request.Body()

@@ -355,6 +355,21 @@ var planeCases = []planeCase{
 			t.Fatalf("the upstream saw /sms %d times, want the victim's 3", n)
 		}
 	}},
+	{name: "paths are matched in any case, and forwarded in their own", run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		for i, path := range []string{"/Otp", "/OTP", "/otp/", "/oTp"} {
+			resp, _ := send(t, "POST", base+path, nil, "")
+			if want := map[bool]int{true: 200, false: 429}[i < 3]; resp.StatusCode != want {
+				t.Fatalf("POST %s: %d, want %d (counted as /otp)", path, resp.StatusCode, want)
+			}
+		}
+		// A gateway forwards /otp/ as it matched it, /otp; behind nginx
+		// the proxy forwards what it was sent.
+		if n := up.count("/Otp") + up.count("/OTP") + up.count("/otp") + up.count("/otp/"); n != 3 || up.count("/Otp") != 1 || up.count("/OTP") != 1 {
+			t.Fatalf("the upstream saw %v, want /Otp, /OTP and /otp once each", up.hits)
+		}
+	}},
 	{name: "with encodedSlashes: decode, separators are read as slashes, counted and forwarded so", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
 		up := newRecorder(t, nil)
 		base, _ := p.start(t, up.srv.URL, "paths: {encodedSlashes: decode}\n"+planeRules, GatewayOptions{})
@@ -822,6 +837,12 @@ var planeCases = []planeCase{
 				h := sha256.New()
 				if n, _ := io.Copy(h, r.Body); n != size || string(h.Sum(nil)) != string(sum[:]) {
 					http.Error(w, "body changed on the way", 400)
+				}
+				// The rules read bodies (sms): a body read to find a key
+				// keeps its declared length, for upstreams that refuse
+				// chunked requests.
+				if r.ContentLength != size || len(r.TransferEncoding) > 0 {
+					http.Error(w, fmt.Sprintf("Content-Length %d, Transfer-Encoding %v", r.ContentLength, r.TransferEncoding), 400)
 				}
 				return
 			}

@@ -1,0 +1,328 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// A key read from a body or a query is only as good as its agreement with
+// the upstream: if sluice counts one value and the upstream acts on
+// another, the limit protects nobody. Servers do not agree on how to read a
+// body (Go matches JSON names in any case, Python reads NaN, Express
+// inflates gzip and reads phone[]=x as phone, PHP and Django take the last
+// of a repeated form field, a multipart parser skips the preamble that a
+// form parser would read). So sluice reads a body every way a common
+// server might, and the invariant is:
+//
+//	sluice counts a value v only if every reading that finds the field
+//	finds v; if two readings could differ, or sluice cannot make one that
+//	some server makes, the request is refused; the field is missing only
+//	if no reading finds it.
+//
+// The readings, for a field name:
+//
+//   - JSON, for a body that is a JSON object after white space and a UTF-8
+//     byte order mark, whatever its Content-Type (frameworks can be told to
+//     parse JSON regardless): the top-level fields whose names match name in
+//     any case (Go's encoding/json; Python and JavaScript take the exact
+//     name, a subset), each a string or a number (numbers written as whole
+//     numbers in another way, 8.8e12 or 8800000000000.0, read as the whole
+//     number). A value that is not a string or a number (null, an array an
+//     upstream may join into a string) cannot be counted: refused. A body
+//     that starts as an object but that Go does not parse to its end
+//     (NaN, which Python reads; nesting deeper than Go's 10,000, which V8
+//     reads; data after the object) is unreadable: refused.
+//   - A form, unless the Content-Type is JSON or multipart: pairs separated
+//     by "&", and also by "&" or ";" (older Python split on both), names
+//     and values percent-decoded. The field given twice (qs reads both,
+//     joined by a comma; Go the first; PHP and Django the last), with a
+//     malformed escape, or written as an array or object (phone[]=,
+//     phone[0]=, phone.x=, which qs, PHP and Rails read as the field),
+//     cannot be counted: refused. A query string is read the same way.
+//   - Multipart (multipart/form-data): the part named name, without
+//     preamble or epilogue, as every multipart parser reads it; two such
+//     parts, a part with a file name, or a transfer encoding other than
+//     7bit, 8bit or binary cannot be counted; a body that does not parse
+//     is unreadable.
+//
+// Before any reading, a body that is compressed (a Content-Encoding other
+// than identity: Express inflates it), not UTF-8 or holding a NUL (Python
+// detects UTF-16 and UTF-32 by their zero bytes), or declared in another
+// charset is unreadable; one cut at MaxBodyBytes is too large (another copy
+// of the field could lie beyond).
+//
+// A rule refuses what cannot be counted with 400, a body too large with
+// 413 and an unreadable one with 415; a honest client, which sends one
+// phone as UTF-8 JSON or a form, meets none of them.
+func bodyValue(body []byte, truncated bool, h http.Header, name string) (string, KeyState) {
+	if truncated {
+		return "", KeyBodyTooLarge
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return "", KeyMissing
+	}
+	for _, enc := range h.Values("Content-Encoding") {
+		for e := range strings.SplitSeq(enc, ",") {
+			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "identity") {
+				return "", KeyUnreadable
+			}
+		}
+	}
+	mt, params, ok := contentType(h)
+	if !ok || bytes.IndexByte(body, 0) >= 0 || !utf8.Valid(body) {
+		return "", KeyUnreadable
+	}
+	if mt == "multipart/form-data" {
+		return multipartValue(body, params["boundary"], name)
+	}
+	var r reading
+	trimmed := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("\xef\xbb\xbf")), " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		r.add(jsonValue(trimmed, name))
+	}
+	if !isJSONType(mt) && !strings.HasPrefix(mt, "multipart/") {
+		r.add(formValue(string(body), name))
+	}
+	return r.result()
+}
+
+// reading gathers what several readings of one field find.
+type reading struct {
+	v     string
+	found bool
+	state KeyState // KeyFound until a reading refuses
+}
+
+func (r *reading) add(v string, state KeyState) {
+	switch {
+	case r.state != KeyFound:
+	case state == KeyFound && r.found && v != r.v:
+		r.state = KeyAmbiguous
+	case state == KeyFound:
+		r.v, r.found = v, true
+	case state != KeyMissing:
+		r.state = state
+	}
+}
+
+func (r *reading) result() (string, KeyState) {
+	switch {
+	case r.state != KeyFound:
+		return "", r.state
+	case !r.found:
+		return "", KeyMissing
+	}
+	return r.v, KeyFound
+}
+
+// contentType is the request's media type, in lower case, and its
+// parameters. Lines that disagree, or a charset other than UTF-8 (or its
+// subset US-ASCII), are not ok.
+func contentType(h http.Header) (string, map[string]string, bool) {
+	lines := h.Values("Content-Type")
+	if len(lines) == 0 {
+		return "", nil, true
+	}
+	for _, l := range lines[1:] {
+		if l != lines[0] {
+			return "", nil, false
+		}
+	}
+	mt, params, err := mime.ParseMediaType(lines[0])
+	if err != nil {
+		// Servers differ on a malformed type; the media type before any
+		// parameter is what most of them dispatch on.
+		mt, _, _ = strings.Cut(lines[0], ";")
+		mt, params = strings.ToLower(strings.TrimSpace(mt)), nil
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") && !strings.EqualFold(cs, "us-ascii") {
+		return "", nil, false
+	}
+	return mt, params, true
+}
+
+func isJSONType(mt string) bool {
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// jsonValue reads a top-level field of a JSON object (see bodyValue).
+func jsonValue(body []byte, name string) (string, KeyState) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", KeyUnreadable
+	}
+	var r reading
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", KeyUnreadable
+		}
+		key, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", KeyUnreadable
+		}
+		if !strings.EqualFold(key, name) {
+			continue
+		}
+		if v, ok := scalar(raw); ok {
+			r.add(v, KeyFound)
+		} else {
+			r.add("", KeyAmbiguous)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return "", KeyUnreadable
+	}
+	if _, err := dec.Token(); err != io.EOF { // and nothing after it
+		return "", KeyUnreadable
+	}
+	return r.result()
+}
+
+// scalar is a JSON string's text or a number's value (see wholeNumber).
+func scalar(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '"' && raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return "", false // null, true, false, an array or an object
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return wholeNumber(n.String()), true
+	}
+	return "", false
+}
+
+// wholeNumber writes a JSON number that is a whole number below 2^53 in
+// its plain decimal form (8.8e12 and 8800000000000.0 are 8800000000000), as
+// a server that reads it as a number and prints it as an integer does;
+// other numbers stay as written.
+func wholeNumber(lit string) string {
+	if !strings.ContainsAny(lit, ".eE") {
+		return lit
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+		return lit
+	}
+	return strconv.FormatInt(int64(f), 10)
+}
+
+// formValue reads a field of a form body or a query string (see
+// bodyValue): its one value, or values that agree, whether ";" separates
+// pairs (older Python) or not (everyone else).
+func formValue(raw, name string) (string, KeyState) {
+	var r reading
+	r.add(formPairs(raw, "&", name))
+	if strings.IndexByte(raw, ';') >= 0 {
+		r.add(formPairs(raw, "&;", name))
+	}
+	return r.result()
+}
+
+// formPairs reads the field name of a form whose pairs are separated by
+// any byte of seps.
+func formPairs(raw, seps, name string) (string, KeyState) {
+	var r reading
+	for raw != "" {
+		var pair string
+		if i := strings.IndexAny(raw, seps); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			pair, raw = raw, ""
+		}
+		k, val, _ := strings.Cut(pair, "=")
+		key, err := unescapeForm(k)
+		if err != nil {
+			key = k // as servers that keep a malformed escape read it
+		}
+		switch {
+		case key == name && r.found:
+			r.add("", KeyAmbiguous) // given twice: qs reads "a,b", Go the first, PHP the last
+		case key == name:
+			v, err := unescapeForm(val)
+			if err != nil {
+				r.add("", KeyAmbiguous) // Go refuses the form, Python keeps "%zz"
+			} else {
+				r.add(v, KeyFound)
+			}
+		case strings.HasPrefix(key, name) && len(key) > len(name) && (key[len(name)] == '[' || key[len(name)] == '.'):
+			r.add("", KeyAmbiguous) // phone[]=x: qs and PHP read an array named phone
+		}
+	}
+	return r.result()
+}
+
+func unescapeForm(s string) (string, error) {
+	if !strings.ContainsAny(s, "%+") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return "", errMalformedEscape
+			}
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+var errMalformedEscape = errors.New("malformed percent-escape")
+
+// multipartValue reads the parts of a multipart/form-data body named name
+// (see bodyValue).
+func multipartValue(body []byte, boundary, name string) (string, KeyState) {
+	if boundary == "" {
+		return "", KeyUnreadable
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	var r reading
+	for {
+		p, err := mr.NextRawPart()
+		if err == io.EOF {
+			return r.result()
+		}
+		if err != nil {
+			return "", KeyUnreadable
+		}
+		key := p.FormName()
+		switch {
+		case key == name && r.found:
+			r.add("", KeyAmbiguous) // given twice: multer reads both
+		case key == name:
+			cte := strings.ToLower(p.Header.Get("Content-Transfer-Encoding"))
+			if p.FileName() != "" || cte != "" && cte != "7bit" && cte != "8bit" && cte != "binary" {
+				r.add("", KeyAmbiguous)
+				break
+			}
+			v, err := io.ReadAll(p)
+			if err != nil {
+				return "", KeyUnreadable
+			}
+			r.add(string(v), KeyFound)
+		case strings.HasPrefix(key, name) && len(key) > len(name) && (key[len(name)] == '[' || key[len(name)] == '.'):
+			r.add("", KeyAmbiguous)
+		}
+	}
+}
