@@ -439,6 +439,16 @@ func (d *decoder) keys(c *Config, n *yaml.Node, field string) {
 			"body":   set(FromBody),
 			"scheme": func(v *yaml.Node, f string) { s.Scheme, _ = d.str(v, f) },
 			"hash":   func(v *yaml.Node, f string) { s.Hash, _ = d.boolean(v, f) },
+			"normalize": func(v *yaml.Node, f string) {
+				names, nodes := d.strings(v, f)
+				for i, name := range names {
+					n, ok := normalizations[name]
+					if !ok {
+						d.fail(nodes[i], f, "unknown normalization %q (want trim, lower or digits)", name)
+					}
+					s.Normalize |= n
+				}
+			},
 		})
 		switch {
 		case kinds == 0 && v.Kind == yaml.MappingNode:

@@ -562,3 +562,51 @@ rules:
 		t.Errorf("warnings %q: want one about the skipping rule", warnings)
 	}
 }
+
+// A key source's normalize rewrites each spelling an application treats
+// as one into one key: for a phone, its digits; for an email, trimmed and
+// in lower case. Attributes (the JSON API, Envoy) are rewritten alike.
+func TestNormalizeMakesSpellingsOneKey(t *testing.T) {
+	c, err := Parse("norm.yaml", []byte(`
+keys:
+  phone: {body: phone, normalize: digits}
+  email: {header: X-Email, normalize: [trim, lower]}
+rules:
+  - {id: otp, key: [phone], rate: 3, per: 10m}
+  - {id: mail, key: [email], rate: 3, per: 10m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(r *Rule, req *Request) (string, KeyState) {
+		if req.Header == nil {
+			req.Header = http.Header{}
+		}
+		b, st := r.AppendKey(nil, req, "", 64)
+		return string(b), st
+	}
+	otp, mail := c.Rule("otp"), c.Rule("mail")
+	for _, body := range []string{`{"phone":"+880 1799-999999"}`, `{"phone":"8801799999999"}`, `{"phone":8801799999999}`, `{"phone":8.801799999999e12}`, "phone=%2B880%281799%29999999", `{"phone":"(880) 1799 999999 "}`} {
+		h := http.Header{"Content-Type": {"application/json"}}
+		if body[0] != '{' {
+			h.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if k, st := key(otp, &Request{Body: []byte(body), Header: h}); k != "8801799999999" || st != KeyFound {
+			t.Errorf("%s: key %q (%d), want 8801799999999", body, k, st)
+		}
+	}
+	if k, st := key(otp, &Request{Attributes: map[string]string{"phone": "+880-1799-999999"}}); k != "8801799999999" || st != KeyFound {
+		t.Errorf("attribute: key %q (%d)", k, st)
+	}
+	if _, st := key(otp, &Request{Body: []byte(`{"phone":"+ - ()"}`), Header: http.Header{"Content-Type": {"application/json"}}}); st != KeyMissing {
+		t.Errorf("a phone without digits: state %d, want missing", st)
+	}
+	for _, v := range []string{" Ana@Example.com", "ana@example.COM\t", "ana@example.com"} {
+		if k, _ := key(mail, &Request{Header: http.Header{"X-Email": {v}}}); k != "ana@example.com" {
+			t.Errorf("%q: key %q", v, k)
+		}
+	}
+	if _, err := Parse("bad.yaml", []byte("keys:\n  p: {body: p, normalize: e164}\nrules: [{id: a, key: [p], rate: 1, per: 1s}]\n")); err == nil || !strings.Contains(err.Error(), "unknown normalization") {
+		t.Errorf("an unknown normalization: %v", err)
+	}
+}

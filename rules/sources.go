@@ -33,6 +33,47 @@ type Source struct {
 	Param  string // header (canonical), query, cookie or body field name
 	Scheme string // for a header: the auth scheme to strip, such as Bearer
 	Hash   bool   // replace the value with a digest: it is a secret
+	// Normalize rewrites the value before it is counted, so that the
+	// spellings an application treats as one ("+880 1799-999999" and
+	// "8801799999999") are one key.
+	Normalize Normalization
+}
+
+// Normalization is a set of rewrites of a key value, applied in the order
+// of the constants.
+type Normalization uint8
+
+// The rewrites.
+const (
+	// NormTrim drops white space at both ends.
+	NormTrim Normalization = 1 << iota
+	// NormLower folds letters to lower case (Unicode).
+	NormLower
+	// NormDigits keeps only the ASCII digits: for phone numbers, where an
+	// application strips "+", spaces, dashes and parentheses.
+	NormDigits
+)
+
+// normalizations are the names the rule file uses.
+var normalizations = map[string]Normalization{"trim": NormTrim, "lower": NormLower, "digits": NormDigits}
+
+// apply rewrites v; a value with nothing left is missing.
+func (n Normalization) apply(v string) string {
+	if n&NormTrim != 0 {
+		v = strings.TrimSpace(v)
+	}
+	if n&NormLower != 0 {
+		v = strings.ToLower(v)
+	}
+	if n&NormDigits != 0 {
+		v = strings.Map(func(r rune) rune {
+			if '0' <= r && r <= '9' {
+				return r
+			}
+			return -1
+		}, v)
+	}
+	return v
 }
 
 var builtinSources = map[string]SourceKind{
@@ -179,6 +220,11 @@ func appendKey(dst []byte, sources []*Source, req *Request, route string, ipv6Pr
 
 func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix int) ([]byte, KeyState) {
 	if v, ok := s.attribute(req); ok {
+		if s.Normalize != 0 {
+			if v = s.Normalize.apply(v); v == "" {
+				return dst, KeyMissing
+			}
+		}
 		return s.finish(dst, v), KeyFound
 	}
 	var v string
@@ -225,6 +271,9 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 	}
 	if state != KeyFound {
 		return dst, state
+	}
+	if s.Normalize != 0 {
+		v = s.Normalize.apply(v)
 	}
 	if v == "" {
 		return dst, KeyMissing
@@ -285,7 +334,10 @@ func cookieValue(h http.Header, name string) (string, KeyState) {
 // exemptions compare it with the values a rule file lists.
 func (s *Source) Value(req *Request, route string) (string, bool) {
 	if v, ok := s.attribute(req); ok {
-		return v, true
+		if s.Normalize != 0 {
+			v = s.Normalize.apply(v)
+		}
+		return v, v != ""
 	}
 	if s.Kind == FromIP {
 		if !req.ClientIP.IsValid() {

@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,13 +93,27 @@ var honestOTP = otpRequest{"POST", "/otp", "application/json", `{"phone":"` + vi
 var otpTricks = func() []otpRequest {
 	pad := strings.Repeat(" ", rules.MaxBodyBytes)
 	json := func(body string) otpRequest { return otpRequest{"POST", "/otp", "application/json", body} }
-	form := func(body string) otpRequest { return otpRequest{"POST", "/otp", "application/x-www-form-urlencoded", body} }
+	form := func(body string) otpRequest {
+		return otpRequest{"POST", "/otp", "application/x-www-form-urlencoded", body}
+	}
 	path := func(method, p string) otpRequest { return otpRequest{method, p, "application/json", honestOTP.body} }
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.NoCompression)
+	zw.Write([]byte(`{"phone":"` + victimPhone + `","x":"&phone=r1&"}`))
+	zw.Close()
+	utf16 := []byte{0xff, 0xfe}
+	for _, c := range honestOTP.body {
+		utf16 = append(utf16, byte(c), 0)
+	}
+	const multipart = "x&phone=r1&\r\n--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\n" + victimPhone + "\r\n--XyZ--\r\n"
 	return []otpRequest{
 		// Bodies: another content type, another case of the name (Go's
 		// encoding/json), a byte order mark, a repeated field (the last
-		// wins in PHP, Django and many JSON parsers), the field beyond the
-		// first 64 KiB.
+		// wins in PHP, Django and many JSON parsers; qs reads both), the
+		// field beyond the first 64 KiB, a form planted in a JSON string,
+		// JSON that Python or V8 parse and Go does not, UTF-16, gzip (Express
+		// inflates it), a multipart preamble (which a form parser reads and
+		// a multipart parser skips), arrays, other spellings of the number.
 		{"POST", "/otp", "text/plain", honestOTP.body},
 		{"POST", "/otp", "", honestOTP.body},
 		json(`{"PHONE":"` + victimPhone + `"}`),
@@ -106,12 +122,26 @@ var otpTricks = func() []otpRequest {
 		json(`{"phone":"8801700000001","phone":"` + victimPhone + `"}`),
 		json(`{"phone":"8801700000001","pHONE":"` + victimPhone + `"}`),
 		json(`{"pad":"` + pad + `","phone":"` + victimPhone + `"}`),
+		json(`{"a":NaN,"phone":"` + victimPhone + `"}`),
+		json(`{"phone":["` + victimPhone + `"]}`),
+		json(`{"phone":"+880 1799-999999"}`),
+		json(`{"phone":8801799999999}`),
+		json(`{"phone":"r1"} {"phone":"` + victimPhone + `"}`),
+		{"POST", "/otp", "application/json", string(utf16)},
+		{"POST", "/otp", "application/json\r\nContent-Encoding: gzip", gz.String()},
+		{"POST", "/otp", "multipart/form-data; boundary=XyZ", multipart},
+		{"POST", "/otp", "application/x-www-form-urlencoded", `{"phone":"r1","x":"&phone=` + victimPhone + `&"}`},
 		form("phone=8801700000001&phone=" + victimPhone),
+		form("phone=" + victimPhone + "&phone=" + victimPhone),
 		form("phone=8801700000001&pad=" + pad + "&phone=" + victimPhone),
-		form("phone=" + victimPhone + "&phone=8801700000001"),
+		form("phone[]=" + victimPhone),
+		form("phone=r1;phone=" + victimPhone),
+		form("{=1&phone=" + victimPhone),
+		form("phone=%2B880%201799%20999999"),
 		// Paths: encoded slashes and backslashes (decoded by nginx and
 		// WSGI servers), path parameters (dropped by servlet containers),
-		// dot segments, doubled slashes, a method in lower case.
+		// dot segments, doubled slashes, a method in lower case, another
+		// case (Express and ASP.NET route it as /otp).
 		path("POST", "/%2Fotp"),
 		path("POST", "/x/..%2Fotp"),
 		path("POST", "/api%2F..%2Fotp"),
@@ -123,6 +153,8 @@ var otpTricks = func() []otpRequest {
 		path("POST", "/x/../otp"),
 		path("post", "/otp"),
 		path("POST", "/ot%70"),
+		path("POST", "/OTP"),
+		path("POST", "/Otp/"),
 	}
 }()
 
@@ -201,6 +233,22 @@ func newVictimUpstream(t *testing.T) *victimUpstream {
 	u := &victimUpstream{seen: map[string]int{}}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+				body, _ = io.ReadAll(zr)
+			}
+		}
+		// The victim's number however it is spelled: percent-escaped, in
+		// UTF-16, with "+", spaces and dashes.
+		if s, err := url.QueryUnescape(string(body)); err == nil {
+			body = []byte(s)
+		}
+		body = bytes.Map(func(r rune) rune {
+			if strings.ContainsRune("\x00 +-()", r) {
+				return -1
+			}
+			return r
+		}, body)
 		if bytes.Contains(body, []byte(victimPhone)) {
 			u.victim.Add(1)
 			u.mu.Lock()
