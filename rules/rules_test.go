@@ -610,3 +610,24 @@ rules:
 		t.Errorf("an unknown normalization: %v", err)
 	}
 }
+
+// An IPv6 zone names the receiving interface, not the client: a client
+// address is counted without it, and exempt networks contain it.
+func TestZonesAreNotPartOfAnAddress(t *testing.T) {
+	c, err := Parse("zone.yaml", []byte("ipv6Prefix: 128\nrules:\n  - {id: a, key: [ip], rate: 1, per: 1s, exempt: {ip: [fe80::/10]}}\n  - {id: b, key: [ip], rate: 1, per: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, ip := range []string{"fe80::1%eth0", "fe80::1%eth1", "fe80::1"} {
+		req := &Request{ClientIP: netip.MustParseAddr(ip), Header: http.Header{}}
+		k, _ := c.Rule("b").AppendKey(nil, req, "", 128)
+		keys = append(keys, string(k))
+		if c.Rule("a").Selects(req, "") {
+			t.Errorf("%s is not exempt", ip)
+		}
+	}
+	if keys[0] != "fe80::1" || keys[1] != keys[0] || keys[2] != keys[0] {
+		t.Errorf("keys %q, want fe80::1 for each", keys)
+	}
+}

@@ -234,7 +234,7 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 		if !req.ClientIP.IsValid() {
 			return dst, KeyMissing
 		}
-		a := req.ClientIP.Unmap()
+		a := req.ClientIP.Unmap().WithZone("") // a zone names our interface, not the client
 		if a.Is6() && ipv6Prefix < 128 {
 			p, _ := a.Prefix(ipv6Prefix)
 			return p.AppendTo(dst), KeyFound
@@ -343,7 +343,7 @@ func (s *Source) Value(req *Request, route string) (string, bool) {
 		if !req.ClientIP.IsValid() {
 			return "", false
 		}
-		return req.ClientIP.Unmap().String(), true
+		return req.ClientIP.Unmap().WithZone("").String(), true
 	}
 	plain := *s
 	plain.Hash = false
@@ -375,7 +375,7 @@ func (v *ValueSet) Contains(req *Request, route string, ambiguous bool) bool {
 		if !a.IsValid() {
 			return false
 		}
-		a = a.Unmap()
+		a = a.Unmap().WithZone("")
 		for _, p := range v.Prefixes {
 			if p.Contains(a) {
 				return true

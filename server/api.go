@@ -30,7 +30,7 @@ type CheckRequest struct {
 	// from (all fields optional).
 	Request *RequestInfo `json:"request"`
 	// Attributes supply key source values directly, by source name.
-	Attributes map[string]string `json:"attributes"`
+	Attributes Names `json:"attributes"`
 	// Cost multiplies each rule's cost (default 1).
 	Cost *int64 `json:"cost"`
 	// DryRun decides without consuming anything.
@@ -46,11 +46,57 @@ type CheckRequest struct {
 
 // RequestInfo is the request a check is about.
 type RequestInfo struct {
-	Method  string            `json:"method"`
-	Path    string            `json:"path"` // may carry ?query
-	Host    string            `json:"host"`
-	IP      string            `json:"ip"`
-	Headers map[string]string `json:"headers"`
+	Method  string `json:"method"`
+	Path    string `json:"path"` // may carry ?query
+	Host    string `json:"host"`
+	IP      string `json:"ip"`
+	Headers Names  `json:"headers"`
+}
+
+// Names maps names to values, as the JSON API's attributes and headers.
+// Decoded from JSON, a name given twice is refused, as is the object given
+// twice ("attributes" and "Attributes", which Go's decoder reads as one
+// field): Go would keep the last, another decoder the first, and the caller
+// would not know which one a rule counted.
+type Names map[string]string
+
+// UnmarshalJSON decodes a JSON object of strings, refusing repeats.
+func (n *Names) UnmarshalJSON(b []byte) error {
+	if *n != nil {
+		return errGivenTwice{"the object"}
+	}
+	if string(b) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return &json.UnmarshalTypeError{Value: "non-object", Type: reflect.TypeFor[map[string]string]()}
+	}
+	m := Names{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		k := t.(string)
+		var v string
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		if _, ok := m[k]; ok {
+			return errGivenTwice{fmt.Sprintf("%q", k)}
+		}
+		m[k] = v
+	}
+	*n = m
+	return nil
+}
+
+// errGivenTwice is a name, or an object, given twice in a request body.
+type errGivenTwice struct{ what string }
+
+func (e errGivenTwice) Error() string {
+	return e.what + " is given twice: decoders differ on which one they read"
 }
 
 // CheckResponse is the answer of POST /v1/check.
@@ -242,7 +288,7 @@ func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 			if err != nil {
 				return nil, engine.CheckOptions{}, &badRequest{"request.ip", fmt.Sprintf("%q is not an IP address", info.IP)}
 			}
-			rr.ClientIP = ip.Unmap()
+			rr.ClientIP = ip.Unmap().WithZone("")
 		}
 		if len(info.Headers) > 0 {
 			rr.Header = make(http.Header, len(info.Headers))
@@ -369,6 +415,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem.msg = "empty body: want a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		problem.msg = "malformed JSON: the body ends too soon"
+	case errors.As(err, new(errGivenTwice)):
+		problem.msg = err.Error()
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		problem.field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		problem.msg = "unknown field"

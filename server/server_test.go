@@ -530,6 +530,24 @@ func TestCheckAPINamesAreCaseInsensitive(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
 		}
 	}
+	// The same name twice, which Go's decoder reads as the last: refused
+	// too, as is the object given twice under two spellings.
+	for _, body := range []string{
+		`{"request":{"path":"/login","headers":{"X-User-Id":"attacker","X-User-Id":"victim"}}}`,
+		`{"attributes":{"user":"attacker","user":"victim"}}`,
+		`{"attributes":{"user":"attacker"},"Attributes":{"user":"victim"}}`,
+		`{"request":{"headers":{"X-User-Id":"a"},"Headers":{"X-User-Id":"b"}}}`,
+	} {
+		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "given twice") {
+			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
+		}
+	}
+	if w := f.do("POST", "/v1/check", `{"attributes":{"user":7}}`); w.Code != 400 {
+		t.Errorf("a number for an attribute: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("POST", "/v1/check", `{"attributes":null,"request":{"headers":{"X-User-Id":"u"}}}`); w.Code != 200 {
+		t.Errorf("null attributes: %d %s", w.Code, w.Body)
+	}
 }
 
 // DNS rebinding: a web page the operator opens can send requests to a
