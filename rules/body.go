@@ -54,6 +54,10 @@ import (
 //     7bit, 8bit or binary cannot be counted; a body that does not parse
 //     is unreadable.
 //
+// The query string's field of the same name is one more reading, as
+// Flask's request.values, Spring's getParameter and PHP's $_REQUEST merge
+// the query and the body (appendValue).
+//
 // Before any reading, a body that is compressed (a Content-Encoding other
 // than identity: Express inflates it), not UTF-8 or holding a NUL (Python
 // detects UTF-16 and UTF-32 by their zero bytes), or declared in another

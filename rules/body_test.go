@@ -409,3 +409,26 @@ func TestBodyKeysOfATruncatedBodyAreTooLarge(t *testing.T) {
 		t.Fatalf("state %v, want KeyBodyTooLarge", state)
 	}
 }
+
+// Frameworks that merge the query and the body (Flask's request.values
+// reads the query first) read a phone in the query of a POST: it is one
+// more reading of a body source.
+func TestBodyKeysReadTheQueryToo(t *testing.T) {
+	src := &Source{Kind: FromBody, Param: "phone"}
+	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	for _, c := range []struct {
+		query, body string
+		want        string
+		state       KeyState
+	}{
+		{"phone=8801799999999", "phone=8801700000001", "", KeyAmbiguous},
+		{"phone=8801799999999", "", "8801799999999", KeyFound},
+		{"phone=8801799999999", "phone=8801799999999", "8801799999999", KeyFound},
+		{"other=1", "phone=8801700000001", "8801700000001", KeyFound},
+	} {
+		v, state := src.appendValue(nil, &Request{RawQuery: c.query, Body: []byte(c.body), Header: form}, "", 64)
+		if string(v) != c.want || state != c.state {
+			t.Errorf("?%s with %q: %q (%d), want %q (%d)", c.query, c.body, v, state, c.want, c.state)
+		}
+	}
+}

@@ -267,7 +267,15 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 	case FromCookie:
 		v, state = cookieValue(req.Header, s.Param)
 	case FromBody:
-		v, state = bodyValue(req.Body, req.BodyTruncated, req.Header, s.Param)
+		// Flask's request.values, Spring's getParameter and PHP's
+		// $_REQUEST read the query and the body as one: the query's field
+		// of the same name is one more reading (bodyValue).
+		var r reading
+		r.add(bodyValue(req.Body, req.BodyTruncated, req.Header, s.Param))
+		if req.RawQuery != "" {
+			r.add(formValue(req.RawQuery, s.Param))
+		}
+		v, state = r.result()
 	}
 	if state != KeyFound {
 		return dst, state
