@@ -41,6 +41,9 @@ type Options struct {
 	BreakerOpenFor  time.Duration
 	// OnBreakerChange, if set, is told of every breaker state change.
 	OnBreakerChange func(from, to string)
+	// StoreName names the store in the breaker's log lines when it is one
+	// node (a store that is not a Partitioner): its URL, without secrets.
+	StoreName string
 	// Gateways, if set, returns how many gateways share the store (the live
 	// members, or a configured number). While the store fails, a fail-open
 	// rule without its own fallback limit counts its share, limit/N, in the
@@ -78,6 +81,7 @@ type Engine struct {
 	local     bool
 	parts     Partitioner // nil unless the store has independent nodes
 	guard     *guard
+	reached   atomic.Bool // the store has answered since start
 	openFor   time.Duration
 	gateways  func() int
 	log       *slog.Logger
@@ -124,7 +128,11 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	}
 	e.guard = newGuard(&o, func(partition, from, to string) {
 		// One line per transition of one partition's breaker.
-		e.log.Warn("sluice: store circuit breaker", "node", partition, "from", from, "to", to)
+		node := partition
+		if node == "" {
+			node = o.StoreName
+		}
+		e.log.Warn("sluice: store circuit breaker", "node", node, "from", from, "to", to)
 		if o.OnBreakerChange != nil {
 			o.OnBreakerChange(from, to)
 		}
@@ -644,8 +652,16 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 	if e.onCall != nil {
 		e.onCall(time.Since(start), err)
 	}
+	if err == nil && !e.reached.Load() {
+		e.reached.Store(true)
+	}
 	return err
 }
+
+// StoreReached reports whether the store has answered a call since the
+// engine started (always true for a store that never blocks). A store that
+// has never answered may be misnamed rather than down: readiness says so.
+func (e *Engine) StoreReached() bool { return e.local || e.reached.Load() }
 
 // ErrNoRule is returned for a rule id the rule set does not have.
 var ErrNoRule = errors.New("engine: no such rule")

@@ -134,10 +134,17 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 				closed = append(closed, rule.ID)
 			}
 		}
-		if len(closed) > 0 {
+		switch {
+		case !s.e.StoreReached():
+			// Never answered since start: as likely a wrong address as an
+			// outage, and a gateway that would share nothing. Not ready,
+			// so that a deployment with a typo in its store URL stops.
+			status = http.StatusServiceUnavailable
+			b.WriteString("not ready: the store has not answered since sluice started (is its URL right?); meanwhile every rule fails open within its share, or closed\n")
+		case len(closed) > 0:
 			status = http.StatusServiceUnavailable
 			fmt.Fprintf(&b, "not ready: degraded: the store does not answer, and these rules fail closed: %s\n", strings.Join(closed, ", "))
-		} else {
+		default:
 			b.WriteString("ready (degraded: the store does not answer; every rule fails open within its share)\n")
 		}
 		fmt.Fprintf(&b, "store error: %v\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"io"
 	"net/http"
 	"os"
@@ -230,9 +231,64 @@ func TestServeUnderRedisFaultsEndToEnd(t *testing.T) {
 	assertExact(t, "restarted empty", bases, "u-restarted")
 }
 
-// A gateway whose Redis is down at boot starts, serves degraded within its
-// share, says so on /readyz, and switches to Redis when it comes.
+// A gateway whose Redis is down at boot says so at once (a WARN line with
+// the URL, its password hidden), starts, serves degraded within its share,
+// is not ready until the store has answered once (a typo in --store must
+// not pass a deployment's readiness check), and switches to Redis when it
+// comes. With --require-store it exits instead.
 func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	srv := redistest.Start(t)
+	srv.Stop()
+	rules := writeRules(t, "rules:\n  - {id: open, key: [user], rate: 3, per: 1h}\n")
+	url := strings.Replace(srv.URL(), "redis://", "redis://:hunter2@", 1)
+	code, _, errs := runCLI("serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url, "--require-store")
+	if code != 1 || !strings.Contains(errs, "does not answer") || strings.Contains(errs, "hunter2") {
+		t.Errorf("--require-store without Redis: exit %d, %q", code, errs)
+	}
+	var log proctest.Output
+	base, _ := startTo(t, &log, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url)
+	if l := log.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "does not answer") || !strings.Contains(l, srv.Addr) || strings.Contains(l, "hunter2") {
+		t.Errorf("the log at boot without Redis names no store, or its password:\n%s", l)
+	}
+	readyz := func() (int, string) {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	if code, body := readyz(); code != 503 || !strings.Contains(body, "has not answered since") || !strings.Contains(body, "not connected") {
+		t.Errorf("readyz at boot without Redis, every rule failing open: %d %s", code, body)
+	}
+	srv.Restart()
+	waitHealthy(t, []string{base})
+	if code, body := readyz(); code != 200 {
+		t.Errorf("readyz once Redis answers: %d %s", code, body)
+	}
+	// Once it has answered, a store that goes down is an outage, not a
+	// typo: ready, degraded, while every rule fails open.
+	srv.Stop()
+	if code, body := readyz(); code != 200 || !strings.Contains(body, "degraded") {
+		t.Errorf("readyz after Redis went down: %d %s", code, body)
+	}
+	// The breaker opens, and its line names the store.
+	for i := 0; i < 60 && !strings.Contains(log.String(), "store circuit breaker"); i++ {
+		http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"b"}}`))
+	}
+	if l := grepLines(log.String(), "store circuit breaker"); !strings.Contains(l, "node="+strings.Replace(url, "hunter2", "xxxxx", 1)) {
+		t.Errorf("the breaker's line does not name the store: %q", l)
+	}
+}
+
+// The same boot, with fail-closed rules: degraded within its share where
+// rules fail open, refusing where they fail closed, and exact once Redis
+// comes.
+func TestServeBootsWithoutRedisThenExactEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -240,15 +296,6 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	srv.Stop()
 	rules := writeRules(t, faultRules)
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", srv.URL())
-	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(body), "closed") || !strings.Contains(string(body), "not connected") {
-		t.Errorf("readyz at boot without Redis: %d %s", resp.StatusCode, body)
-	}
 	assertDegraded(t, "boot without Redis", []string{base}, "u-boot")
 	srv.Restart()
 	waitHealthy(t, []string{base})

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ type common struct {
 	storeTimeout    *time.Duration
 	storeTimeoutMax *time.Duration
 	gateways        *int
+	requireStore    *bool
 	region          *string
 	watch           *time.Duration
 	logFormat       *string
@@ -90,6 +92,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
 	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
 	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit")
+	c.requireStore = fs.Bool("require-store", false, "exit with status 1 if the store does not answer within 10s of start (default: warn, serve degraded, and report not ready until it answers)")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
 	return c
@@ -201,7 +204,8 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.live = server.NewLive()
 	s.eng, err = engine.New(cfg, engine.Options{
 		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
-		Logger: s.log, DecisionLog: dl,
+		StoreName: redactedURL(*c.store),
+		Logger:    s.log, DecisionLog: dl,
 		OnStoreCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
 		OnReject:    s.live.Rejected, OnLock: s.live.Locked,
 		Pressure: c.pressureFactor(),
@@ -211,7 +215,50 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.live.Attach(s.eng)
 	s.metrics.WatchPressure(c.pressure)
+	if *c.store != "memory" {
+		if err := s.reachStore(*c.store, *c.requireStore); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// reachStore tries the store once at start. A store that does not answer
+// is said at once, with its URL and the error: a typo in --store would
+// otherwise turn a shared limit into each gateway's share without a word.
+// With require, it is retried for 10 s and then fatal.
+func (s *setup) reachStore(url string, require bool) error {
+	bound := 2 * time.Second
+	if require {
+		bound = 10 * time.Second
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := s.eng.Ping(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case time.Now().Before(deadline) && require:
+			time.Sleep(200 * time.Millisecond)
+			continue
+		case require:
+			return fmt.Errorf("the store %s does not answer (--require-store): %v", redactedURL(url), err)
+		}
+		s.log.Warn("sluice: the store does not answer; serving degraded (each rule fails open within its share, or closed) and not ready until it does",
+			"store", redactedURL(url), "err", err)
+		return nil
+	}
+}
+
+// redactedURL is a store URL without its password, for logs.
+func redactedURL(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 // checkRegion refuses a --region that a rule with regions gives no share.
@@ -402,7 +449,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", *c.store)
+	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", redactedURL(*c.store))
 	fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
 	servers := []*listening{l}
 	if *grpcListen != "" {
