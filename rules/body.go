@@ -9,6 +9,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -94,7 +95,8 @@ func bodyValue(body []byte, truncated bool, h http.Header, name string) (string,
 		r.add(jsonValue(trimmed, name))
 	}
 	if !isJSONType(mt) && !strings.HasPrefix(mt, "multipart/") {
-		r.add(formValue(string(body), name))
+		// body-parser drops a byte order mark before a form, as before JSON.
+		r.add(formValue(string(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))), name))
 	}
 	return r.result()
 }
@@ -129,8 +131,10 @@ func (r *reading) result() (string, KeyState) {
 }
 
 // contentType is the request's media type, in lower case, and its
-// parameters. Lines that disagree, or a charset other than UTF-8 (or its
-// subset US-ASCII), are not ok.
+// parameters. A type Go's parser refuses is not ok: servers cut a malformed
+// type in different places (PHP at ";", "," or a space, others at ";"
+// only) and would dispatch it to different parsers. So are lines that
+// disagree, and a charset other than UTF-8 (or its subset US-ASCII).
 func contentType(h http.Header) (string, map[string]string, bool) {
 	lines := h.Values("Content-Type")
 	if len(lines) == 0 {
@@ -142,16 +146,15 @@ func contentType(h http.Header) (string, map[string]string, bool) {
 		}
 	}
 	mt, params, err := mime.ParseMediaType(lines[0])
-	if err != nil {
-		// Servers differ on a malformed type; the media type before any
-		// parameter is what most of them dispatch on.
-		mt, _, _ = strings.Cut(lines[0], ";")
-		mt, params = strings.ToLower(strings.TrimSpace(mt)), nil
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") && !strings.EqualFold(cs, "us-ascii") {
+	if err != nil || !utf8Charset(params["charset"]) {
 		return "", nil, false
 	}
 	return mt, params, true
+}
+
+// utf8Charset reports whether a charset parameter, if any, names UTF-8.
+func utf8Charset(cs string) bool {
+	return cs == "" || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8") || strings.EqualFold(cs, "us-ascii")
 }
 
 func isJSONType(mt string) bool {
@@ -194,35 +197,29 @@ func jsonValue(body []byte, name string) (string, KeyState) {
 	return r.result()
 }
 
-// scalar is a JSON string's text or a number's value (see wholeNumber).
+// scalar is a JSON string's text, or a whole number's decimal digits
+// (8.8e12 and 8800000000000.0 are 8800000000000, as a server that reads a
+// number and prints it as an integer has it). A number with a fraction, or
+// too large for a float64 to hold exactly (2^53), is not a value every
+// server reads alike (Python's int() drops the fraction, JavaScript keeps
+// it and rounds large numbers): not ok, like null, booleans, arrays and
+// objects.
 func scalar(raw json.RawMessage) (string, bool) {
-	if len(raw) == 0 || raw[0] != '"' && raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+	if len(raw) == 0 {
+		return "", false
+	}
+	if raw[0] == '"' {
+		var s string
+		return s, json.Unmarshal(raw, &s) == nil
+	}
+	if raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return "", false // null, true, false, an array or an object
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, true
-	}
-	var n json.Number
-	if json.Unmarshal(raw, &n) == nil {
-		return wholeNumber(n.String()), true
-	}
-	return "", false
-}
-
-// wholeNumber writes a JSON number that is a whole number below 2^53 in
-// its plain decimal form (8.8e12 and 8800000000000.0 are 8800000000000), as
-// a server that reads it as a number and prints it as an integer does;
-// other numbers stay as written.
-func wholeNumber(lit string) string {
-	if !strings.ContainsAny(lit, ".eE") {
-		return lit
-	}
-	f, err := strconv.ParseFloat(lit, 64)
+	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
-		return lit
+		return "", false
 	}
-	return strconv.FormatInt(int64(f), 10)
+	return strconv.FormatInt(int64(f), 10), true
 }
 
 // formValue reads a field of a form body or a query string (see
@@ -253,18 +250,21 @@ func formPairs(raw, seps, name string) (string, KeyState) {
 		if err != nil {
 			key = k // as servers that keep a malformed escape read it
 		}
-		switch {
-		case key == name && r.found:
-			r.add("", KeyAmbiguous) // given twice: qs reads "a,b", Go the first, PHP the last
-		case key == name:
+		switch fieldOf(key, name) {
+		case fieldNot:
+		case fieldArray:
+			r.add("", KeyAmbiguous) // phone[]=x: qs and PHP read an array named phone
+		case fieldIs:
+			if r.found {
+				r.add("", KeyAmbiguous) // given twice: qs reads "a,b", Go the first, PHP the last
+				break
+			}
 			v, err := unescapeForm(val)
 			if err != nil {
 				r.add("", KeyAmbiguous) // Go refuses the form, Python keeps "%zz"
 			} else {
 				r.add(v, KeyFound)
 			}
-		case strings.HasPrefix(key, name) && len(key) > len(name) && (key[len(name)] == '[' || key[len(name)] == '.'):
-			r.add("", KeyAmbiguous) // phone[]=x: qs and PHP read an array named phone
 		}
 	}
 	return r.result()
@@ -295,7 +295,14 @@ func unescapeForm(s string) (string, error) {
 var errMalformedEscape = errors.New("malformed percent-escape")
 
 // multipartValue reads the parts of a multipart/form-data body named name
-// (see bodyValue).
+// (see bodyValue). Parsers differ on part headers that are not in the
+// form a browser writes (Werkzeug keeps the last of two name parameters,
+// Go lets name* win, PHP ignores name*, Go skips a disposition it cannot
+// parse while others read its name), so any part whose headers are not in
+// that form makes the body unreadable: one Content-Disposition, form-data,
+// parsed by Go's strict parser, with a name and no name*. The part named
+// name must also be text in UTF-8 (busboy decodes a part whose charset is
+// base64).
 func multipartValue(body []byte, boundary, name string) (string, KeyState) {
 	if boundary == "" {
 		return "", KeyUnreadable
@@ -310,23 +317,85 @@ func multipartValue(body []byte, boundary, name string) (string, KeyState) {
 		if err != nil {
 			return "", KeyUnreadable
 		}
-		key := p.FormName()
-		switch {
-		case key == name && r.found:
-			r.add("", KeyAmbiguous) // given twice: multer reads both
-		case key == name:
-			cte := strings.ToLower(p.Header.Get("Content-Transfer-Encoding"))
-			if p.FileName() != "" || cte != "" && cte != "7bit" && cte != "8bit" && cte != "binary" {
-				r.add("", KeyAmbiguous)
-				break
-			}
-			v, err := io.ReadAll(p)
-			if err != nil {
-				return "", KeyUnreadable
-			}
-			r.add(string(v), KeyFound)
-		case strings.HasPrefix(key, name) && len(key) > len(name) && (key[len(name)] == '[' || key[len(name)] == '.'):
+		key, ok := partName(p.Header)
+		if !ok {
+			return "", KeyUnreadable
+		}
+		switch fieldOf(key, name) {
+		case fieldNot:
+		case fieldArray:
 			r.add("", KeyAmbiguous)
+		case fieldIs:
+			_, ctParams, ctErr := mime.ParseMediaType(p.Header.Get("Content-Type"))
+			cte := strings.ToLower(p.Header.Get("Content-Transfer-Encoding"))
+			switch {
+			case r.found:
+				r.add("", KeyAmbiguous) // given twice: multer reads both
+			case p.FileName() != "" || cte != "" && cte != "7bit" && cte != "8bit" && cte != "binary":
+				r.add("", KeyAmbiguous)
+			case p.Header.Get("Content-Type") != "" && (ctErr != nil || !utf8Charset(ctParams["charset"])):
+				return "", KeyUnreadable
+			default:
+				v, err := io.ReadAll(p)
+				if err != nil {
+					return "", KeyUnreadable
+				}
+				r.add(string(v), KeyFound)
+			}
 		}
 	}
+}
+
+// partName is a multipart part's field name, if its Content-Disposition is
+// in the one form every parser reads alike (see multipartValue).
+func partName(h textproto.MIMEHeader) (string, bool) {
+	cd := h.Values("Content-Disposition")
+	if len(cd) != 1 {
+		return "", false
+	}
+	disp, params, err := mime.ParseMediaType(cd[0])
+	if err != nil || disp != "form-data" || params["name"] == "" {
+		return "", false
+	}
+	for _, p := range strings.Split(cd[0], ";")[1:] {
+		k, _, _ := strings.Cut(p, "=")
+		if k = strings.ToLower(strings.TrimSpace(k)); strings.HasPrefix(k, "name*") {
+			return "", false
+		}
+	}
+	return params["name"], true
+}
+
+// How a form or part name relates to a field.
+const (
+	fieldNot   = iota
+	fieldIs    // the field itself
+	fieldArray // the field as an array or object: phone[], phone[0], phone.x
+)
+
+// fieldOf says whether key, a decoded form or part name, is the field name
+// as some server reads it: as it is, or as PHP rewrites names (leading
+// spaces dropped, cut at a NUL, " " and "." read as "_").
+func fieldOf(key, name string) int {
+	for _, k := range [2]string{key, phpName(key)} {
+		switch {
+		case k == name:
+			return fieldIs
+		case strings.HasPrefix(k, name) && len(k) > len(name) && (k[len(name)] == '[' || k[len(name)] == '.'):
+			return fieldArray
+		}
+	}
+	return fieldNot
+}
+
+// phpName is a form name as PHP registers it.
+func phpName(k string) string {
+	if i := strings.IndexByte(k, 0); i >= 0 {
+		k = k[:i]
+	}
+	k = strings.TrimLeft(k, " ")
+	if i := strings.IndexByte(k, '['); i >= 0 {
+		return strings.NewReplacer(" ", "_", ".", "_").Replace(k[:i]) + k[i:]
+	}
+	return strings.NewReplacer(" ", "_", ".", "_").Replace(k)
 }

@@ -86,6 +86,7 @@ func models(body []byte, h http.Header, name string) []string {
 			out = append(out, vs[name][0], vs[name][len(vs[name])-1])
 		}
 		out = append(out, qsForm(string(body), name)...)
+		out = append(out, phpForm(string(body), name)...)
 		for _, part := range strings.Split(string(body), ";") { // older Python
 			if vs, err := url.ParseQuery(part); err == nil && len(vs[name]) > 0 {
 				out = append(out, vs[name][len(vs[name])-1])
@@ -168,11 +169,38 @@ func pythonJSON(body []byte, name string) []string {
 	switch v := m[name].(type) {
 	case string:
 		return []string{v}
-	case json.Number:
-		if f, ok := new(big.Float).SetString(v.String()); ok && f.IsInt() {
-			return []string{f.Text('f', 0)}
+	case json.Number: // as an application's int() reads it
+		if f, ok := new(big.Float).SetString(v.String()); ok {
+			i, _ := f.Int(nil)
+			return []string{i.String()}
 		}
 		return []string{v.String()}
+	}
+	return nil
+}
+
+// phpForm is PHP's $_POST: names lose leading spaces, end at a NUL, and
+// read " " and "." as "_"; the last value wins.
+func phpForm(raw, name string) []string {
+	var last string
+	found := false
+	for _, pair := range strings.Split(raw, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		k, err1 := url.QueryUnescape(k)
+		v, err2 := url.QueryUnescape(v)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if i := strings.IndexByte(k, 0); i >= 0 {
+			k = k[:i]
+		}
+		k = strings.NewReplacer(" ", "_", ".", "_").Replace(strings.TrimLeft(k, " "))
+		if k == name {
+			last, found = v, true
+		}
+	}
+	if found {
+		return []string{last}
 	}
 	return nil
 }
@@ -246,12 +274,12 @@ func randomBody(rng *rand.Rand) ([]byte, http.Header) {
 	type field struct{ name, json, form string }
 	var fields []field
 	for range 1 + rng.IntN(3) {
-		name := pick("phone", "phone", "PHONE", "Phone", "other", "phone[]", "phone[0]")
+		name := pick("phone", "phone", "PHONE", "Phone", "other", "phone[]", "phone[0]", " phone", "phone\x00x")
 		v := pick(values...)
 		jv := fmt.Sprintf("%q", v)
 		switch rng.IntN(8) {
 		case 0:
-			jv = pick("8801799999999", "8.801799999999e12", "8801799999999.0", "1")
+			jv = pick("8801799999999", "8.801799999999e12", "8801799999999.0", "1", "8801799999999.5")
 		case 1:
 			jv = pick("null", `["8801799999999"]`, "{}", "true", "NaN")
 		}
@@ -389,6 +417,21 @@ func TestBodyKeyTricksAreRefused(t *testing.T) {
 		{"a malformed escape", "application/x-www-form-urlencoded", "", "phone=" + victim + "%zz", KeyAmbiguous},
 		{"a JSON string planting a form", "application/x-www-form-urlencoded", "", `{"phone":"r1","x":"&phone=` + victim + `&"}`, KeyAmbiguous},
 		{"a number written as a float", "application/json", "", `{"phone":8801799999999.0}`, KeyFound},
+		{"a number with a fraction", "application/json", "", `{"phone":8801799999999.25}`, KeyAmbiguous},
+		{"a number beyond 2^53", "application/json", "", `{"phone":88017999999990000}`, KeyAmbiguous},
+		{"name* in a part (Go reads it, Werkzeug and PHP read name)", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name*=UTF-8''phone; name=\"zzz\"\r\n\r\nr1\r\n--XyZ\r\nContent-Disposition: form-data; name*=UTF-8''x; name=\"phone\"\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyUnreadable},
+		{"a part disposition Go cannot parse", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"; junk\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyUnreadable},
+		{"an attachment part", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: attachment; name=\"phone\"\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyUnreadable},
+		{"two dispositions in a part", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"x\"\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyUnreadable},
+		{"a part in base64 charset (busboy decodes it)", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\nContent-Type: text/plain; charset=base64\r\n\r\nODgwMTc5OTk5OTk5OQ==\r\n--XyZ--\r\n", KeyUnreadable},
+		{"a part in UTF-8", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyFound},
+		{"a PHP name with a leading space", "application/x-www-form-urlencoded", "", "phone=r1&+phone=" + victim, KeyAmbiguous},
+		{"a PHP name cut at a NUL", "application/x-www-form-urlencoded", "", "phone=r1&phone%00x=" + victim, KeyAmbiguous},
+		{"a PHP name alone", "application/x-www-form-urlencoded", "", "%20phone=" + victim, KeyFound},
+		{"a PHP part name", "multipart/form-data; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\nr1\r\n--XyZ\r\nContent-Disposition: form-data; name=\" phone\"\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyAmbiguous},
+		{"a byte order mark before a form (body-parser drops it)", "application/x-www-form-urlencoded", "", "\ufeffphone=" + victim, KeyFound},
+		{"a type PHP cuts at a space", "application/x-www-form-urlencoded x+json", "", "phone=" + victim, KeyUnreadable},
+		{"a type PHP cuts at a comma", "multipart/form-data,x; boundary=XyZ", "", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\n" + victim + "\r\n--XyZ--\r\n", KeyUnreadable},
 		{"a number with an exponent", "application/json", "", `{"phone":8.801799999999e12}`, KeyFound},
 	} {
 		h := http.Header{"Content-Type": {c.ct}}
@@ -430,5 +473,10 @@ func TestBodyKeysReadTheQueryToo(t *testing.T) {
 		if string(v) != c.want || state != c.state {
 			t.Errorf("?%s with %q: %q (%d), want %q (%d)", c.query, c.body, v, state, c.want, c.state)
 		}
+	}
+	// Where the body is never seen (forward-auth), the query alone says
+	// nothing of it: the phone is missing, not the query's.
+	if v, state := src.appendValue(nil, &Request{RawQuery: "phone=8801700000001", Header: form, BodyUnseen: true}, "", 64); state != KeyMissing {
+		t.Errorf("an unseen body with a query phone: %q (%d), want missing", v, state)
 	}
 }

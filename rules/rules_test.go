@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -629,5 +630,46 @@ func TestZonesAreNotPartOfAnAddress(t *testing.T) {
 	}
 	if keys[0] != "fe80::1" || keys[1] != keys[0] || keys[2] != keys[0] {
 		t.Errorf("keys %q, want fe80::1 for each", keys)
+	}
+}
+
+// Every decimal digit Unicode knows is its ASCII digit under normalize:
+// digits, as Python's int() reads them.
+func TestDigitsOfEveryScriptAreTheirASCIIDigit(t *testing.T) {
+	// Unicode's table of decimal digits lists runs of ten (or rows of
+	// them), each from its zero: a digit's value is its distance from the
+	// start of its range, modulo ten.
+	checked := 0
+	for _, rg := range unicode.Nd.R16 {
+		for r := rune(rg.Lo); r <= rune(rg.Hi); r += rune(rg.Stride) {
+			if r >= 0x80 && asciiDigit(r) != '0'+(r-rune(rg.Lo))%10 {
+				t.Fatalf("%U: %q", r, asciiDigit(r))
+			}
+			checked++
+		}
+	}
+	for _, rg := range unicode.Nd.R32 {
+		for r := rune(rg.Lo); r <= rune(rg.Hi); r += rune(rg.Stride) {
+			if asciiDigit(r) != '0'+(r-rune(rg.Lo))%10 {
+				t.Fatalf("%U: %q", r, asciiDigit(r))
+			}
+			checked++
+		}
+	}
+	for _, c := range []struct {
+		in, want string
+	}{
+		{"８８０１７９９９９９９９９", "8801799999999"}, // fullwidth
+		{"٨٨٠١٧٩٩٩٩٩٩٩٩", "8801799999999"}, // Arabic-Indic
+		{"𝟖𝟖𝟎", "880"},                     // mathematical bold
+		{"𝟾𝟾𝟶", "880"},                     // mathematical monospace, the fifth run in a row
+		{"+880 (1799) 999-999", "8801799999999"},
+	} {
+		if got := NormDigits.apply(c.in); got != c.want {
+			t.Errorf("%q: %q, want %q", c.in, got, c.want)
+		}
+	}
+	if checked < 500 {
+		t.Fatalf("only %d digits checked", checked)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // SourceKind says where a key source reads its value.
@@ -49,8 +50,10 @@ const (
 	NormTrim Normalization = 1 << iota
 	// NormLower folds letters to lower case (Unicode).
 	NormLower
-	// NormDigits keeps only the ASCII digits: for phone numbers, where an
-	// application strips "+", spaces, dashes and parentheses.
+	// NormDigits keeps only the digits, each written as its ASCII digit:
+	// for phone numbers, where an application strips "+", spaces, dashes
+	// and parentheses, and reads the digits of any script as Python's int()
+	// and \d do ("８８０" and "٨٨٠" are "880").
 	NormDigits
 )
 
@@ -66,14 +69,28 @@ func (n Normalization) apply(v string) string {
 		v = strings.ToLower(v)
 	}
 	if n&NormDigits != 0 {
-		v = strings.Map(func(r rune) rune {
-			if '0' <= r && r <= '9' {
-				return r
-			}
-			return -1
-		}, v)
+		v = strings.Map(asciiDigit, v)
 	}
 	return v
+}
+
+// asciiDigit is the ASCII digit of a decimal digit of any script (Unicode
+// category Nd), or -1. Unicode writes each script's digits as a run of ten
+// code points from zero to nine, runs side by side (the mathematical digits
+// are five runs in a row), so a digit's value is its distance from the
+// start of its run, modulo ten.
+func asciiDigit(r rune) rune {
+	switch {
+	case '0' <= r && r <= '9':
+		return r
+	case r < 0x80 || !unicode.IsDigit(r):
+		return -1
+	}
+	start := r
+	for start > 0 && unicode.IsDigit(start-1) && r-start < 100 {
+		start--
+	}
+	return '0' + (r-start)%10
 }
 
 var builtinSources = map[string]SourceKind{
@@ -126,6 +143,10 @@ type Request struct {
 	// BodyTruncated says the body was longer.
 	Body          []byte
 	BodyTruncated bool
+	// BodyUnseen says the caller never sees the request's body (forward-
+	// auth: the proxy sends none; the JSON API): a body source is then
+	// missing, whatever the query says, since the body may say otherwise.
+	BodyUnseen bool
 	// Attributes supply key source values directly, by source name in
 	// lower case (AttributeName); they take precedence over extraction.
 	Attributes map[string]string
@@ -267,6 +288,9 @@ func (s *Source) appendValue(dst []byte, req *Request, route string, ipv6Prefix 
 	case FromCookie:
 		v, state = cookieValue(req.Header, s.Param)
 	case FromBody:
+		if req.BodyUnseen {
+			return dst, KeyMissing
+		}
 		// Flask's request.values, Spring's getParameter and PHP's
 		// $_REQUEST read the query and the body as one: the query's field
 		// of the same name is one more reading (bodyValue).

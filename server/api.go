@@ -257,7 +257,7 @@ func toCheck(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 
 // toRequest validates an API request and turns it into what rules see.
 func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
-	rr := rules.Request{Method: "GET", Path: "/"}
+	rr := rules.Request{Method: "GET", Path: "/", BodyUnseen: true} // body sources come as attributes
 	if len(req.Attributes) > 0 {
 		// Names are case-insensitive, as header names are: two spellings
 		// of one name would let a caller choose which a rule reads.

