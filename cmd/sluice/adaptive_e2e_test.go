@@ -46,7 +46,10 @@ func TestGatewayAdaptiveRulesFollowTheUpstream(t *testing.T) {
 		base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0",
 			"--admin-listen", admin, "--watch", "0", "--adaptive", "--data-plane", plane)
 		// 64 clients for at most 3 s (and 4,000 requests) against the
-		// failing upstream.
+		// failing upstream, each pausing 20 ms between requests: the
+		// pressure is the upstream's answers over time (a 2 s average),
+		// and unpaced clients spend the 4,000 in a tenth of a second, before
+		// it can move.
 		var mu sync.Mutex
 		codes := map[int]int{}
 		var reduced []string
@@ -57,6 +60,7 @@ func TestGatewayAdaptiveRulesFollowTheUpstream(t *testing.T) {
 		for range 64 {
 			wg.Go(func() {
 				for time.Now().Before(deadline) && sent.Add(1) <= 4000 {
+					time.Sleep(20 * time.Millisecond)
 					resp, err := http.Get(base + "/api/items")
 					if err != nil {
 						continue
