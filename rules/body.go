@@ -137,7 +137,7 @@ func (r *reading) result() (string, KeyState) {
 // disagree, and a charset other than UTF-8 (or its subset US-ASCII).
 func contentType(h http.Header) (string, map[string]string, bool) {
 	lines := h.Values("Content-Type")
-	if len(lines) == 0 {
+	if len(lines) == 0 || len(lines) == 1 && strings.TrimSpace(lines[0]) == "" {
 		return "", nil, true
 	}
 	for _, l := range lines[1:] {
@@ -390,12 +390,16 @@ func fieldOf(key, name string) int {
 
 // phpName is a form name as PHP registers it.
 func phpName(k string) string {
+	if !strings.ContainsAny(k, " .\x00") {
+		return k // the common case, without allocating
+	}
 	if i := strings.IndexByte(k, 0); i >= 0 {
 		k = k[:i]
 	}
 	k = strings.TrimLeft(k, " ")
+	end := len(k)
 	if i := strings.IndexByte(k, '['); i >= 0 {
-		return strings.NewReplacer(" ", "_", ".", "_").Replace(k[:i]) + k[i:]
+		end = i // what follows a [ is kept as it is
 	}
-	return strings.NewReplacer(" ", "_", ".", "_").Replace(k)
+	return strings.NewReplacer(" ", "_", ".", "_").Replace(k[:end]) + k[end:]
 }

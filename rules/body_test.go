@@ -480,3 +480,34 @@ func TestBodyKeysReadTheQueryToo(t *testing.T) {
 		t.Errorf("an unseen body with a query phone: %q (%d), want missing", v, state)
 	}
 }
+
+// What reading a body key costs, by the body's form: every reading that
+// applies, so a form or a JSON object is read twice (JSON and form) unless
+// its type says which.
+func BenchmarkBodyKey(b *testing.B) {
+	src := &Source{Kind: FromBody, Param: "phone"}
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	mw.WriteField("name", "Ana")
+	mw.WriteField("phone", "8801799999999")
+	mw.Close()
+	for _, c := range []struct{ name, ct, body string }{
+		{"json", "application/json", `{"name":"Ana","phone":"8801799999999","country":"BD"}`},
+		{"json-untyped", "", `{"name":"Ana","phone":"8801799999999","country":"BD"}`},
+		{"form", "application/x-www-form-urlencoded", "name=Ana&phone=8801799999999&country=BD"},
+		{"multipart", "multipart/form-data; boundary=" + mw.Boundary(), mp.String()},
+	} {
+		req := &Request{Header: http.Header{"Content-Type": {c.ct}}, Body: []byte(c.body)}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				var st KeyState
+				buf, st = src.appendValue(buf[:0], req, "", 64)
+				if st != KeyFound {
+					b.Fatal(st)
+				}
+			}
+		})
+	}
+}
