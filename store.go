@@ -51,6 +51,15 @@ type Take struct {
 	// DryRun decides the take as usual but consumes nothing: the decision
 	// is the one the real take would get (its Remaining as if taken).
 	DryRun bool
+
+	// Charge applies Cost units (above 0) whatever the limit says and
+	// whatever the other takes of the call decide, leaving the key in debt
+	// if need be (later takes wait until it is paid off, see Settle): for
+	// units already spent elsewhere, such as the admissions a gateway made
+	// on its own while the store could not be reached, written back once
+	// it answers. The decision is allowed and reports the key as it stands
+	// after the charge.
+	Charge bool
 }
 
 // MaxHoldLen bounds a reservation id ([Take.Hold]).

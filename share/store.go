@@ -198,7 +198,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		tk := takes[i]
 		tk.Limit = plans[i].limit
-		if d, hit := s.deny.check(&tk, now); hit {
+		if d, hit := s.deny.check(&tk, now); hit && !tk.Charge { // a charge applies, refused or not
 			out[i] = d
 			ok = false
 			continue
@@ -210,7 +210,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if len(remote) > 0 {
 		if !ok { // a local or cached refusal: the rest only report
 			for j := range remote {
-				remote[j].DryRun = true
+				remote[j].DryRun = !remote[j].Charge
 			}
 		}
 		decs := sc.decs[:0]
@@ -224,7 +224,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		for j, i := range idx {
 			out[i] = decs[j]
-			ok = ok && (decs[j].Allowed || remote[j].Settle) // a settle refuses nothing
+			ok = ok && (decs[j].Allowed || remote[j].Settle || remote[j].Charge) // a settle or a charge refuses nothing
 			s.deny.learn(&remote[j], &decs[j], now)
 		}
 	}
@@ -304,8 +304,8 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 	// Reservations live in the shared store, whatever the rule's mode: any
 	// gateway may settle them. A take above a floor (a priority tier) is
 	// decided where the whole count is.
-	if tk.Hold != "" || tk.Floor > 0 {
-		p.mode = sluice.SyncExact
+	if tk.Hold != "" || tk.Floor > 0 || tk.Charge {
+		p.mode = sluice.SyncExact // a charge writes back what was admitted elsewhere: to the count all share
 	}
 	return p
 }

@@ -160,10 +160,10 @@ func (s *Store) settle(t anyTable, tk *sluice.Take, now int64, d *sluice.Decisio
 	decide(d, t.meta(), &r)
 }
 
-// takeHolding is Take for calls that open, settle or cancel reservations:
-// the settles first, each on its own (they apply whatever the others
-// decide), then the other takes as one atomic step, then the reservations
-// of an admitted call are opened.
+// takeHolding is Take for calls that open, settle or cancel reservations,
+// or charge: the settles and charges first, each on its own (they apply
+// whatever the others decide), then the other takes as one atomic step,
+// then the reservations of an admitted call are opened.
 func (s *Store) takeHolding(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	now := s.clock.Now()
 	for i := range takes {
@@ -191,6 +191,15 @@ func (s *Store) takeHolding(ctx context.Context, takes []sluice.Take, out []slui
 	}
 	for i := range takes {
 		tk := &takes[i]
+		if tk.Charge && tk.Cost > 0 { // applies whatever the others decide, as a settle
+			t, err := s.table(tk.Rule, tk.Limit)
+			if err != nil {
+				return err
+			}
+			r := t.chargeKey(tk.Key, now, tk.Cost)
+			decide(&out[i], t.meta(), &r)
+			continue
+		}
 		if tk.Hold != "" && tk.Settle {
 			t, err := s.table(tk.Rule, tk.Limit)
 			if err != nil {

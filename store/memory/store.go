@@ -245,7 +245,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		return err
 	}
 	for i := range takes {
-		if takes[i].Hold != "" {
+		if takes[i].Hold != "" || takes[i].Charge {
 			return s.takeHolding(ctx, takes, out)
 		}
 	}

@@ -363,7 +363,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		allowed := true
 		for _, i := range idx { // a settle that finds nothing refuses nothing
-			allowed = allowed && (out[i].Allowed || takes[i].Settle)
+			allowed = allowed && (out[i].Allowed || takes[i].Settle || takes[i].Charge)
 		}
 		if !allowed && !refused {
 			refused = true
@@ -408,6 +408,8 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 		holdUS := "0"
 		switch {
+		case tk.Charge && tk.Cost > 0:
+			holdUS = "-2"
 		case tk.Hold == "":
 		case tk.Settle:
 			holdUS = "-1"
@@ -415,7 +417,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 			holdUS = itoa(max(int64(tk.HoldFor+999)/1000, 1))
 		}
 		cost := tk.Cost
-		if tk.Settle {
+		if tk.Settle || tk.Charge {
 			cost = min(cost, settleCap(&p.params))
 		}
 		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
@@ -456,7 +458,7 @@ func (s *Store) giveBack(ctx context.Context, takes []sluice.Take, keys []string
 		back := make([]sluice.Take, len(takes))
 		copy(back, takes)
 		for _, i := range groups[g] {
-			if takes[i].Cost > 0 && !takes[i].DryRun && !takes[i].Settle {
+			if takes[i].Cost > 0 && !takes[i].DryRun && !takes[i].Settle && !takes[i].Charge {
 				back[i].Cost = -takes[i].Cost
 				idx = append(idx, i)
 			}

@@ -206,3 +206,45 @@ func testReservationEdges(t *testing.T, newStore Factory) {
 		t.Fatalf("settling an id of MaxHoldLen bytes: %s", Describe(d))
 	}
 }
+
+// testChargesMatchAlgo: a charge applies its units whatever the limit says
+// (a debt, as algo's Charge), whatever the other takes of its call decide,
+// and later takes see it, on random traffic for every algorithm.
+func testChargesMatchAlgo(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.String(), func(t *testing.T) {
+			clock, s, p := againstModel(t, newStore, l)
+			model := algo.NewState(p)
+			rng := rand.New(rand.NewPCG(uint64(l.Algorithm), 7))
+			for i := range 300 {
+				advance(clock, time.Duration(rng.Int64N(p.T+1)))
+				if rng.IntN(3) == 0 {
+					units := 1 + rng.Int64N(p.Burst*2)
+					// With a take that is refused in the same call: the
+					// charge applies all the same.
+					out := make([]sluice.Decision, 2)
+					err := s.Take(context.Background(), []sluice.Take{
+						{Rule: "r", Key: "k", Limit: l, Cost: units, Charge: true},
+						{Rule: "r", Key: "other", Limit: l, Cost: p.Burst + 1},
+					}, out)
+					if err != nil {
+						t.Fatal(err)
+					}
+					model.Charge(clock.Now(), units)
+					var want algo.Result
+					model.Take(clock.Now(), 0, &want)
+					if !out[0].Allowed || out[0].Remaining != want.Remaining {
+						t.Fatalf("step %d: charge of %d: %s, want allowed with %d remaining", i, units, Describe(out[0]), want.Remaining)
+					}
+					continue
+				}
+				d := take1(t, s, "r", "k", l, 1)
+				var want algo.Result
+				model.Take(clock.Now(), 1, &want)
+				if !sameDecision(d, want) {
+					t.Fatalf("step %d: take after charges: store %s, algo %+v", i, Describe(d), want)
+				}
+			}
+		})
+	}
+}

@@ -11,8 +11,9 @@
 -- ARGV[3 + 10*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
 --   units), cost (negative: give -cost units back), dry run (0 or 1),
 --   reservation id ("" for none), and for a reservation: its lifetime in
---   microseconds to open it, or -1 to settle it at cost; the floor (units
---   the take must leave: it decides as cost + floor, and takes cost).
+--   microseconds to open it, -1 to settle it at cost, or -2 (without an id)
+--   to charge cost whatever the limit and the other takes say; the floor
+--   (units the take must leave: it decides as cost + floor, and takes cost).
 -- A reservation is a key beside the take's key (same hash slot) holding the
 -- units reserved, expiring at the deadline: opened only if every take is
 -- admitted, deleted by its settle, which then refunds or charges the
@@ -88,6 +89,10 @@ local function take(k0, n, a0, hold)
         if cost > est then nst = alg[4](key, p, now, cost - est) end
         r = rewrite(alg, key, p, now, nst)
       end
+    elseif hold_us == -2 and cost > 0 then
+      -- A charge applies whatever the other takes decide, beyond the limit
+      -- if need be (a debt).
+      r = rewrite(alg, key, p, now, alg[4](key, p, now, cost))
     elseif cost < 0 then
       -- A refund applies whatever the other takes decide.
       if hid ~= '' then redis.call('DEL', key .. '~' .. hid) end
