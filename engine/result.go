@@ -162,7 +162,6 @@ func (res *Result) refuseInvalid(why string, status int) {
 	res.Statuses = res.Statuses[:0]
 }
 
-
 func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay, res.Invalid, res.InvalidStatus, res.Path = true, sluice.ReasonOK, sluice.Decision{}, 0, "", 0, ""
 	res.Skipped, res.StoreError = 0, nil
