@@ -82,6 +82,7 @@ type Engine struct {
 	parts     Partitioner // nil unless the store has independent nodes
 	guard     *guard
 	reached   atomic.Bool // the store has answered since start
+	owed      owed        // degraded admissions to charge to the store
 	openFor   time.Duration
 	gateways  func() int
 	log       *slog.Logger
@@ -515,7 +516,20 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 		d = out[0]
 		d.Rule, d.Limit = r.ID, l
 	}
+	if d.Allowed && tk.Cost > 0 && !tk.DryRun && writesBack(r) {
+		e.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
+	}
 	return d
+}
+
+// writesBack reports whether what a rule admits while the store fails is
+// owed to the store (see owed): for the rules whose count lives there.
+func writesBack(r *rule) bool {
+	switch r.Sync.Mode {
+	case sluice.SyncExact, sluice.SyncLease, sluice.SyncAuto:
+		return true
+	}
+	return false
 }
 
 // breakerRetry suggests when to retry a request refused for a failing store:
@@ -652,8 +666,11 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 	if e.onCall != nil {
 		e.onCall(time.Since(start), err)
 	}
-	if err == nil && !e.reached.Load() {
-		e.reached.Store(true)
+	if err == nil {
+		if !e.reached.Load() {
+			e.reached.Store(true)
+		}
+		e.owed.kick(e) // the store answers: charge it what was admitted without it
 	}
 	return err
 }

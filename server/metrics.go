@@ -127,6 +127,12 @@ var (
 		"Takes of new keys the embedded store answered from a rule's shared, strict overflow state, because the key bound was full of limited keys, by rule.", []string{"rule"}, nil)
 	descDegraded = prometheus.NewDesc("sluice_degraded_decisions_total",
 		"Decisions made while the store failed, by rule: fail-open rules within their per-gateway share, fail-closed rules refusing (failed_open + failed_closed).", []string{"rule"}, nil)
+	descOwed = prometheus.NewDesc("sluice_degraded_owed_units",
+		"Units this gateway admitted on its own while the store did not answer, not yet charged to the store.", nil, nil)
+	descWrittenBack = prometheus.NewDesc("sluice_degraded_written_back_units_total",
+		"Units admitted while the store did not answer, charged to it once it answered.", nil, nil)
+	descUnwritten = prometheus.NewDesc("sluice_degraded_unwritten_units_total",
+		"Units admitted while the store did not answer and never charged to it: their limit's period passed first (expired) or the ledger of owed keys was full (overflow).", []string{"reason"}, nil)
 	descGateways = prometheus.NewDesc("sluice_gateways",
 		"Gateways sharing the store, as this one counts them (live heartbeats, or --gateways).", nil, nil)
 	descOverrides = prometheus.NewDesc("sluice_envoy_overrides",
@@ -163,7 +169,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -213,6 +219,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
+	owed := c.e.Owed()
+	ch <- prometheus.MustNewConstMetric(descOwed, prometheus.GaugeValue, float64(owed.Owed))
+	counter(descWrittenBack, uint64(owed.Written))
+	counter(descUnwritten, uint64(owed.Expired), "expired")
+	counter(descUnwritten, uint64(owed.Overflow), "overflow")
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
 	if c.share != nil {

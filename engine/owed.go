@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// What a gateway admits on its own while the store does not answer (a rule
+// failing open within its share, see failed) is owed to the store. Unless
+// the store is told, it admits its whole limit again once it answers, or a
+// promoted replica does: a failover admits each degraded gateway's share on
+// top of the limit. So each degraded admission is written down here and
+// charged to the store once it answers (sluice.Take.Charge: beyond the
+// limit if need be, a debt that later takes wait out), and the count over a
+// whole window is:
+//
+//	admitted <= limit + what the store lost (a replica's replication lag)
+//	               + what is owed and not yet written back
+//
+// where the last term is bounded by the shares admitted in the window in
+// which the store came back: a debt written back makes the key wait it out,
+// so what was admitted early in a window is paid for within it.
+//
+// The ledger is bounded: at most maxOwed keys (rule and key) are owed at
+// once, the units of one key adding up; past the bound an admission is
+// counted as unwritten (sluice_degraded_unwritten_total{reason="overflow"}).
+// A debt whose limit's period has passed since its first admission is
+// dropped unwritten ({reason="expired"}): by then the store's own count of
+// that time has emptied too, and charging it would refuse the key for
+// units already paid off.
+//
+// A store call that misses its deadline may still be applied by the store;
+// its degraded admission is then counted twice (once by the call, once by
+// the charge): never more than the limit, sometimes less.
+//
+// Writing back needs no goroutine of its own: a call that succeeds while
+// something is owed starts one flush (kick), which charges in batches of
+// one store node each and stops at the first failure.
+type owed struct {
+	mu      sync.Mutex
+	debts   map[owedKey]*debt
+	pending atomic.Bool  // debts is not empty
+	flowing atomic.Bool  // a flush runs
+	last    atomic.Int64 // when the last flush started, ns
+
+	written, expired, overflow atomic.Int64 // units
+}
+
+// maxOwed bounds the keys owed at once.
+const maxOwed = 1 << 16
+
+// flushEvery spaces flushes out: a store that answers while many keys are
+// owed is charged in one go, not once per successful call.
+const flushEvery = 100 * time.Millisecond
+
+type owedKey struct{ rule, key string }
+
+type debt struct {
+	limit sluice.Limit
+	units int64
+	first time.Time
+}
+
+// add owes units of key under rule, counted under limit in the store.
+func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.debts == nil {
+		o.debts = map[owedKey]*debt{}
+	}
+	k := owedKey{rule, key}
+	d, ok := o.debts[k]
+	switch {
+	case ok && d.limit == limit:
+		d.units += units
+		return
+	case ok: // the rule changed (a reload): a new debt under the new limit
+	case len(o.debts) >= maxOwed:
+		o.overflow.Add(units)
+		return
+	}
+	k.key = strings.Clone(key) // keys are views into a reused buffer
+	o.debts[k] = &debt{limit: limit, units: units, first: now}
+	o.pending.Store(true)
+}
+
+// kick starts a flush if something is owed and none ran lately.
+func (o *owed) kick(e *Engine) {
+	if !o.pending.Load() || o.flowing.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := o.last.Load(); now-last < int64(flushEvery) || !o.last.CompareAndSwap(last, now) {
+		return
+	}
+	if !o.flowing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer o.flowing.Store(false)
+		o.flush(context.Background(), e, time.Now())
+	}()
+}
+
+// flush charges what is owed to the store, a batch per store node, until
+// a call fails. Debts past their period are dropped.
+func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
+	type item struct {
+		k     owedKey
+		units int64
+	}
+	batches := map[string][]sluice.Take{}
+	var items map[string][]item
+	o.mu.Lock()
+	items = map[string][]item{}
+	for k, d := range o.debts {
+		if now.Sub(d.first) >= d.limit.Period {
+			o.expired.Add(d.units)
+			delete(o.debts, k)
+			continue
+		}
+		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true}
+		part := ""
+		if e.parts != nil {
+			part = e.parts.Partition(&tk)
+		}
+		batches[part] = append(batches[part], tk)
+		items[part] = append(items[part], item{k, d.units})
+	}
+	o.pending.Store(len(o.debts) > 0)
+	o.mu.Unlock()
+	for part, takes := range batches {
+		for start := 0; start < len(takes); start += maxChargeBatch {
+			end := min(start+maxChargeBatch, len(takes))
+			out := make([]sluice.Decision, end-start)
+			if err := e.call(ctx, takes[start:end], out); err != nil {
+				return // the store is still away: the rest waits for the next kick
+			}
+			o.mu.Lock()
+			for _, it := range items[part][start:end] {
+				if d, ok := o.debts[it.k]; ok {
+					if d.units -= it.units; d.units <= 0 {
+						delete(o.debts, it.k)
+					}
+				}
+				o.written.Add(it.units)
+			}
+			o.pending.Store(len(o.debts) > 0)
+			o.mu.Unlock()
+		}
+	}
+}
+
+// maxChargeBatch bounds the charges of one store call.
+const maxChargeBatch = 64
+
+// OwedStats are the units admitted while the store did not answer: still
+// owed to it, written back, and dropped unwritten because their period
+// passed first or the ledger was full.
+type OwedStats struct {
+	Owed, Written, Expired, Overflow int64
+}
+
+// Owed returns the ledger of degraded admissions (see owed).
+func (e *Engine) Owed() OwedStats {
+	o := &e.owed
+	o.mu.Lock()
+	var n int64
+	for _, d := range o.debts {
+		n += d.units
+	}
+	o.mu.Unlock()
+	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load()}
+}

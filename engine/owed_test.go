@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// waitOwed checks a request of user "traffic" now and then, as traffic
+// would, until nothing is owed to the store (the breaker that opened while
+// the store failed lets a probe through after a second, and the first call
+// that succeeds starts the write-back), or fails after 10 s.
+func waitOwed(t *testing.T, f *fixture) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); f.e.Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still owed after 10 s: %+v", f.e.Owed())
+		}
+		f.check(t, userReq("traffic"))
+	}
+}
+
+// What a gateway admits within its share while the store fails is charged
+// to the store once it answers: the store then counts every admission, and
+// the window admits its limit in all, not the limit again on top of the
+// degraded admissions. Without the write-back the key would admit 90 more.
+func TestDegradedAdmissionsAreWrittenBack(t *testing.T) {
+	src := "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n  - {id: local, key: [user], rate: 100, per: 1h, sync: local}\n"
+	f := newFixture(t, src, Options{Gateways: func() int { return 4 }})
+	admit := func(user string, n int) (admitted int) {
+		for range n {
+			if f.check(t, userReq(user)).Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := admit("u", 10); got != 10 {
+		t.Fatalf("healthy: %d", got)
+	}
+	f.store.mode.Store(1)
+	if got := admit("u", 100); got != 15 {
+		t.Fatalf("degraded: %d, want the share 25 less the 10 through the store", got)
+	}
+	if o := f.e.Owed(); o.Owed != 15 || o.Written != 0 {
+		t.Fatalf("owed %+v, want 15 units of r (a local rule's count is not the store's)", o)
+	}
+	f.store.mode.Store(0)
+	waitOwed(t, f)
+	if o := f.e.Owed(); o.Written < 15 || o.Expired != 0 || o.Overflow != 0 {
+		t.Fatalf("after the store came back: %+v, want the 15 of u written", o)
+	}
+	if got := admit("u", 200); got != 75 {
+		t.Fatalf("after the write-back: %d admitted, want 75 (100 in all over the window)", got)
+	}
+	// A charge beyond what is left is a debt: the key waits it out.
+	f.store.mode.Store(1)
+	admit("v", 25) // the share
+	f.store.mode.Store(0)
+	f.e.owed.flowing.Store(true) // the store admits 80 of v before the debt comes back
+	var res Result
+	for range 80 {
+		f.e.Check(context.Background(), userReq("v"), CheckOptions{}, &res)
+	}
+	f.e.owed.flowing.Store(false)
+	waitOwed(t, f)
+	if got := admit("v", 10); got != 0 {
+		t.Fatalf("in debt: %d admitted", got)
+	}
+	d, _, err := f.e.Inspect(context.Background(), "r", "v")
+	if err != nil || d.Remaining != 0 || d.ResetAfter != time.Hour+3*time.Minute {
+		t.Fatalf("in debt of 5 units at 100/h: %+v %v, want full for an hour and 3 minutes (5 x 36 s of debt)", d, err)
+	}
+}
+
+// The ledger is bounded: debts past their period are dropped, not charged
+// (the store's own count of that time has emptied too), and past maxOwed
+// keys an admission is counted unwritten.
+func TestOwedDebtsExpireAndAreBounded(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	f.e.owed.flowing.Store(true) // this test flushes by itself: no flush of the engine's own
+	defer f.e.owed.flowing.Store(false)
+	now := time.Now()
+	f.e.owed.add("r", "old", l, 3, now.Add(-2*time.Hour))
+	f.e.owed.add("r", "new", l, 2, now)
+	f.e.owed.flush(context.Background(), f.e, now)
+	if o := f.e.Owed(); o.Expired != 3 || o.Written != 2 || o.Owed != 0 {
+		t.Fatalf("%+v, want 3 expired, 2 written", o)
+	}
+	for i := range maxOwed {
+		f.e.owed.add("r", fmt.Sprint("k", i), l, 1, now)
+	}
+	f.e.owed.add("r", "one-too-many", l, 7, now)
+	f.e.owed.add("r", "k1", l, 1, now) // an owed key still adds up
+	if o := f.e.Owed(); o.Overflow != 7 || o.Owed != maxOwed+1 {
+		t.Fatalf("%+v, want 7 overflowed and %d owed", o, maxOwed+1)
+	}
+	// A failing store keeps the debts for the next try.
+	f.store.mode.Store(1)
+	f.e.owed.flush(context.Background(), f.e, now)
+	if o := f.e.Owed(); o.Owed != maxOwed+1 {
+		t.Fatalf("a failed write-back lost debts: %+v", o)
+	}
+	f.store.mode.Store(0)
+	f.e.owed.flush(context.Background(), f.e, now)
+	if o := f.e.Owed(); o.Owed != 0 || o.Written != 2+maxOwed+1 {
+		t.Fatalf("%+v", o)
+	}
+}
