@@ -39,7 +39,10 @@ import (
 //     it owns are degraded.
 //   - Only the store's own failures count. A call is detached from its
 //     client (see Engine.call), so clients that hang up or send tiny gRPC
-//     deadlines never count as failures.
+//     deadlines never count as failures; and a process too busy to read
+//     the store's reply in time is given the time it lately took to run a
+//     goroutine (see schedWatch), so that its own slowness is not taken
+//     for the store's.
 
 // Partitioner is implemented by stores made of independent nodes, such as
 // Redis Cluster: Partition names the node that serves a take's key, and the
@@ -82,6 +85,7 @@ type guard struct {
 	min, max time.Duration
 	lat      latency
 	settings gobreaker.Settings
+	sched    schedWatch // this process's own scheduling latency
 	mu       sync.Mutex
 	breakers atomic.Pointer[map[string]*gobreaker.CircuitBreaker[struct{}]] // copy-on-write
 }
@@ -159,10 +163,11 @@ func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
 
 // call runs one guarded store call.
 func (g *guard) call(ctx context.Context, s sluice.Store, partition string, takes []sluice.Take, out []sluice.Decision) error {
-	deadline := g.deadline()
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
 	start := time.Now()
+	ext := g.sched.extension(start.UnixNano())
+	deadline := g.deadline()
+	ctx, cancel := context.WithTimeout(ctx, deadline+ext)
+	defer cancel()
 	_, err := g.breaker(partition).Execute(func() (struct{}, error) {
 		return struct{}{}, s.Take(ctx, takes, out)
 	})
@@ -171,7 +176,8 @@ func (g *guard) call(ctx context.Context, s sluice.Store, partition string, take
 	}
 	switch {
 	case err == nil:
-		g.lat.observe(time.Since(start))
+		// The store's latency, less what waiting to run added to it.
+		g.lat.observe(max(time.Since(start)-ext/4, 0))
 	case g.fixed == 0 && errors.Is(err, context.DeadlineExceeded):
 		g.lat.observe(deadline) // it took at least this long
 	}

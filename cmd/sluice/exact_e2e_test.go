@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,16 +47,34 @@ func expectedAdmitted(t *testing.T, a sluice.Algorithm, n int) int {
 	return admitted
 }
 
+// busyLoops runs n shell loops that spin (`while :; do :; done`) until
+// the test ends: a machine whose cores are taken, as a gateway's are in the
+// traffic spike a limiter exists for.
+func busyLoops(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+}
+
 // With default settings, 2 and 3 `sluice serve` processes on one
 // redis-server and on a 3-master Redis Cluster admit exactly what the
 // algorithm admits (100 of 1,000 from 64 callers on one key, 101 for the
 // leaky queue, whose first unit leaves at once), for every algorithm, cold
-// and warm: a healthy Redis under load is never mistaken for a failed one.
+// and warm, while three busy loops share the machine's cores: a healthy
+// Redis behind a busy gateway is never mistaken for a failed one (no
+// degraded answer, the breakers closed, no store call failed).
 func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	redistest.Need(t) // skip here, not only in every subtest
+	busyLoops(t, 3)
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(exactRules()), 0o600); err != nil {
 		t.Fatal(err)
