@@ -407,7 +407,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		return
 	}
 	decs := res.decisions(len(res.takes))
-	if err := e.call(ctx, res.takes, decs); err != nil {
+	if err := e.callOwing(ctx, res.takes, decs); err != nil {
 		e.failed(ctx, res, err)
 		return
 	}

@@ -229,7 +229,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			continue
 		}
 		decs := res.decisions(len(res.takes))
-		err := e.call(ctx, res.takes, decs)
+		err := e.callOwing(ctx, res.takes, decs)
 		for k, j := range res.idx {
 			c := list[j]
 			st := &res.Statuses[c.i]

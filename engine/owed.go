@@ -177,3 +177,64 @@ func (e *Engine) Owed() OwedStats {
 	o.mu.Unlock()
 	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load()}
 }
+
+// callOwing is call for a request's takes, with the debts of their keys
+// charged first in the same atomic store call: a key asked for again once
+// the store answers pays what it owes before it is decided, so the store
+// never admits it on a count that misses its degraded admissions, even for
+// the moment before a flush would charge them. With nothing owed it is
+// call, at the cost of one atomic load.
+func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if !e.owed.pending.Load() {
+		return e.call(ctx, takes, out)
+	}
+	charges, firsts := e.owed.claim(takes)
+	if len(charges) == 0 {
+		return e.call(ctx, takes, out)
+	}
+	all := append(charges, takes...)
+	decs := make([]sluice.Decision, len(all))
+	if err := e.call(ctx, all, decs); err != nil {
+		e.owed.restore(charges, firsts)
+		return err
+	}
+	copy(out, decs[len(charges):])
+	var n int64
+	for _, c := range charges {
+		n += c.Cost
+	}
+	e.owed.written.Add(n)
+	return nil
+}
+
+// claim removes and returns, as charges, the debts of the keys of takes
+// that take units, and when each was first owed.
+func (o *owed) claim(takes []sluice.Take) ([]sluice.Take, []time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var charges []sluice.Take
+	var firsts []time.Time
+	for i := range takes {
+		tk := &takes[i]
+		if tk.Cost <= 0 || tk.DryRun || tk.Charge {
+			continue
+		}
+		k := owedKey{tk.Rule, tk.Key}
+		d, ok := o.debts[k]
+		if !ok || d.limit != tk.Limit {
+			continue
+		}
+		delete(o.debts, k)
+		charges = append(charges, sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true})
+		firsts = append(firsts, d.first)
+	}
+	o.pending.Store(len(o.debts) > 0)
+	return charges, firsts
+}
+
+// restore owes again the charges of a call that failed.
+func (o *owed) restore(charges []sluice.Take, firsts []time.Time) {
+	for i, c := range charges {
+		o.add(c.Rule, c.Key, c.Limit, c.Cost, firsts[i])
+	}
+}

@@ -125,8 +125,10 @@ func (s *Server) start() error {
 	return nil
 }
 
-// Restart starts the stopped server again on the same port, empty: a
-// restart or failover that lost the scripts (NOSCRIPT) and the counts.
+// Restart starts the stopped server again on the same port: empty (a
+// restart or failover that lost the scripts, NOSCRIPT, and the counts), or
+// with what its append-only file kept if it was started with "appendonly
+// yes".
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
@@ -143,7 +145,21 @@ func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
-// Stop ends the server.
+// Alive reports whether the server's process runs.
+func (s *Server) Alive() bool {
+	if s.cmd == nil || s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the server (SIGKILL: what it has not written to disk is lost;
+// with appendonly yes, Restart reads back what it had).
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
@@ -206,6 +222,40 @@ type Cluster struct {
 // over three masters), and waits until every node says the cluster is ok.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, 0, 5000)
+}
+
+// StartClusterWithReplicas runs three masters and a replica of each
+// (Nodes[0:3] the masters, Nodes[3:6] their replicas, in redis-cli's
+// pairing), with cluster-node-timeout nodeTimeout milliseconds, and waits
+// until the cluster is ok and every replica is in sync: a master killed
+// then fails over to its replica.
+func StartClusterWithReplicas(t testing.TB, nodeTimeout int) *Cluster {
+	t.Helper()
+	c := startCluster(t, 1, nodeTimeout)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes[3:] {
+		for !linkUp(n) {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s never came in sync", n.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// Healthy reports whether every live node says cluster_state:ok.
+func (c *Cluster) Healthy() bool {
+	for _, n := range c.Nodes {
+		if n.Alive() && !clusterOK(n) {
+			return false
+		}
+	}
+	return true
+}
+
+func startCluster(t testing.TB, replicas, nodeTimeout int) *Cluster {
 	Need(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -216,13 +266,13 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		dir := t.TempDir()
-		n := Start(t, "cluster-enabled yes", "cluster-config-file "+dir+"/nodes.conf", "cluster-node-timeout 5000")
+		n := Start(t, "cluster-enabled yes", "cluster-config-file "+dir+"/nodes.conf", "cluster-node-timeout "+strconv.Itoa(nodeTimeout))
 		c.Nodes = append(c.Nodes, n)
 		args = append(args, n.Addr)
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
