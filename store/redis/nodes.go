@@ -58,9 +58,11 @@ func (s *Store) refreshSlots(c rueidis.Client) error {
 }
 
 // Partition implements engine.Partitioner: on Redis Cluster it names the
-// master that serves the take's key (from CLUSTER SLOTS, refreshed every 5
-// s), so the engine keeps a circuit breaker per master and a stopped master
-// degrades only the keys it owns. On one Redis it is "".
+// master that serves the take's key (from CLUSTER SLOTS, read every half
+// second and soon after a failed call, so that a promoted replica is named
+// within about a second of its promotion), so the engine keeps a circuit
+// breaker per master and a stopped master degrades only the keys it owns.
+// On one Redis it is "".
 func (s *Store) Partition(t *sluice.Take) string {
 	m := s.slots.Load()
 	if m == nil {

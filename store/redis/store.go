@@ -99,6 +99,7 @@ type Store struct {
 	slots    atomic.Pointer[slotMap] // Redis Cluster: which node serves which slot
 	loaded   atomic.Bool             // scripts loaded on every node
 	stop     chan struct{}
+	nudge    chan struct{} // a call failed: read the slot map again soon
 	stopOnce sync.Once
 	done     chan struct{}
 }
@@ -119,7 +120,7 @@ func New(o Options) (*Store, error) {
 		scripts[name], batchers[name] = rueidis.NewLuaScript(src), &batcher{}
 	}
 	s := &Store{prefix: prefix, clock: o.Clock, scripts: scripts, batchers: batchers, sources: sources,
-		members: rueidis.NewLuaScript(luaFile("members")), stop: make(chan struct{}), done: make(chan struct{})}
+		members: rueidis.NewLuaScript(luaFile("members")), stop: make(chan struct{}), done: make(chan struct{}), nudge: make(chan struct{}, 1)}
 	client, err := rueidis.NewClient(opt)
 	if err != nil && !o.Lazy {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -138,6 +139,9 @@ func New(o Options) (*Store, error) {
 	return s, nil
 }
 
+// refreshMin spaces readings of a cluster's slot map.
+const refreshMin = 100 * time.Millisecond
+
 // maintain connects a lazy store and keeps a cluster's slot map fresh.
 func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration) {
 	defer close(s.done)
@@ -153,13 +157,23 @@ func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration) {
 				s.lastErr.Store(&err)
 			}
 		}
-		if c := s.conn(); c != nil && c.Mode() == rueidis.ClientModeCluster && time.Since(refreshed) > 5*time.Second {
+		// The slot map names the node of each key for the engine's per-node
+		// breakers: after a failover it must name the promoted replica soon,
+		// or the moved slots stay behind the dead master's open breaker. It
+		// is read at every tick (RetryEvery, 500 ms), and sooner (at most
+		// every 100 ms) when a call fails.
+		if c := s.conn(); c != nil && c.Mode() == rueidis.ClientModeCluster && time.Since(refreshed) >= refreshMin {
 			if s.refreshSlots(c) == nil {
 				refreshed = time.Now()
 			}
 		}
 		select {
 		case <-t.C:
+		case <-s.nudge:
+			if wait := refreshMin - time.Since(refreshed); wait > 0 {
+				time.Sleep(wait)
+			}
+			refreshed = time.Time{}
 		case <-s.stop:
 			return
 		}
@@ -434,6 +448,10 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	}
 	vals, err := s.run(ctx, c, script, sent, args)
 	if err != nil {
+		select { // the node may have moved: read the slot map again
+		case s.nudge <- struct{}{}:
+		default:
+		}
 		return fmt.Errorf("redis: %w", err)
 	}
 	if len(vals) != 6*len(idx) {

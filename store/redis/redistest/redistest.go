@@ -245,6 +245,30 @@ func StartClusterWithReplicas(t testing.TB, nodeTimeout int) *Cluster {
 	return c
 }
 
+// Promoted reports whether one of the replicas (Nodes[3:]) has become a
+// master: a failover happened.
+func (c *Cluster) Promoted() bool {
+	for _, n := range c.Nodes[min(3, len(c.Nodes)):] {
+		if n.Alive() && isMaster(n) {
+			return true
+		}
+	}
+	return false
+}
+
+func isMaster(n *Server) bool {
+	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
+	buf := make([]byte, 4096)
+	k, _ := conn.Read(buf)
+	return strings.Contains(string(buf[:k]), "role:master")
+}
+
 // Healthy reports whether every live node says cluster_state:ok.
 func (c *Cluster) Healthy() bool {
 	for _, n := range c.Nodes {
