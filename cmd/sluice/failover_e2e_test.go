@@ -202,3 +202,66 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 		t.Errorf("after the failover, %d answers were degraded", degradedAfter)
 	}
 }
+
+// One Redis with its append-only file, two `sluice serve` processes, 200
+// users of 100 per hour and 150 checks each from 64 callers, through two
+// faults: Redis hung (SIGSTOP) for 3 s and resumed, then killed and
+// restarted with what its file kept. While it is away each gateway counts
+// within its share; what it admitted is charged to Redis when it answers;
+// and no user is admitted more than 5% over its limit in the window.
+func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
+	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
+	var bases []string
+	for range 2 {
+		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", srv.URL())
+		bases = append(bases, b)
+	}
+	waitHealthy(t, bases)
+	waitGateways(t, bases, 2)
+	for _, fault := range []struct {
+		name        string
+		fail, heal  func()
+		outageFloor time.Duration
+	}{
+		{"hung 3 s", srv.Pause, srv.Resume, 3 * time.Second},
+		{"killed and restarted", srv.Stop, srv.Restart, time.Second},
+	} {
+		var users []string
+		for i := range 200 {
+			users = append(users, fmt.Sprintf("%s-%d", strings.ReplaceAll(fault.name, " ", "-"), i))
+		}
+		var failed, healed atomic.Int64
+		admitted, degraded := manyKeys(t, bases, users, 150, func(i int) {
+			switch {
+			case i == 200*150/3:
+				fault.fail()
+				failed.Store(time.Now().UnixNano())
+				go func() {
+					time.Sleep(fault.outageFloor)
+					fault.heal()
+					healed.Store(time.Now().UnixNano())
+				}()
+			case failed.Load() == 0:
+			case healed.Load() == 0 || time.Since(time.Unix(0, healed.Load())) < 2*time.Second:
+				time.Sleep(time.Millisecond) // span the outage and what follows it
+			}
+		})
+		over, worst := 0, 0
+		for _, n := range admitted {
+			over += max(n-100, 0)
+			worst = max(worst, n)
+		}
+		t.Logf("Redis %s: 200 users admitted %d over their limits in all (worst %d of 100); %d degraded answers", fault.name, over, worst, degraded)
+		if healed.Load() == 0 {
+			t.Fatalf("%s: the checks ended before Redis came back", fault.name)
+		}
+		if float64(over) > 0.05*100*200 {
+			t.Errorf("Redis %s: %d over the limits of 200 users: want at most 5%%", fault.name, over)
+		}
+		waitHealthy(t, bases)
+	}
+}
