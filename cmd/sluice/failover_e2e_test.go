@@ -265,3 +265,78 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 		waitHealthy(t, bases)
 	}
 }
+
+// A Redis Cluster of three masters and two `sluice serve` processes with
+// default flags, 300 users of 100 per hour and 150 checks each from 64
+// callers, while the cluster changes under them: 4,000 slots moved from one
+// master to another (redis-cli --cluster reshard), then a fourth master
+// added and the slots rebalanced onto it. A slot on the move is answered
+// with MOVED, ASK or TRYAGAIN; each is followed, so every user is admitted
+// exactly its limit and no answer is degraded.
+func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	cluster := redistest.StartCluster(t)
+	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
+	var bases []string
+	for range 2 {
+		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", cluster.URL())
+		bases = append(bases, b)
+	}
+	waitHealthy(t, bases)
+	waitGateways(t, bases, 2)
+	for c, change := range []struct {
+		name string
+		run  func() error
+	}{
+		{"4,000 slots resharded", func() error { return cluster.Reshard(cluster.Nodes[0], cluster.Nodes[1], 4000) }},
+		{"a master added and the slots rebalanced", func() error { cluster.AddMaster(t); return cluster.Rebalance() }},
+	} {
+		var users []string
+		for i := range 300 {
+			users = append(users, fmt.Sprintf("rs-%d-%d", c, i))
+		}
+		var began time.Time
+		var running atomic.Bool
+		before := cluster.Redirections()
+		done := make(chan error, 1)
+		// The checks go on at about a thousand a second while the slots
+		// move, so that they span the whole change; then at full speed.
+		admitted, degraded := manyKeys(t, bases, users, 150, func(i int) {
+			switch {
+			case i == 300*150/4:
+				began = time.Now()
+				running.Store(true)
+				go func() { done <- change.run(); running.Store(false) }()
+			case running.Load():
+				time.Sleep(time.Millisecond)
+			}
+		})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if running.Load() {
+			t.Fatalf("%s: the checks ended before the change did", change.name)
+		}
+		wrong := 0
+		for u, n := range admitted {
+			if n != 100 {
+				wrong++
+				if wrong <= 5 {
+					t.Errorf("%s: user %s admitted %d, want exactly 100", change.name, u, n)
+				}
+			}
+		}
+		after := cluster.Redirections()
+		t.Logf("%s in %v: %d of 300 users not admitted exactly their limit; %d degraded answers; the cluster answered MOVED %d, ASK %d, TRYAGAIN %d times meanwhile",
+			change.name, time.Since(began).Round(time.Millisecond), wrong, degraded,
+			after["MOVED"]-before["MOVED"], after["ASK"]-before["ASK"], after["TRYAGAIN"]-before["TRYAGAIN"])
+		if after["MOVED"]+after["ASK"] == before["MOVED"]+before["ASK"] {
+			t.Errorf("%s: no check met a slot on the move (no MOVED or ASK answer): the test did not test it", change.name)
+		}
+		if degraded != 0 {
+			t.Errorf("%s: %d answers were degraded, want none", change.name, degraded)
+		}
+	}
+}

@@ -447,6 +447,17 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		return s.notConnected()
 	}
 	vals, err := s.run(ctx, c, script, sent, args)
+	for wait := time.Millisecond; tryAgain(err); wait = min(2*wait, 50*time.Millisecond) {
+		// The slot is moving and these keys are on both sides of it:
+		// Redis applied none of the call. The move of one slot takes
+		// milliseconds; ask again until it is done or the deadline is.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis: %w", err)
+		case <-time.After(wait):
+		}
+		vals, err = s.run(ctx, c, script, sent, args)
+	}
 	if err != nil {
 		select { // the node may have moved: read the slot map again
 		case s.nudge <- struct{}{}:
@@ -466,6 +477,14 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 	}
 	return nil
+}
+
+// tryAgain reports whether err is Redis Cluster's TRYAGAIN: a call whose
+// keys are split between the two masters of a slot being migrated, refused
+// whole and safe to send again.
+func tryAgain(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && re.IsTryAgain()
 }
 
 // giveBack refunds the groups already taken (best effort: a failure here

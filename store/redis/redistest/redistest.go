@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -310,6 +311,118 @@ func startCluster(t testing.TB, replicas, nodeTimeout int) *Cluster {
 		}
 	}
 	return c
+}
+
+// Reshard moves slots hash slots from the master from to the master to
+// with redis-cli --cluster reshard, a slot at a time (keys move with
+// MIGRATE, clients see MOVED and ASK meanwhile). It returns when every
+// slot has moved, or redis-cli's error.
+func (c *Cluster) Reshard(from, to *Server, slots int) error {
+	fromID, err := from.ClusterID()
+	if err != nil {
+		return err
+	}
+	toID, err := to.ClusterID()
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.Addr,
+		"--cluster-from", fromID, "--cluster-to", toID,
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// ClusterID is a cluster node's ID (CLUSTER MYID).
+func (n *Server) ClusterID() (string, error) {
+	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "*2\r\n$7\r\nCLUSTER\r\n$4\r\nMYID\r\n")
+	r := bufio.NewReader(conn)
+	if head, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("CLUSTER MYID on %s: %q %v", n.Addr, head, err)
+	}
+	id, err := r.ReadString('\n')
+	return strings.TrimSpace(id), err
+}
+
+// Redirections counts the MOVED, ASK and TRYAGAIN answers every live node
+// has given since it started (INFO errorstats), by kind.
+func (c *Cluster) Redirections() map[string]int {
+	out := map[string]int{}
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		for _, line := range strings.Split(n.info("errorstats"), "\n") {
+			for _, kind := range []string{"MOVED", "ASK", "TRYAGAIN"} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+kind+":count="); ok {
+					k, _ := strconv.Atoi(v)
+					out[kind] += k
+				}
+			}
+		}
+	}
+	return out
+}
+
+// info is the text of one INFO section.
+func (s *Server) info(section string) string {
+	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section)
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return ""
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return ""
+	}
+	return string(buf)
+}
+
+// AddMaster starts one more cluster node, joins it to the cluster as an
+// empty master and appends it to Nodes.
+func (c *Cluster) AddMaster(t testing.TB) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	n := Start(t, "cluster-enabled yes", "cluster-config-file "+dir+"/nodes.conf", "cluster-node-timeout 5000")
+	if out, err := exec.Command("redis-cli", "--cluster", "add-node", n.Addr, c.Nodes[0].Addr).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster add-node: %v\n%s", err, out)
+	}
+	c.Nodes = append(c.Nodes, n)
+	deadline := time.Now().Add(30 * time.Second)
+	for !clusterOK(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the added node %s never reported cluster_state:ok", n.Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n
+}
+
+// Rebalance spreads the slots evenly over every master, empty ones too,
+// with redis-cli --cluster rebalance.
+func (c *Cluster) Rebalance() error {
+	out, err := exec.Command("redis-cli", "--cluster", "rebalance", c.Nodes[0].Addr,
+		"--cluster-use-empty-masters").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli --cluster rebalance: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // URL is the cluster's redis-cluster:// URL.
