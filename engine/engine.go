@@ -146,6 +146,18 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 // (one per store node): "closed", "half-open" or "open".
 func (e *Engine) BreakerState() string { return e.guard.worst() }
 
+// Guarded reports whether store calls are guarded by a deadline and
+// breakers: a remote store's are; an embedded one, which never blocks,
+// needs neither.
+func (e *Engine) Guarded() bool { return !e.local }
+
+// StoreDeadline returns the deadline a store call gets now, and the part
+// of it that this process's recent scheduling latency adds (see guard.go).
+func (e *Engine) StoreDeadline() (deadline, scheduling time.Duration) {
+	ext := time.Duration(e.guard.sched.delay.Load())
+	return e.guard.deadline() + ext, ext
+}
+
 // BreakerStates returns the state of each store node's circuit breaker, by
 // node ("" for a store of one node).
 func (e *Engine) BreakerStates() map[string]string { return e.guard.states() }

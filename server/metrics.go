@@ -113,6 +113,10 @@ var (
 		"Allowed requests that left their key within 10% of its burst.", []string{"rule"}, nil)
 	descBreaker = prometheus.NewDesc("sluice_store_breaker_state",
 		"The store circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
+	descStoreDeadline = prometheus.NewDesc("sluice_store_deadline_seconds",
+		"The deadline a store call gets now: the store's adaptive deadline plus sluice_scheduling_delay_seconds.", nil, nil)
+	descSchedDelay = prometheus.NewDesc("sluice_scheduling_delay_seconds",
+		"What this process's own scheduling latency adds to a store call's deadline now (four times the recent 99th percentile of Go's /sched/latencies:seconds, at most 2 s): a busy gateway is given the time its goroutines wait to run.", nil, nil)
 	descReloads = prometheus.NewDesc("sluice_config_reloads_total",
 		"Rule file reloads by result: ok, refused.", []string{"result"}, nil)
 	descKeys = prometheus.NewDesc("sluice_memory_store_keys",
@@ -169,7 +173,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -226,6 +230,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descUnwritten, uint64(owed.Overflow), "overflow")
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
+	if c.e.Guarded() {
+		deadline, sched := c.e.StoreDeadline()
+		ch <- prometheus.MustNewConstMetric(descStoreDeadline, prometheus.GaugeValue, deadline.Seconds())
+		ch <- prometheus.MustNewConstMetric(descSchedDelay, prometheus.GaugeValue, sched.Seconds())
+	}
 	if c.share != nil {
 		st := c.share.Stats()
 		counter(descStoreCalls, st.RemoteCalls)

@@ -70,23 +70,34 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 	return out, degraded.Load()
 }
 
-// metric reads one unlabelled metric from a base's /metrics.
+// metric reads a metric from a base's /metrics: the sum of its series.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	v, err := readMetric(base, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	return v
+}
+
+// readMetric is metric for a goroutine that is not the test's.
+func readMetric(base, name string) (float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	var sum float64
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+		series, v, ok := strings.Cut(line, " ")
+		if ok && (series == name || strings.HasPrefix(series, name+"{")) {
 			var f float64
 			fmt.Sscan(v, &f)
-			return f
+			sum += f
 		}
 	}
-	return 0
+	return sum, err
 }
 
 // A Redis Cluster of three masters and their replicas
