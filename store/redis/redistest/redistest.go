@@ -373,21 +373,28 @@ func (c *Cluster) Redirections() map[string]int {
 }
 
 // info is the text of one INFO section.
-func (s *Server) info(section string) string {
+func (s *Server) info(section string) string { return s.bulk("INFO", section) }
+
+// bulk sends one command whose reply is a bulk string and returns it ("" on
+// any error).
+func (s *Server) bulk(args ...string) string {
 	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
 	if err != nil {
 		return ""
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section)
+	fmt.Fprintf(conn, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(conn, "$%d\r\n%s\r\n", len(a), a)
+	}
 	r := bufio.NewReader(conn)
 	head, err := r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(head, "$") {
 		return ""
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
-	buf := make([]byte, n)
+	buf := make([]byte, max(n, 0))
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return ""
 	}
@@ -404,12 +411,20 @@ func (c *Cluster) AddMaster(t testing.TB) *Server {
 		t.Fatalf("redis-cli --cluster add-node: %v\n%s", err, out)
 	}
 	c.Nodes = append(c.Nodes, n)
+	id, err := n.ClusterID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every node must know the new one (gossip takes a moment) before
+	// slots can be moved to it.
 	deadline := time.Now().Add(30 * time.Second)
-	for !clusterOK(n) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the added node %s never reported cluster_state:ok", n.Addr)
+	for _, m := range c.Nodes {
+		for !clusterOK(m) || !strings.Contains(m.bulk("CLUSTER", "NODES"), id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s never learned of the added node %s", m.Addr, n.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	return n
 }
