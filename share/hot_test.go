@@ -76,3 +76,29 @@ func TestHotKeysWindows(t *testing.T) {
 		t.Fatalf("a new key's rate = %v, want 1", got)
 	}
 }
+
+// A window ends to the nanosecond: an observation at start + window opens
+// the next one, and the key's rate is then the higher of the new window's
+// (1 in its first second) and the last whole window's (5 in 10 s). Top
+// lists the keys at or above the rate asked, hottest first, at most n.
+func TestHotKeysWindowEdgeAndTop(t *testing.T) {
+	sec := int64(time.Second)
+	h := NewHotKeys(8, 10*time.Second)
+	for range 5 {
+		h.Observe("r", "a", sec)
+	}
+	if got := h.Observe("r", "a", 11*sec); got != 1 {
+		t.Fatalf("at the window's end: rate %v, want 1 (a new window began)", got)
+	}
+	h2 := NewHotKeys(8, time.Hour)
+	for i, n := range []int64{3, 7, 5} {
+		h2.ObserveN("r", fmt.Sprint("k", i), sec, n)
+	}
+	top := h2.Top(2, 5, sec)
+	if len(top) != 2 || top[0].Key != "k1" || top[0].Rate != 7 || top[1].Key != "k2" || top[1].Rate != 5 {
+		t.Fatalf("Top(2, 5): %+v, want k1 at 7 then k2 at 5 (at the rate asked, included)", top)
+	}
+	if top := h2.Top(1, 0, sec); len(top) != 1 || top[0].Key != "k1" {
+		t.Fatalf("Top(1, 0): %+v, want the hottest only", top)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,4 +76,58 @@ func TestMembershipCountsLiveGatewaysAndKeepsTheLastCountWhileDown(t *testing.T)
 	if n := NewMembership(set, "d", time.Hour, 5, quiet).Gateways(); n != 5 {
 		t.Fatalf("fixed count: %d", n)
 	}
+}
+
+// ttlSet answers a fixed count and records the time to live each heartbeat
+// asked for.
+type ttlSet struct {
+	mu   sync.Mutex
+	n    int
+	ttls []time.Duration
+}
+
+func (s *ttlSet) Heartbeat(_ context.Context, _ string, ttl time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ttls = append(s.ttls, ttl)
+	return s.n, nil
+}
+
+func (s *ttlSet) Leave(context.Context, string) error { return nil }
+
+// A heartbeat lives three beats (3 s by default, when no period is given);
+// the count is logged when first read and when it changes, not on every
+// beat.
+func TestMembershipHeartbeatLifetimeAndLogLines(t *testing.T) {
+	set := &ttlSet{n: 2}
+	NewMembership(set, "g", 0, 0, quiet).beat(t.Context())
+	var buf syncBuffer
+	m := NewMembership(set, "g", 20*time.Millisecond, 0, slog.New(slog.NewTextHandler(&buf, nil)))
+	m.beat(t.Context())
+	m.beat(t.Context())
+	set.n = 3
+	m.beat(t.Context())
+	if len(set.ttls) != 4 || set.ttls[0] != 3*time.Second || set.ttls[1] != 60*time.Millisecond {
+		t.Fatalf("heartbeat lifetimes %v, want 3s by default and three beats of 20ms (60ms)", set.ttls)
+	}
+	if got := strings.Count(buf.String(), "gateways sharing the store"); got != 2 || m.Gateways() != 3 {
+		t.Fatalf("%d log lines for counts 2, 2, 3 (want 2: the first and the change); gateways %d\n%s", got, m.Gateways(), buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -1,0 +1,221 @@
+package share
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// recording is a remote store that writes down the cost of every take it is
+// asked for: a lease's batches, refunds (negative) and retries.
+type recording struct {
+	sluice.Store
+	mu    sync.Mutex
+	costs []int64
+}
+
+func (r *recording) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	r.mu.Lock()
+	for _, tk := range takes {
+		r.costs = append(r.costs, tk.Cost)
+	}
+	r.mu.Unlock()
+	return r.Store.Take(ctx, takes, out)
+}
+
+// since returns the costs asked for since the last call.
+func (r *recording) since() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.costs
+	r.costs = nil
+	return c
+}
+
+// leaseFleet is n gateways leasing from one recording remote store on a
+// manual clock, with no background work.
+func leaseFleet(t *testing.T, n int, sh sluice.Sharing) (*sluice.ManualClock, *recording, []*Store) {
+	clock := sluice.NewManualClock(epoch)
+	remote := &recording{Store: memory.New(memory.WithClock(clock))}
+	var gws []*Store
+	for range n {
+		g := New(remote, Options{
+			Local: memory.New(memory.WithClock(clock)), Clock: clock, ManualTick: true,
+			Sharing:  func(string) sluice.Sharing { return sh },
+			Gateways: func() int { return n },
+		})
+		t.Cleanup(g.Close)
+		gws = append(gws, g)
+	}
+	return clock, remote, gws
+}
+
+func leaseTake(t *testing.T, g *Store, lim sluice.Limit) sluice.Decision {
+	t.Helper()
+	var out [1]sluice.Decision
+	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 1}}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
+// The batch policy, step by step on one gateway (limit 100 per hour, GCRA,
+// so nothing refills within the test's seconds; batch at most 50; time to
+// live 1 s): the first lease is a quarter of the burst (25); a lease spent
+// before it expires doubles the next (50, the rule's batch); an expired
+// lease with units left gives them back (a refund of 49) and halves the
+// next (25). Each answer's Remaining is the store's plus the units held:
+// the limit less what was admitted.
+func TestLeaseBatchesGrowShrinkAndGoBack(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour}
+	clock, remote, gws := leaseFleet(t, 1, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second})
+	g := gws[0]
+	admitted := int64(0)
+	step := func(n int, wantCalls []int64) {
+		t.Helper()
+		for range n {
+			d := leaseTake(t, g, lim)
+			if !d.Allowed {
+				t.Fatalf("take %d refused: %+v", admitted+1, d)
+			}
+			admitted++
+			if d.Remaining != 100-admitted {
+				t.Fatalf("take %d: remaining %d, want %d", admitted, d.Remaining, 100-admitted)
+			}
+		}
+		if got := remote.since(); !slices.Equal(got, wantCalls) {
+			t.Fatalf("after %d admitted: store calls %v, want %v", admitted, got, wantCalls)
+		}
+	}
+	step(1, []int64{25})           // a quarter of the burst
+	step(24, nil)                  // spent from the lease
+	step(1, []int64{50})           // spent before it expired: doubled, up to the batch
+	step(48, nil)                  // one unit left on the lease
+	clock.Advance(2 * time.Second) // the lease expires with 1 unit
+	step(1, []int64{-1, 25})       // given back, then a lease of half the batch
+	if held := g.Stats().LeasedOut; held != 24 {
+		t.Fatalf("%d units held, want 24", held)
+	}
+}
+
+// Two gateways on one key of 100 per hour: each lease is at most half of
+// what the store has left, so the leases shrink as the limit nears and the
+// last units are leased one at a time; the gateway that took the last unit
+// waits a while before asking again (here a quarter of the burst's
+// refill, 25 x 36 s) rather than calling the store for every unit that
+// refills; the other still finds the unit it needs; and the two together
+// admit exactly the limit.
+func TestLeasesShrinkNearTheLimitAndWaitForARefill(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour} // a unit refills every 36 s
+	clock, remote, gws := leaseFleet(t, 2, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second})
+	// Gateway 0 alone: batches of 12 (a quarter of the burst over 2
+	// gateways), then doubled, each at most half of what remains.
+	var calls []int64
+	admitted := 0
+	for range 99 {
+		if !leaseTake(t, gws[0], lim).Allowed {
+			t.Fatalf("gateway 0 refused after %d", admitted)
+		}
+		admitted++
+		calls = append(calls, remote.since()...)
+	}
+	if want := []int64{12, 24, 32, 16, 8, 4, 2, 1}; !slices.Equal(calls, want) {
+		t.Fatalf("gateway 0's leases %v, want %v", calls, want)
+	}
+	// It took the store down to 1 with a lease of 1 and spent it: it waits
+	// 25 units' refill (900 s) before asking again, without a store call.
+	d := leaseTake(t, gws[0], lim)
+	if d.Allowed || d.RetryAfter != 900*time.Second || len(remote.since()) != 0 {
+		t.Fatalf("gateway 0 at the limit: %+v, want refused for 900 s without a store call", d)
+	}
+	// Gateway 1 asks for its first lease (12), is refused, and takes the
+	// one unit left.
+	if d := leaseTake(t, gws[1], lim); !d.Allowed {
+		t.Fatalf("gateway 1 refused the last unit: %+v", d)
+	}
+	admitted++
+	if got := remote.since(); !slices.Equal(got, []int64{12, 1}) {
+		t.Fatalf("gateway 1's calls %v, want [12 1]", got)
+	}
+	if d := leaseTake(t, gws[1], lim); d.Allowed || d.RetryAfter != 12*36*time.Second || len(remote.since()) != 0 {
+		t.Fatalf("gateway 1 at the limit: %+v, want refused for its batch's refill (12 x 36 s) without a store call", d)
+	}
+	if admitted != 100 {
+		t.Fatalf("admitted %d, want exactly 100", admitted)
+	}
+	// The wait ends to the nanosecond: then one store call, for one unit.
+	clock.Advance(900*time.Second - time.Nanosecond)
+	if d := leaseTake(t, gws[0], lim); d.Allowed || len(remote.since()) != 0 {
+		t.Fatalf("gateway 0 a nanosecond before its wait ends: %+v", d)
+	}
+	clock.Advance(time.Nanosecond)
+	if d := leaseTake(t, gws[0], lim); !d.Allowed {
+		t.Fatalf("gateway 0 after its wait: %+v", d)
+	}
+	if got := remote.since(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("gateway 0's call after its wait %v, want [1]", got)
+	}
+}
+
+// A refund or a look at a leased key goes to the store as it is: a refund
+// is not kept on this gateway's lease, where only this gateway could spend
+// it, and a look consumes nothing.
+func TestLeasedKeysRefundsAndLooksGoToTheStore(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour}
+	_, remote, gws := leaseFleet(t, 1, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Hour})
+	g := gws[0]
+	leaseTake(t, g, lim) // a lease of 25, 24 held
+	remote.since()
+	var out [1]sluice.Decision
+	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: -1}}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := remote.since(); !slices.Equal(got, []int64{-1}) || g.Stats().LeasedOut != 24 {
+		t.Fatalf("a refund of 1 on a leased key: store calls %v, %d held; want [-1] and the lease unchanged at 24", got, g.Stats().LeasedOut)
+	}
+	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 5, DryRun: true}}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := remote.since(); !slices.Equal(got, []int64{5}) || g.Stats().LeasedOut != 24 || !out[0].Allowed {
+		t.Fatalf("a look at 5 on a leased key: store calls %v, %d held, %+v; want it asked of the store and the lease unchanged", got, g.Stats().LeasedOut, out[0])
+	}
+}
+
+// A look at a split key in a request another rule refuses gives nothing
+// back: it took nothing. (Were it undone, a key at its limit would be given
+// a unit it never spent, and admit one more.)
+func TestALookAtASplitKeyIsNotUndone(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	remote := memory.New(memory.WithClock(clock))
+	g := New(remote, Options{
+		Local: memory.New(memory.WithClock(clock)), Clock: clock, ManualTick: true, NoDenyCache: true,
+		Sharing: func(rule string) sluice.Sharing {
+			if rule == "split" {
+				return sluice.Sharing{Mode: sluice.SyncSplit}
+			}
+			return sluice.Sharing{}
+		},
+	})
+	defer g.Close()
+	split := sluice.Limit{Rate: 2, Period: time.Hour}
+	strict := sluice.Limit{Rate: 1, Period: time.Hour}
+	take := func(takes ...sluice.Take) []sluice.Decision {
+		out := make([]sluice.Decision, len(takes))
+		if err := g.Take(context.Background(), takes, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 2})   // the split key at its limit
+	take(sluice.Take{Rule: "strict", Key: "k", Limit: strict, Cost: 1}) // and the strict one
+	take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 1, DryRun: true},
+		sluice.Take{Rule: "strict", Key: "k", Limit: strict, Cost: 1}) // refused by strict
+	if d := take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 1})[0]; d.Allowed {
+		t.Fatalf("the split key at its limit admitted once more after a look at it was undone: %+v", d)
+	}
+}
