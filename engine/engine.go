@@ -21,6 +21,8 @@ import (
 type Options struct {
 	// Store keeps the counts. Required.
 	Store sluice.Store
+	// Load is how ReloadFile loads several rule files together.
+	Load rules.LoadOptions
 	// Fallback keeps the per-node counts applied while the store fails and
 	// rules fail open (see Gateways): usually the embedded store. Without
 	// one, failing open admits everything.
@@ -76,6 +78,7 @@ type Options struct {
 // Engine evaluates requests against the current rule set. It is safe for
 // concurrent use.
 type Engine struct {
+	load      rules.LoadOptions // how reloads load several files
 	store     sluice.Store
 	fallback  sluice.Store
 	local     bool
@@ -114,7 +117,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog,
+	e := &Engine{store: o.Store, load: o.Load, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog,
 		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)

@@ -73,7 +73,7 @@ func (e *Engine) ReloadFile(paths ...string) error {
 		e.log.Debug("sluice: rule files unchanged since they were last loaded", "files", paths)
 		return e.filesErr // what loading them gave, once
 	}
-	cfg, err := rules.LoadAll(paths...)
+	cfg, err := e.load.LoadAll(paths...)
 	if err != nil {
 		e.reloads[1].Add(1)
 		e.log.Error("sluice: rule files refused; the previous rules keep serving", "files", paths, "error", err)

@@ -31,6 +31,7 @@ type Config struct {
 	ClientIPDepth int
 	// EnvoyDomains are the domains of the envoyproxy/ratelimit files loaded.
 	EnvoyDomains []string
+	domainLine   map[string]int // where each domain is declared
 	// Paths say how request paths are normalised before matching.
 	Paths PathOptions
 	// Priority places requests in tiers, for rules with Tiers (nil: no
@@ -321,10 +322,25 @@ func (c *Config) Rule(id string) *Rule {
 	return nil
 }
 
+// LoadOptions change how several rule files load together.
+type LoadOptions struct {
+	// MergeDomains lets several envoyproxy/ratelimit files declare one
+	// domain, their descriptors merged, as the reference service does with
+	// MERGE_DOMAIN_CONFIG=true. Without it, a second file for a domain is
+	// refused, as the reference refuses it by default: two teams' files
+	// that name one domain by mistake would otherwise limit each other's
+	// requests.
+	MergeDomains bool
+}
+
 // LoadAll loads several rule files and merges them into one rule set: their
 // rules apply together. Rule ids must be unique across the files; trusted
-// proxies are the union; the IPv6 prefix must agree.
-func LoadAll(paths ...string) (*Config, error) {
+// proxies are the union; the IPv6 prefix must agree; an Envoy domain is
+// declared by one file only.
+func LoadAll(paths ...string) (*Config, error) { return LoadOptions{}.LoadAll(paths...) }
+
+// LoadAll is LoadAll with these options.
+func (o LoadOptions) LoadAll(paths ...string) (*Config, error) {
 	var cfgs []*Config
 	var errs Errors
 	for _, p := range paths {
@@ -342,15 +358,19 @@ func LoadAll(paths ...string) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return Merge(cfgs...)
+	return o.Merge(cfgs...)
 }
 
 // Merge combines rule sets into one; see LoadAll.
-func Merge(cfgs ...*Config) (*Config, error) {
+func Merge(cfgs ...*Config) (*Config, error) { return LoadOptions{}.Merge(cfgs...) }
+
+// Merge is Merge with these options.
+func (o LoadOptions) Merge(cfgs ...*Config) (*Config, error) {
 	if len(cfgs) == 1 {
 		return cfgs[0], nil
 	}
 	out := &Config{Sources: defaultSources(), IPv6Prefix: DefaultIPv6Prefix}
+	domains := map[string]string{} // the file that declared each
 	seen := map[string]string{}
 	var errs Errors
 	for i, c := range cfgs {
@@ -376,7 +396,15 @@ func Merge(cfgs ...*Config) (*Config, error) {
 			out.ClientIPDepth = c.ClientIPDepth
 		}
 		maps.Copy(out.Sources, c.Sources)
-		out.EnvoyDomains = append(out.EnvoyDomains, c.EnvoyDomains...)
+		for _, d := range c.EnvoyDomains {
+			if first, dup := domains[d]; dup && !o.MergeDomains {
+				errs = append(errs, &Error{File: c.File, Line: c.domainLine[d], Field: "domain", Msg: fmt.Sprintf("%q is also declared by %s: one domain, one file, unless --merge-domains (MERGE_DOMAIN_CONFIG=true) merges them", d, first)})
+				continue
+			} else if !dup {
+				domains[d] = c.File
+				out.EnvoyDomains = append(out.EnvoyDomains, d)
+			}
+		}
 		for _, p := range c.TrustedProxies {
 			if !slices.Contains(out.TrustedProxies, p) {
 				out.TrustedProxies = append(out.TrustedProxies, p)

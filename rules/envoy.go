@@ -108,9 +108,10 @@ func isEnvoyFile(root *yaml.Node) bool {
 // rate_limit nor nested descriptors is whitelisted (never limited).
 func (d *decoder) envoyFile(c *Config, root *yaml.Node) {
 	var domain string
+	var line int
 	var descs *yaml.Node
 	d.fields(root, "", map[string]func(*yaml.Node, string){
-		"domain":      func(v *yaml.Node, f string) { domain, _ = d.str(v, f) },
+		"domain":      func(v *yaml.Node, f string) { domain, _ = d.str(v, f); line = v.Line },
 		"descriptors": func(v *yaml.Node, f string) { descs = v },
 	})
 	if domain == "" {
@@ -118,6 +119,10 @@ func (d *decoder) envoyFile(c *Config, root *yaml.Node) {
 		return
 	}
 	c.EnvoyDomains = append(c.EnvoyDomains, domain)
+	if c.domainLine == nil {
+		c.domainLine = map[string]int{}
+	}
+	c.domainLine[domain] = line
 	ids := map[string]bool{}
 	if descs != nil && descs.Tag != "!!null" {
 		d.envoyDescriptors(c, domain, nil, descs, "descriptors", ids)

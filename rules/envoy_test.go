@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,36 @@ func TestEnvoyWildcardsAnywhere(t *testing.T) {
 		if got := (EnvoyEntry{Key: "k", Value: tc.pattern}).Matches(tc.value) > 0; got != tc.match {
 			t.Errorf("%q matches %q = %v, want %v", tc.pattern, tc.value, got, tc.match)
 		}
+	}
+}
+
+// Two files declaring one domain are refused, at the second file's domain
+// line, as the reference refuses them; with MergeDomains (its
+// MERGE_DOMAIN_CONFIG=true) their descriptors merge, and a limit name in
+// both is still one id too many.
+func TestOneDomainOneFileUnlessMerged(t *testing.T) {
+	a, err := Parse("a.yaml", []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("b.yaml", []byte("# the login team's\ndomain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 9}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Merge(a, b)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].File != "b.yaml" || es[0].Line != 2 || es[0].Field != "domain" || !strings.Contains(es[0].Msg, "a.yaml") {
+		t.Fatalf("two files for domain edge: %v, want one fault at b.yaml:2 field domain naming a.yaml", err)
+	}
+	c, err := LoadOptions{MergeDomains: true}.Merge(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rules) != 2 || len(c.EnvoyDomains) != 1 {
+		t.Fatalf("merged: %d rules, domains %v; want both descriptors in one domain", len(c.Rules), c.EnvoyDomains)
+	}
+	other, _ := Parse("c.yaml", []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
+	if _, err := (LoadOptions{MergeDomains: true}).Merge(a, other); err == nil || !strings.Contains(err.Error(), "duplicate id") {
+		t.Fatalf("one descriptor in two merged files: %v, want a duplicate id", err)
 	}
 }

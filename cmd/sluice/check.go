@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -13,8 +14,9 @@ import (
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	merge := fs.Bool("merge-domains", os.Getenv("MERGE_DOMAIN_CONFIG") == "true" || os.Getenv("SLUICE_MERGE_DOMAINS") == "true", "as serve's: several envoyproxy/ratelimit files may declare one domain")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice check FILE...")
+		fmt.Fprintln(stderr, "Usage: sluice check [--merge-domains] FILE...")
 		fmt.Fprintln(stderr, "\nValidates rule files, each alone and together as serve loads them (rule ids")
 		fmt.Fprintln(stderr, "unique across the files). Prints every fault with its file, line, column and")
 		fmt.Fprintln(stderr, "field and exits 1; or prints each rule: what it matches, its key, and its")
@@ -49,7 +51,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	// The files are served together: what only their union gets wrong
 	// (a rule id in two files, IPv6 prefixes that differ) is refused too.
 	if failed == 0 && len(cfgs) > 1 {
-		if _, err := rules.Merge(cfgs...); err != nil {
+		if _, err := (rules.LoadOptions{MergeDomains: *merge}).Merge(cfgs...); err != nil {
 			fmt.Fprintln(stderr, err)
 			failed++
 		}

@@ -67,6 +67,7 @@ type common struct {
 	decisionLog     *string
 	decisionRate    *int
 	decisionSample  *int
+	mergeDomains    *bool
 
 	// pressure, when set (gateway --adaptive), is the factor adaptive
 	// rules follow.
@@ -95,6 +96,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.requireStore = fs.Bool("require-store", false, "exit with status 1 if the store does not answer within 10s of start (default: warn, serve degraded, and report not ready until it answers)")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
+	c.mergeDomains = fs.Bool("merge-domains", os.Getenv("MERGE_DOMAIN_CONFIG") == "true" || os.Getenv("SLUICE_MERGE_DOMAINS") == "true", "let several envoyproxy/ratelimit files declare one domain, their descriptors merged (the reference's MERGE_DOMAIN_CONFIG=true); otherwise a second file for a domain is refused")
 	return c
 }
 
@@ -147,7 +149,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 			return nil, err
 		}
 	}
-	cfg, err := rules.LoadAll(c.configs...)
+	cfg, err := rules.LoadOptions{MergeDomains: *c.mergeDomains}.LoadAll(c.configs...)
 	if err != nil {
 		if *c.logFormat == "json" {
 			s.log.Error("sluice: rule files refused", "files", []string(c.configs), "faults", faults(err))
@@ -203,6 +205,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.live = server.NewLive()
 	s.eng, err = engine.New(cfg, engine.Options{
+		Load:  rules.LoadOptions{MergeDomains: *c.mergeDomains},
 		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
 		StoreName: redactedURL(*c.store),
 		Logger:    s.log, DecisionLog: dl,
