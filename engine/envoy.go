@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -173,9 +174,15 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		st := &res.Statuses[i]
 		if r.Deny && override == nil {
 			// requests_per_unit: 0 is always over, and consumes nothing.
+			// Its reset is the end of the current unit, aligned to the
+			// Unix epoch as fixed windows are: what the reference answers.
+			left := limit.Period
+			if limit.Period > 0 {
+				left -= time.Duration(time.Now().UnixNano() % int64(limit.Period))
+			}
 			st.r, st.Shadow = r, r.Shadow
 			st.Decision = sluice.Decision{Reason: sluice.ReasonLimited, Rule: r.ID, Limit: limit,
-				RetryAfter: limit.Period, ResetAfter: limit.Period}
+				RetryAfter: left, ResetAfter: left}
 			st.count(false) // a deny rule refuses the request
 			continue
 		}

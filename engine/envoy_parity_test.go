@@ -86,6 +86,15 @@ func TestEnvoyParityAtTheEngine(t *testing.T) {
 	if r := e.checkOne(t, desc("block", "x")); r.Allowed || r.Statuses[0].Rule == "" {
 		t.Fatalf("requests_per_unit 0: %+v", r.Statuses[0])
 	}
+	// Its reset is the end of the current hour, as the reference answers
+	// (an hour less the time since the hour began), not a whole hour.
+	before := time.Now()
+	st := e.checkOne(t, desc("block", "x")).Statuses[0]
+	after := time.Now()
+	sinceHour := func(at time.Time) time.Duration { return time.Duration(at.UnixNano() % int64(time.Hour)) }
+	if lo, hi := time.Hour-sinceHour(after), time.Hour-sinceHour(before); sinceHour(after) >= sinceHour(before) && (st.ResetAfter < lo || st.ResetAfter > hi) {
+		t.Errorf("requests_per_unit 0: reset after %v, want the rest of the hour, between %v and %v", st.ResetAfter, lo, hi)
+	}
 	if r := e.checkOne(t, desc("free", "x")); !r.Allowed || !r.Statuses[0].Unlimited {
 		t.Fatalf("unlimited: %+v", r.Statuses[0])
 	}
