@@ -41,12 +41,18 @@ type faultyStore struct {
 	inner sluice.Store
 	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall
 	calls atomic.Int64
+	// before, if set, sees each call's takes before the store does: a
+	// test's way to act while a call is in flight.
+	before atomic.Pointer[func([]sluice.Take)]
 }
 
 var errDown = errors.New("store down")
 
 func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	f.calls.Add(1)
+	if b := f.before.Load(); b != nil {
+		(*b)(takes)
+	}
 	switch f.mode.Load() {
 	case 1:
 		return errDown

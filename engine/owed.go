@@ -108,20 +108,18 @@ func (o *owed) kick(e *Engine) {
 }
 
 // flush charges what is owed to the store, a batch per store node, until
-// a call fails. Debts past their period are dropped.
+// a call fails. Debts past their period are dropped. The debts being
+// charged leave the ledger before their call and come back only if it
+// fails: a request for one of their keys meanwhile (callOwing) finds
+// nothing to charge, so no debt is charged twice.
 func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
-	type item struct {
-		k     owedKey
-		units int64
-	}
 	batches := map[string][]sluice.Take{}
-	var items map[string][]item
+	firsts := map[string][]time.Time{}
 	o.mu.Lock()
-	items = map[string][]item{}
 	for k, d := range o.debts {
+		delete(o.debts, k)
 		if now.Sub(d.first) >= d.limit.Period {
 			o.expired.Add(d.units)
-			delete(o.debts, k)
 			continue
 		}
 		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true}
@@ -130,28 +128,25 @@ func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
 			part = e.parts.Partition(&tk)
 		}
 		batches[part] = append(batches[part], tk)
-		items[part] = append(items[part], item{k, d.units})
+		firsts[part] = append(firsts[part], d.first)
 	}
 	o.pending.Store(len(o.debts) > 0)
 	o.mu.Unlock()
+	failed := false
 	for part, takes := range batches {
 		for start := 0; start < len(takes); start += maxChargeBatch {
 			end := min(start+maxChargeBatch, len(takes))
-			out := make([]sluice.Decision, end-start)
-			if err := e.call(ctx, takes[start:end], out); err != nil {
-				return // the store is still away: the rest waits for the next kick
-			}
-			o.mu.Lock()
-			for _, it := range items[part][start:end] {
-				if d, ok := o.debts[it.k]; ok {
-					if d.units -= it.units; d.units <= 0 {
-						delete(o.debts, it.k)
+			if !failed {
+				out := make([]sluice.Decision, end-start)
+				if err := e.call(ctx, takes[start:end], out); err == nil {
+					for _, tk := range takes[start:end] {
+						o.written.Add(tk.Cost)
 					}
+					continue
 				}
-				o.written.Add(it.units)
+				failed = true // the store is still away: the rest waits for the next kick
 			}
-			o.pending.Store(len(o.debts) > 0)
-			o.mu.Unlock()
+			o.restore(takes[start:end], firsts[part][start:end])
 		}
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +83,34 @@ func TestAWrittenBackDebtIsWaitedOut(t *testing.T) {
 	d, _, err := f.e.Inspect(context.Background(), "r", "v")
 	if err != nil || d.Remaining != 0 || d.ResetAfter != time.Hour+3*time.Minute {
 		t.Fatalf("in debt of 5 units at 100/h: %+v %v, want full for an hour and 3 minutes (5 x 36 s of debt)", d, err)
+	}
+}
+
+// A debt being written back is not charged again by a request for its key
+// that comes while the write-back's call is in flight: the flush takes the
+// debt off the ledger before its call.
+func TestADebtInFlightIsChargedOnce(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	for range 95 {
+		f.check(t, userReq("v"))
+	}
+	var fired atomic.Bool
+	hook := func(takes []sluice.Take) {
+		if len(takes) > 0 && takes[0].Charge && fired.CompareAndSwap(false, true) {
+			f.check(t, userReq("v")) // while the charge is in flight
+		}
+	}
+	f.store.before.Store(&hook)
+	f.e.owed.flowing.Store(true) // this test flushes by itself
+	defer f.e.owed.flowing.Store(false)
+	f.e.owed.add("r", "v", l, 10, time.Now())
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.store.before.Store(nil)
+	d, _, err := f.e.Inspect(context.Background(), "r", "v")
+	// 95 + 1 + 10 = 106 units: 6 of debt, 6 x 36 s beyond the hour.
+	if want := time.Hour + 6*36*time.Second; err != nil || d.ResetAfter != want {
+		t.Fatalf("after 95, one more and a debt of 10 written back: %+v %v, want reset after %v (a debt charged twice shows 10 units more)", d, err, want)
 	}
 }
 
