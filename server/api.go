@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -319,6 +320,20 @@ func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 	return &rr, opt, nil
 }
 
+// degradedReason says why an answer is degraded, in words fit for any
+// client: never the store's own error, which may name addresses or, from a
+// misconfigured URL, a password. The log and /readyz say more.
+func degradedReason(err error) string {
+	switch {
+	case errors.Is(err, engine.ErrBreakerOpen):
+		return "the store's circuit breaker is open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the store did not answer in time"
+	default:
+		return "the store could not be reached"
+	}
+}
+
 // respond turns an engine result into the API's answer, headers included.
 func (s *Server) respond(res *engine.Result) *CheckResponse {
 	d := &res.Decision
@@ -328,7 +343,7 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 		Statuses: make([]StatusJSON, len(res.Statuses), len(res.Statuses)+len(res.MissingKey)), Headers: map[string]string{},
 	}
 	if res.Degraded() {
-		resp.Degraded, resp.DegradedReason = true, res.StoreError.Error()
+		resp.Degraded, resp.DegradedReason = true, degradedReason(res.StoreError)
 	}
 	resp.Detail = res.Invalid
 	for i := range res.Statuses {

@@ -283,6 +283,37 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	if l := grepLines(log.String(), "store circuit breaker"); !strings.Contains(l, "node="+strings.Replace(url, "hunter2", "xxxxx", 1)) {
 		t.Errorf("the breaker's line does not name the store: %q", l)
 	}
+	// A password in a cluster or Sentinel URL shows nowhere either: not in
+	// the log, /readyz, or the answers API clients get.
+	for _, u := range []string{
+		"redis-cluster://ops:hunter2@" + srv.Addr,
+		"redis-sentinel://ops:hunter2@mymaster@" + srv.Addr,
+	} {
+		var log proctest.Output
+		base, _ := startTo(t, &log, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", u)
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"c"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		_, ready := readyzOf(t, base)
+		if strings.Contains(log.String()+ready+string(answer), "hunter2") || !strings.Contains(string(answer), `"degraded":true`) {
+			t.Errorf("%s: a degraded answer %s, or the password shown:\n%s\n%s", u, answer, ready, log.String())
+		}
+	}
+}
+
+// readyzOf answers a base's /readyz.
+func readyzOf(t *testing.T, base string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(body)
 }
 
 // The same boot, with fail-closed rules: degraded within its share where

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -256,13 +255,7 @@ func (s *setup) reachStore(url string, require bool) error {
 }
 
 // redactedURL is a store URL without its password, for logs.
-func redactedURL(s string) string {
-	u, err := neturl.Parse(s)
-	if err != nil {
-		return s
-	}
-	return u.Redacted()
-}
+func redactedURL(s string) string { return redis.Redact(s) }
 
 // checkRegion refuses a --region that a rule with regions gives no share.
 func checkRegion(cfg *rules.Config, region string) error {

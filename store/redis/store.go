@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,27 +206,103 @@ func (s *Store) Close() {
 	}
 }
 
-// ParseURL reads a store URL into rueidis options.
+// ParseURL reads a store URL into rueidis options:
+//
+//	redis://[user:password@]host:port[/db]     (rediss:// for TLS)
+//	redis-cluster://[user:password@]h1:p1,h2:p2
+//	redis-sentinel://[user:password@]MASTER@h1:p1,h2:p2
+//
+// User and password are percent-decoded; for Sentinel they are given to the
+// sentinels and to the master. Errors never repeat the password (see
+// Redact).
 func ParseURL(u string) (rueidis.ClientOption, error) {
-	switch {
-	case strings.HasPrefix(u, "redis-cluster://"):
-		hosts := strings.Split(strings.TrimPrefix(u, "redis-cluster://"), ",")
-		return rueidis.ClientOption{InitAddress: hosts, ShuffleInit: true}, nil
-	case strings.HasPrefix(u, "redis-sentinel://"):
-		rest := strings.TrimPrefix(u, "redis-sentinel://")
-		master, hosts, ok := strings.Cut(rest, "@")
-		if !ok || master == "" || hosts == "" {
-			return rueidis.ClientOption{}, fmt.Errorf("redis: %q: want redis-sentinel://MASTER@h1:p1,h2:p2", u)
+	scheme, rest, _ := strings.Cut(u, "://")
+	switch scheme {
+	case "redis-cluster", "redis-sentinel":
+		var creds, master, hosts string
+		parts := strings.Split(rest, "@")
+		switch {
+		case scheme == "redis-cluster" && len(parts) == 1:
+			hosts = parts[0]
+		case scheme == "redis-cluster":
+			creds, hosts = strings.Join(parts[:len(parts)-1], "@"), parts[len(parts)-1]
+		case len(parts) == 2:
+			master, hosts = parts[0], parts[1]
+		case len(parts) > 2:
+			creds, master, hosts = strings.Join(parts[:len(parts)-2], "@"), parts[len(parts)-2], parts[len(parts)-1]
 		}
-		return rueidis.ClientOption{InitAddress: strings.Split(hosts, ","), Sentinel: rueidis.SentinelOption{MasterSet: master}}, nil
-	case strings.HasPrefix(u, "redis://"), strings.HasPrefix(u, "rediss://"):
+		if hosts == "" || (scheme == "redis-sentinel" && master == "") {
+			if scheme == "redis-sentinel" {
+				return rueidis.ClientOption{}, fmt.Errorf("redis: %s: want redis-sentinel://[user:password@]MASTER@h1:p1,h2:p2", Redact(u))
+			}
+			return rueidis.ClientOption{}, fmt.Errorf("redis: %s: want redis-cluster://[user:password@]h1:p1,h2:p2", Redact(u))
+		}
+		opt := rueidis.ClientOption{InitAddress: strings.Split(hosts, ",")}
+		if creds != "" {
+			user, pass, err := userinfo(creds)
+			if err != nil {
+				return rueidis.ClientOption{}, fmt.Errorf("redis: %s: %v", Redact(u), err)
+			}
+			opt.Username, opt.Password = user, pass
+		}
+		if scheme == "redis-cluster" {
+			opt.ShuffleInit = true
+		} else {
+			opt.Sentinel = rueidis.SentinelOption{MasterSet: master, Username: opt.Username, Password: opt.Password}
+		}
+		return opt, nil
+	case "redis", "rediss":
 		opt, err := rueidis.ParseURL(u)
 		if err != nil {
-			return opt, fmt.Errorf("redis: %w", err)
+			var ue *neturl.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // its message repeats the URL
+			}
+			return opt, fmt.Errorf("redis: %s: %v", Redact(u), err)
 		}
 		return opt, nil
 	}
-	return rueidis.ClientOption{}, fmt.Errorf("redis: %q: want a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", u)
+	return rueidis.ClientOption{}, fmt.Errorf("redis: %s: want a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", Redact(u))
+}
+
+// userinfo decodes "user:password" (either may be empty, percent-encoded).
+func userinfo(s string) (user, pass string, err error) {
+	u, p, _ := strings.Cut(s, ":")
+	if user, err = neturl.PathUnescape(u); err != nil {
+		return "", "", errors.New("the user name is not percent-encoded right")
+	}
+	if pass, err = neturl.PathUnescape(p); err != nil {
+		return "", "", errors.New("the password is not percent-encoded right")
+	}
+	return user, pass, nil
+}
+
+// Redact returns a store URL with its password replaced by "xxxxx", for
+// logs and errors. It needs no valid URL: of what stands before the host
+// list, every "@"-separated part that holds a ":" is taken for
+// user:password, and a part without one for a password given alone,
+// except a Sentinel URL's master name (the part just before the hosts).
+func Redact(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		if strings.Contains(u, "@") {
+			return "(a store URL, not shown: it may hold a password)"
+		}
+		return u
+	}
+	parts := strings.Split(rest, "@")
+	sentinel := strings.EqualFold(scheme, "redis-sentinel")
+	for i := range parts[:len(parts)-1] {
+		switch user, _, hasPass := strings.Cut(parts[i], ":"); {
+		case hasPass:
+			parts[i] = user + ":xxxxx"
+		case sentinel && i == len(parts)-2:
+			// the master's name
+		default:
+			parts[i] = "xxxxx"
+		}
+	}
+	return scheme + "://" + strings.Join(parts, "@")
 }
 
 // Key returns the Redis key of (rule, key) under limit l:

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,6 +98,44 @@ func TestParseURL(t *testing.T) {
 	opt, _ := redis.ParseURL("redis-sentinel://mymaster@127.0.0.1:26379,127.0.0.1:26380")
 	if opt.Sentinel.MasterSet != "mymaster" || len(opt.InitAddress) != 2 {
 		t.Errorf("sentinel options %+v", opt.Sentinel)
+	}
+	// Credentials in a cluster or Sentinel URL are credentials, not part of
+	// an address, and percent-decoded.
+	opt, err := redis.ParseURL("redis-cluster://ops:s%40cret@127.0.0.1:7000,127.0.0.1:7001")
+	if err != nil || opt.Username != "ops" || opt.Password != "s@cret" || !slices.Equal(opt.InitAddress, []string{"127.0.0.1:7000", "127.0.0.1:7001"}) {
+		t.Errorf("cluster with credentials: %+v %v", opt, err)
+	}
+	opt, err = redis.ParseURL("redis-sentinel://ops:s3cret@mymaster@127.0.0.1:26379")
+	if err != nil || opt.Password != "s3cret" || opt.Sentinel.Password != "s3cret" || opt.Sentinel.MasterSet != "mymaster" || !slices.Equal(opt.InitAddress, []string{"127.0.0.1:26379"}) {
+		t.Errorf("sentinel with credentials: %+v %v", opt, err)
+	}
+}
+
+// No error and no redacted URL repeats a password, however malformed the
+// URL around it.
+func TestStoreURLsNeverShowTheirPassword(t *testing.T) {
+	for _, u := range []string{
+		"redis://user:s3cret@127.0.0.1:1/0",
+		"redis://user:s3c%zzret@127.0.0.1:1/0",
+		"Redis://user:s3cret@127.0.0.1:1/0",
+		"redis-cluster://user:s3cret@127.0.0.1:1,127.0.0.1:2",
+		"redis-cluster://user:s3c%zzret@127.0.0.1:1",
+		"redis-sentinel://user:s3cret@m@127.0.0.1:1",
+		"redis-sentinel://user:s3cret@",
+		"redis://:s3cret@127.0.0.1:1",
+		"redis://s3cret@127.0.0.1:1",
+		"http://user:s3cret@127.0.0.1:1",
+		"user:s3cret@127.0.0.1:1",
+	} {
+		if r := redis.Redact(u); strings.Contains(r, "s3c") {
+			t.Errorf("Redact(%q) = %q", u, r)
+		}
+		if _, err := redis.ParseURL(u); err != nil && strings.Contains(err.Error(), "s3c") {
+			t.Errorf("ParseURL(%q): %v", u, err)
+		}
+	}
+	if r := redis.Redact("redis-sentinel://mymaster@127.0.0.1:1"); r != "redis-sentinel://mymaster@127.0.0.1:1" {
+		t.Errorf("a Sentinel master name redacted: %q", r)
 	}
 }
 
