@@ -39,7 +39,7 @@ func mustRules(t testing.TB, src string) *rules.Config {
 // waits for its context, as a slow network call would.
 type faultyStore struct {
 	inner sluice.Store
-	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall
+	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall, 3 stall then apply
 	calls atomic.Int64
 	// before, if set, sees each call's takes before the store does: a
 	// test's way to act while a call is in flight.
@@ -58,6 +58,10 @@ func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluic
 		return errDown
 	case 2:
 		<-ctx.Done()
+		return ctx.Err()
+	case 3: // a hung store that applies the call when it wakes
+		<-ctx.Done()
+		f.inner.Take(context.Background(), takes, make([]sluice.Decision, len(takes)))
 		return ctx.Err()
 	}
 	return f.inner.Take(ctx, takes, out)

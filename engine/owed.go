@@ -179,8 +179,13 @@ func (e *Engine) Owed() OwedStats {
 // never admits it on a count that misses its degraded admissions, even for
 // the moment before a flush would charge them. With nothing owed it is
 // call, at the cost of one atomic load.
+//
+// Debts ride only on calls made while the store answers (its last call
+// succeeded). A call that misses its deadline may still be applied once the
+// store wakes; were each such call to carry a key's debt, a hung store
+// would apply that debt once for every call queued while it hung.
 func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	if !e.owed.pending.Load() {
+	if !e.owed.pending.Load() || !e.answering.Load() {
 		return e.call(ctx, takes, out)
 	}
 	charges, firsts := e.owed.claim(takes)

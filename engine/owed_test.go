@@ -114,6 +114,37 @@ func TestADebtInFlightIsChargedOnce(t *testing.T) {
 	}
 }
 
+// While the store does not answer, debts do not ride on calls: a hung
+// store applies every call queued while it hung when it wakes, and a debt
+// on each would be applied as many times.
+func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true) // this test flushes by itself
+	defer f.e.owed.flowing.Store(false)
+	for range 10 {
+		f.check(t, userReq("v"))
+	}
+	f.store.mode.Store(1) // down: 5 admitted on the share, owed
+	for range 5 {
+		f.check(t, userReq("v"))
+	}
+	f.store.mode.Store(3) // hung: 3 calls time out, and are applied later
+	for range 3 {
+		f.check(t, userReq("v"))
+	}
+	f.store.mode.Store(0)
+	if o := f.e.Owed(); o.Owed != 8 {
+		t.Fatalf("owed %d, want the 8 admitted on the share", o.Owed)
+	}
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	d, _, err := f.e.Inspect(context.Background(), "r", "v")
+	// 10 through the store, the 3 late calls applied, the 8 owed charged
+	// once: 21 (a debt riding on each late call: 36).
+	if err != nil || d.Remaining != 79 {
+		t.Fatalf("the store counts %d, want 21: %+v %v", 100-d.Remaining, d, err)
+	}
+}
+
 // The ledger is bounded: debts past their period are dropped, not charged
 // (the store's own count of that time has emptied too), and past maxOwed
 // keys an admission is counted unwritten.
