@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,5 +203,43 @@ func TestLatencyPeakFollowsSamples(t *testing.T) {
 	l.observe(time.Second)
 	if p := time.Duration(l.peak.Load()); p != time.Second {
 		t.Fatalf("after 1s: %v", p)
+	}
+}
+
+// The share follows the number of gateways without forgetting what this
+// gateway admitted: alone it admitted 99 of 100 through the store; a second
+// gateway joins and the store fails; its share is now 50, and it has used
+// 99 of it: it admits nothing more. A limit below the number of gateways
+// gives each no unit while the store fails (rounding each share up would
+// admit N units for a limit of 1).
+func TestTheShareFollowsTheGatewayCountAndKeepsWhatWasAdmitted(t *testing.T) {
+	var gateways atomic.Int64
+	gateways.Store(1)
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Gateways: func() int { return int(gateways.Load()) }})
+	admit := func(req *rules.Request, n int) (admitted int) {
+		for range n {
+			if f.check(t, req).Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := admit(userReq("u"), 99); got != 99 {
+		t.Fatalf("healthy: %d", got)
+	}
+	gateways.Store(2)
+	f.store.mode.Store(1)
+	if got := admit(userReq("u"), 60); got != 0 {
+		t.Fatalf("degraded after 99 through the store, now one of 2 gateways: %d admitted, want 0 (its share is 50)", got)
+	}
+	if got := admit(userReq("fresh"), 60); got != 50 {
+		t.Fatalf("degraded, a fresh key, one of 2 gateways: %d admitted, want its share of 50", got)
+	}
+	one := newFixture(t, "rules:\n  - {id: one, key: [user], rate: 1, per: 1h}\n", Options{Gateways: func() int { return 2 }})
+	one.store.mode.Store(1)
+	for range 5 {
+		if one.check(t, userReq("u")).Allowed {
+			t.Fatal("a limit of 1 over 2 gateways admitted a request while the store failed")
+		}
 	}
 }

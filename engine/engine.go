@@ -470,7 +470,8 @@ func (e *Engine) mirror(ctx context.Context, res *Result, r *rule, l sluice.Limi
 	if e.local || e.fallback == nil || r.FailClosed {
 		return
 	}
-	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost}
+	dl, n := e.degradedLimit(r, l)
+	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n)}
 	e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:])
 }
 
@@ -527,10 +528,11 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 		return d
 	}
 	var out [1]sluice.Decision
-	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: e.degradedLimit(r, l), Cost: tk.Cost, DryRun: tk.DryRun}}
+	dl, n := e.degradedLimit(r, l)
+	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), DryRun: tk.DryRun}}
 	if e.fallback.Take(ctx, fb[:], out[:]) == nil {
 		d = out[0]
-		d.Rule, d.Limit = r.ID, l
+		d.Rule, d.Limit, d.Remaining = r.ID, l, d.Remaining/n
 	}
 	if d.Allowed && tk.Cost > 0 && !tk.DryRun && writesBack(r) {
 		e.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
@@ -552,18 +554,25 @@ func writesBack(r *rule) bool {
 // when the breaker will next let a probe through.
 func (e *Engine) breakerRetry() time.Duration { return e.openFor }
 
-// degradedLimit is the per-node limit of a fail-open rule while the store
-// fails: its own fallback limit if it has one, else its share of its limit
-// among the gateways sharing the store.
-func (e *Engine) degradedLimit(r *rule, l sluice.Limit) sluice.Limit {
+// degradedLimit is how a fail-open rule counts in the fallback store while
+// the store fails: under its own fallback limit if it has one (cost as
+// is), else under its limit with every unit counted n times, n being the
+// gateways sharing the store. Counting n units per unit under the whole
+// limit admits the gateway's share, floor(L/n) at once and a rate of 1/n,
+// as a limit of L/n would; but its state is the same whatever n is, so
+// what the gateway admitted through the store (mirrored here) still counts
+// when the number of gateways changes (a limit of L/n would start afresh
+// with each new n, and admit a new share on top), and a limit below n
+// gives each gateway no unit rather than one.
+func (e *Engine) degradedLimit(r *rule, l sluice.Limit) (sluice.Limit, int64) {
 	if r.FallbackSet {
-		return r.Fallback
+		return r.Fallback, 1
 	}
 	n := 1
 	if e.gateways != nil {
 		n = max(e.gateways(), 1)
 	}
-	return l.Share(n)
+	return l, int64(n)
 }
 
 // shadowed evaluates the shadow rules in a call of their own: they count as
