@@ -28,6 +28,9 @@ type Membership struct {
 	live  atomic.Int64
 	ok    atomic.Bool
 	log   *slog.Logger
+	// back is when the store answered again after failing: for a while
+	// after it, the count only grows (see beat).
+	back time.Time
 }
 
 // NewMembership returns the membership of gateway id in h's set. A fixed
@@ -78,7 +81,20 @@ func (m *Membership) beat(ctx context.Context) {
 		if m.ok.Swap(false) {
 			m.log.Warn("sluice: membership heartbeat failing: keeping the last gateway count", "gateways", m.Gateways(), "error", err)
 		}
+		m.back = time.Time{}
 		return
+	}
+	// After an outage longer than a heartbeat lives, the others' heartbeats
+	// have expired, and come back only as each beats again, within a
+	// period. Read before that, the count would be too small, and each
+	// gateway's share while the store fails too large: so for two periods
+	// after the store answers again the count only grows.
+	now := time.Now()
+	if !m.ok.Load() && m.back.IsZero() {
+		m.back = now
+	}
+	if cur := m.live.Load(); !m.back.IsZero() && now.Sub(m.back) < 2*m.every && int64(n) < cur {
+		n = int(cur)
 	}
 	if !m.ok.Swap(true) || int64(n) != m.live.Load() {
 		m.log.Info("sluice: gateways sharing the store", "gateways", n)
