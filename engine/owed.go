@@ -48,7 +48,7 @@ type owed struct {
 	flowing atomic.Bool  // a flush runs
 	last    atomic.Int64 // when the last flush started, ns
 
-	written, expired, overflow atomic.Int64 // units
+	written, expired, overflow, shutdown atomic.Int64 // units
 }
 
 // maxOwed bounds the keys owed at once.
@@ -158,7 +158,7 @@ const maxChargeBatch = 64
 // owed to it, written back, and dropped unwritten because their period
 // passed first or the ledger was full.
 type OwedStats struct {
-	Owed, Written, Expired, Overflow int64
+	Owed, Written, Expired, Overflow, Shutdown int64
 }
 
 // Owed returns the ledger of degraded admissions (see owed).
@@ -170,7 +170,45 @@ func (e *Engine) Owed() OwedStats {
 		n += d.units
 	}
 	o.mu.Unlock()
-	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load()}
+	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load(), Shutdown: o.shutdown.Load()}
+}
+
+// StoreAnswered tells the engine that the store answered a call made
+// outside it (the membership heartbeat): what is owed is written back now,
+// not only once a request of this gateway reaches the store. A gateway that
+// serves no traffic after an outage still pays what it owes.
+func (e *Engine) StoreAnswered() {
+	if !e.answering.Load() {
+		e.answering.Store(true)
+	}
+	e.owed.kick(e)
+}
+
+// WriteBackOwed writes back what is owed, for a gateway that stops: it
+// waits for a flush under way, flushes once more within ctx, and drops
+// what is still owed then, counted as unwritten (reason "shutdown"). It
+// returns the units written and dropped.
+func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
+	before := e.owed.written.Load()
+	for !e.owed.flowing.CompareAndSwap(false, true) {
+		select {
+		case <-ctx.Done():
+			return 0, 0
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	defer e.owed.flowing.Store(false)
+	e.owed.flush(ctx, e, time.Now())
+	o := &e.owed
+	o.mu.Lock()
+	for k, d := range o.debts {
+		dropped += d.units
+		delete(o.debts, k)
+	}
+	o.pending.Store(false)
+	o.mu.Unlock()
+	o.shutdown.Add(dropped)
+	return o.written.Load() - before, dropped
 }
 
 // callOwing is call for a request's takes, with the debts of their keys

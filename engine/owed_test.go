@@ -208,3 +208,46 @@ func TestADebtIsChargedWithTheKeysNextTake(t *testing.T) {
 		t.Fatalf("%d admitted in all (19 while the store failed), owed %+v: want 100, the 19 written with the next take", admitted, o)
 	}
 }
+
+// A gateway that serves nothing after an outage still pays what it owes
+// once its heartbeat finds the store answering (StoreAnswered); one that
+// stops writes back what it can, and counts the rest as dropped at
+// shutdown.
+func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1000})
+	f.store.mode.Store(1)
+	for range 7 {
+		f.check(t, userReq("quiet"))
+	}
+	if o := f.e.Owed(); o.Owed != 7 {
+		t.Fatalf("owed %+v, want 7", o)
+	}
+	f.store.mode.Store(0)
+	f.e.StoreAnswered()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.e.Owed().Owed != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the heartbeat's answer wrote nothing back: %+v", f.e.Owed())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o := f.e.Owed(); o.Written != 7 {
+		t.Fatalf("after StoreAnswered: %+v, want 7 written", o)
+	}
+	// At shutdown with the store up: written. With it down: dropped, counted.
+	f.store.mode.Store(1)
+	for range 3 {
+		f.check(t, userReq("late"))
+	}
+	f.store.mode.Store(0)
+	if w, d := f.e.WriteBackOwed(context.Background()); w != 3 || d != 0 {
+		t.Fatalf("shutdown with the store up: written %d, dropped %d; want 3, 0", w, d)
+	}
+	f.store.mode.Store(1)
+	for range 4 {
+		f.check(t, userReq("later"))
+	}
+	if w, d := f.e.WriteBackOwed(context.Background()); w != 0 || d != 4 || f.e.Owed().Shutdown != 4 || f.e.Owed().Owed != 0 {
+		t.Fatalf("shutdown with the store down: written %d, dropped %d, %+v; want 0, 4 counted", w, d, f.e.Owed())
+	}
+}

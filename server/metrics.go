@@ -228,6 +228,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descWrittenBack, uint64(owed.Written))
 	counter(descUnwritten, uint64(owed.Expired), "expired")
 	counter(descUnwritten, uint64(owed.Overflow), "overflow")
+	counter(descUnwritten, uint64(owed.Shutdown), "shutdown")
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
 	if c.e.Guarded() {

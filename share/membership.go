@@ -28,6 +28,9 @@ type Membership struct {
 	live  atomic.Int64
 	ok    atomic.Bool
 	log   *slog.Logger
+	// OnAnswer, if set before Run, is called after each heartbeat the
+	// store answered.
+	OnAnswer func()
 	// back is when the store answered again after failing: for a while
 	// after it, the count only grows (see beat).
 	back time.Time
@@ -100,4 +103,7 @@ func (m *Membership) beat(ctx context.Context) {
 		m.log.Info("sluice: gateways sharing the store", "gateways", n)
 	}
 	m.live.Store(int64(max(n, 1)))
+	if m.OnAnswer != nil {
+		m.OnAnswer()
+	}
 }

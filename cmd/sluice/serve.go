@@ -108,6 +108,7 @@ type setup struct {
 	share   *share.Store  // the sync modes around the store
 	closers []func()
 	eng     *engine.Engine
+	engine  atomic.Pointer[engine.Engine] // eng, for goroutines started before it
 	metrics *server.Metrics
 	rules   int
 }
@@ -174,6 +175,11 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 			return nil, err
 		}
 		m := share.NewMembership(rs, gatewayID(), time.Second, *c.gateways, s.log)
+		m.OnAnswer = func() { // the store answers: write back what is owed
+			if e := s.engine.Load(); e != nil {
+				e.StoreAnswered()
+			}
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { m.Run(ctx); close(done) }()
@@ -214,6 +220,20 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	s.engine.Store(s.eng)
+	if *c.store != "memory" {
+		// On shutdown, what was admitted while the store did not answer is
+		// written back before the store's client closes.
+		s.closers = append([]func(){func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if written, dropped := s.eng.WriteBackOwed(ctx); dropped > 0 {
+				s.log.Warn("sluice: stopping with units admitted while the store did not answer, not written back to it", "written", written, "dropped", dropped)
+			} else if written > 0 {
+				s.log.Info("sluice: wrote back to the store what was admitted while it did not answer", "units", written)
+			}
+		}}, s.closers...)
 	}
 	s.live.Attach(s.eng)
 	s.metrics.WatchPressure(c.pressure)
