@@ -245,6 +245,23 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	return s, nil
 }
 
+// pingWithin pings the store and waits at most d for its answer. A store
+// that accepts connections but never answers (hung) can hold a client's
+// connection set-up longer than its context says; start-up must not wait
+// for it.
+func (s *setup) pingWithin(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	done := make(chan error, 1)
+	go func() { done <- s.eng.Ping(ctx) }()
+	defer cancel()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %v", d)
+	}
+}
+
 // reachStore tries the store once at start. A store that does not answer
 // is said at once, with its URL and the error: a typo in --store would
 // otherwise turn a shared limit into each gateway's share without a word.
@@ -256,9 +273,7 @@ func (s *setup) reachStore(url string, require bool) error {
 	}
 	deadline := time.Now().Add(bound)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := s.eng.Ping(ctx)
-		cancel()
+		err := s.pingWithin(min(time.Second, max(time.Until(deadline), 10*time.Millisecond)))
 		switch {
 		case err == nil:
 			return nil

@@ -122,21 +122,26 @@ func New(o Options) (*Store, error) {
 	}
 	s := &Store{prefix: prefix, clock: o.Clock, scripts: scripts, batchers: batchers, sources: sources,
 		members: rueidis.NewLuaScript(luaFile("members")), stop: make(chan struct{}), done: make(chan struct{}), nudge: make(chan struct{}, 1)}
-	client, err := rueidis.NewClient(opt)
-	if err != nil && !o.Lazy {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	if err == nil {
-		s.client.Store(&client)
-	} else {
-		err = fmt.Errorf("redis: %w", err)
-		s.lastErr.Store(&err)
-	}
 	retry := o.RetryEvery
 	if retry <= 0 {
 		retry = 500 * time.Millisecond
 	}
-	go s.maintain(opt, retry)
+	if !o.Lazy {
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		s.client.Store(&client)
+	}
+	first := make(chan struct{}) // closed after the first attempt to connect
+	go s.maintain(opt, retry, first)
+	// A lazy store connects in the background. A Redis that accepts
+	// connections but never answers (hung) holds the client's set-up for
+	// seconds: start-up waits a second at most for it.
+	select {
+	case <-first:
+	case <-time.After(time.Second):
+	}
 	return s, nil
 }
 
@@ -144,7 +149,7 @@ func New(o Options) (*Store, error) {
 const refreshMin = 100 * time.Millisecond
 
 // maintain connects a lazy store and keeps a cluster's slot map fresh.
-func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration) {
+func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration, first chan struct{}) {
 	defer close(s.done)
 	t := time.NewTicker(retry)
 	defer t.Stop()
@@ -157,6 +162,10 @@ func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration) {
 				err = fmt.Errorf("redis: %w", err)
 				s.lastErr.Store(&err)
 			}
+		}
+		if first != nil {
+			close(first)
+			first = nil
 		}
 		// The slot map names the node of each key for the engine's per-node
 		// breakers: after a failover it must name the promoted replica soon,
