@@ -84,8 +84,10 @@ func TestHotKeysWindows(t *testing.T) {
 func TestHotKeysWindowEdgeAndTop(t *testing.T) {
 	sec := int64(time.Second)
 	h := NewHotKeys(8, 10*time.Second)
-	for range 5 {
-		h.Observe("r", "a", sec)
+	for i := range 5 {
+		if got := h.Observe("r", "a", sec); got != float64(i+1) {
+			t.Fatalf("observation %d in the window's first second: rate %v, want %d", i+1, got, i+1)
+		}
 	}
 	if got := h.Observe("r", "a", 11*sec); got != 1 {
 		t.Fatalf("at the window's end: rate %v, want 1 (a new window began)", got)

@@ -178,6 +178,12 @@ func TestLeasedKeysRefundsAndLooksGoToTheStore(t *testing.T) {
 	if got := remote.since(); !slices.Equal(got, []int64{-1}) || g.Stats().LeasedOut != 24 {
 		t.Fatalf("a refund of 1 on a leased key: store calls %v, %d held; want [-1] and the lease unchanged at 24", got, g.Stats().LeasedOut)
 	}
+	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim}}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := remote.since(); !slices.Equal(got, []int64{0}) || out[0].Remaining != 76 {
+		t.Fatalf("a look (cost 0) at a leased key: store calls %v, %+v; want it asked of the store (76 left there)", got, out[0])
+	}
 	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 5, DryRun: true}}, out[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -211,11 +217,118 @@ func TestALookAtASplitKeyIsNotUndone(t *testing.T) {
 		}
 		return out
 	}
+	// A split take in a request the other rule refuses is given back.
+	take(sluice.Take{Rule: "strict", Key: "x", Limit: strict, Cost: 1})
+	take(sluice.Take{Rule: "split", Key: "x", Limit: split, Cost: 1}, sluice.Take{Rule: "strict", Key: "x", Limit: strict, Cost: 1})
+	if d := take(sluice.Take{Rule: "split", Key: "x", Limit: split, Cost: 2})[0]; !d.Allowed {
+		t.Fatalf("a split unit taken for a refused request was kept: %+v", d)
+	}
 	take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 2})   // the split key at its limit
 	take(sluice.Take{Rule: "strict", Key: "k", Limit: strict, Cost: 1}) // and the strict one
 	take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 1, DryRun: true},
 		sluice.Take{Rule: "strict", Key: "k", Limit: strict, Cost: 1}) // refused by strict
 	if d := take(sluice.Take{Rule: "split", Key: "k", Limit: split, Cost: 1})[0]; d.Allowed {
 		t.Fatalf("the split key at its limit admitted once more after a look at it was undone: %+v", d)
+	}
+}
+
+// A lease's life on one gateway (limit 100 per hour, time to live 1 s):
+// the tick gives an expired lease back at its expiry instant, and the next
+// batch is half; a take at the expiry instant does the same; a key whose
+// lease is empty and unused for a minute is forgotten, not before.
+func TestLeaseExpiryAndIdleEdges(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour}
+	clock, remote, gws := leaseFleet(t, 1, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second})
+	g := gws[0]
+	calls := func(want ...int64) {
+		t.Helper()
+		if got := remote.since(); !slices.Equal(got, want) {
+			t.Fatalf("store calls %v, want %v", got, want)
+		}
+	}
+	leaseTake(t, g, lim)
+	calls(25)
+	clock.Advance(time.Second) // the expiry instant
+	g.Tick(context.Background())
+	calls(-24) // given back
+	leaseTake(t, g, lim)
+	calls(12) // half the batch
+	clock.Advance(time.Second)
+	leaseTake(t, g, lim) // at the expiry instant: given back, then half again
+	calls(-11, 6)
+	g.Tick(context.Background())
+	calls()
+	clock.Advance(time.Minute) // a minute since the last take: the lease goes back, the key stays
+	g.Tick(context.Background())
+	calls(-5)
+	if n := leaseCount(g); n != 1 {
+		t.Fatalf("%d leases a minute after the last use, want 1 (forgotten only after a minute)", n)
+	}
+	clock.Advance(time.Nanosecond)
+	g.Tick(context.Background())
+	if n := leaseCount(g); n != 0 {
+		t.Fatalf("%d leases after a minute unused and empty, want 0", n)
+	}
+}
+
+func leaseCount(g *Store) int {
+	g.leases.mu.Lock()
+	defer g.leases.mu.Unlock()
+	return len(g.leases.m)
+}
+
+// What a lease reports and asks for: the reset time counts down from the
+// store's; a cost above the units held asks for a batch that covers it;
+// past the bound on leases a key is decided exactly, one unit at a time;
+// a lease the store refuses is retried with what the store has left.
+func TestLeaseAnswersCostsBoundAndRetries(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour} // a unit per 36 s
+	clock, remote, gws := leaseFleet(t, 1, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Hour})
+	g := gws[0]
+	d := leaseTake(t, g, lim) // a lease of 25: the store full again in 25 x 36 s
+	if d.ResetAfter != 15*time.Minute {
+		t.Fatalf("reset after %v, want 15m", d.ResetAfter)
+	}
+	clock.Advance(time.Minute)
+	if d := leaseTake(t, g, lim); d.ResetAfter != 14*time.Minute {
+		t.Fatalf("a minute on, reset after %v, want 14m", d.ResetAfter)
+	}
+	remote.since()
+	var out [1]sluice.Decision
+	if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 30}}, out[:]); err != nil || !out[0].Allowed {
+		t.Fatalf("a cost of 30 with 23 held: %+v %v", out[0], err)
+	}
+	if got := remote.since(); !slices.Equal(got, []int64{25}) || g.Stats().LeasedOut != 18 {
+		t.Fatalf("a cost of 30 with 23 held: calls %v, %d held; want one batch of 25 and 18 held", got, g.Stats().LeasedOut)
+	}
+
+	// One lease at most: a second key is decided exactly.
+	clock2 := sluice.NewManualClock(epoch)
+	remote2 := &recording{Store: memory.New(memory.WithClock(clock2))}
+	one := New(remote2, Options{Local: memory.New(memory.WithClock(clock2)), Clock: clock2, ManualTick: true, MaxEntries: 1,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncLease, Batch: 50} }})
+	defer one.Close()
+	for _, key := range []string{"a", "b"} {
+		if err := one.Take(context.Background(), []sluice.Take{{Rule: "r", Key: key, Limit: lim, Cost: 1}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := remote2.since(); !slices.Equal(got, []int64{25, 1}) {
+		t.Fatalf("two keys, room for one lease: calls %v, want a lease of 25 then an exact take of 1", got)
+	}
+
+	// The store has 5 left; a lease of 25 is refused, and one of 5 taken.
+	clock3 := sluice.NewManualClock(epoch)
+	remote3 := &recording{Store: memory.New(memory.WithClock(clock3))}
+	remote3.Store.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 95}}, out[:])
+	g3 := New(remote3, Options{Local: memory.New(memory.WithClock(clock3)), Clock: clock3, ManualTick: true,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncLease, Batch: 50} }})
+	defer g3.Close()
+	remote3.since()
+	if d := leaseTake(t, g3, lim); !d.Allowed {
+		t.Fatalf("5 left: %+v", d)
+	}
+	if got := remote3.since(); !slices.Equal(got, []int64{25, 5}) {
+		t.Fatalf("5 left in the store: calls %v, want a lease of 25 refused, then one of 5", got)
 	}
 }

@@ -1,11 +1,13 @@
 package share
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // sync mode, step by step on two gateways (limit 10 per hour, nothing
@@ -81,5 +83,54 @@ func TestSyncCountsLocallyAndSendsEachInterval(t *testing.T) {
 	}
 	if got := remote.since(); len(got) != 0 {
 		t.Fatalf("forgetting idle keys called the store: %v", got)
+	}
+}
+
+// A cost above the limit is too large, one at the limit only limited;
+// past the bound on counted keys a key is decided exactly; an idle key is
+// forgotten after a minute, not at it.
+func TestSyncEdges(t *testing.T) {
+	lim := sluice.Limit{Rate: 10, Period: time.Hour}
+	clock := sluice.NewManualClock(epoch)
+	remote := &recording{Store: memory.New(memory.WithClock(clock))}
+	g := New(remote, Options{Local: memory.New(memory.WithClock(clock)), Clock: clock, ManualTick: true, MaxEntries: 1,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncPeriodic, Interval: time.Second} }})
+	defer g.Close()
+	take := func(key string, cost int64) sluice.Decision {
+		var out [1]sluice.Decision
+		if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: key, Limit: lim, Cost: cost}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	take("a", 1)
+	if d := take("a", 10); d.Allowed || d.Reason != sluice.ReasonLimited {
+		t.Fatalf("a cost of the whole limit with 1 pending: %+v, want limited", d)
+	}
+	if d := take("a", 11); d.Allowed || d.Reason != sluice.ReasonTooLarge || d.RetryAfter != time.Millisecond {
+		t.Fatalf("a cost above the limit: %+v, want too large (retry: the least there is)", d)
+	}
+	remote.since()
+	take("b", 1) // no room for a second count: exact
+	if got := remote.since(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("a second key with room for one: calls %v, want an exact take of 1", got)
+	}
+	clock.Advance(time.Second)
+	g.Tick(context.Background()) // a's pending unit sent
+	clock.Advance(time.Minute - time.Second)
+	g.Tick(context.Background())
+	g.counts.mu.Lock()
+	n := len(g.counts.m)
+	g.counts.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d counted keys a minute after the last use, want 1", n)
+	}
+	clock.Advance(time.Nanosecond)
+	g.Tick(context.Background())
+	g.counts.mu.Lock()
+	n = len(g.counts.m)
+	g.counts.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d counted keys after a minute unused, want 0", n)
 	}
 }

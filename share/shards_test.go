@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -113,6 +114,14 @@ func TestASecondShardedRuleRefusingGivesTheFirstsUnitBack(t *testing.T) {
 	if left := shardLeft(t, remote, "a", "k", a, 2, 0) + shardLeft(t, remote, "a", "k", a, 2, 1); left != 2 {
 		t.Fatalf("a's shards have %d left after 2 admitted requests, want 2", left)
 	}
+	for range 4 { // whichever shard of a is tried first, its unit goes back
+		if allowed(req()) {
+			t.Fatal("a request passed b's limit")
+		}
+		if left := shardLeft(t, remote, "a", "k", a, 2, 0) + shardLeft(t, remote, "a", "k", a, 2, 1); left != 2 {
+			t.Fatalf("a's shards have %d left, want 2: a refused request kept a's unit", left)
+		}
+	}
 }
 
 // Looking at a sharded key (a dry run) sums its shards' remaining units and
@@ -151,9 +160,11 @@ func TestShardedPeeksRefundsRetriesAndTooLarge(t *testing.T) {
 	for _, i := range []int{0, 0, 1, 3} {
 		shardTake(i, 1)
 	}
-	d = request(t, g, sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 1})[0]
-	if d.Allowed || d.RetryAfter != 20*time.Minute {
-		t.Fatalf("every shard empty: %+v, want refused, retry after 20m (the soonest shard)", d)
+	for range 4 { // from every starting shard
+		d = request(t, g, sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 1})[0]
+		if d.Allowed || d.RetryAfter != 20*time.Minute {
+			t.Fatalf("every shard empty: %+v, want refused, retry after 20m (the soonest shard)", d)
+		}
 	}
 	remote.since()
 	d = request(t, g, sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 3})[0]
@@ -162,5 +173,46 @@ func TestShardedPeeksRefundsRetriesAndTooLarge(t *testing.T) {
 	}
 	if calls := remote.since(); !slices.Equal(calls, []int64{3}) {
 		t.Fatalf("a cost too large for any shard asked the store %v, want one call", calls)
+	}
+}
+
+// Successive takes start at successive shards, so that one key's traffic
+// spreads over them; a look (cost 0) sums them all.
+func TestShardedTakesSpreadAndALookSumsThem(t *testing.T) {
+	l := sluice.Limit{Rate: 8, Period: time.Hour} // 4 shards of 2
+	_, remote, g := shardedStore(t, map[string]int{"r": 4})
+	for range 4 {
+		if !request(t, g, sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 1})[0].Allowed {
+			t.Fatal("refused")
+		}
+	}
+	for i := range 4 {
+		if left := shardLeft(t, remote, "r", "k", l, 4, i); left != 1 {
+			t.Fatalf("after 4 takes, shard %d has %d left, want 1 each: the takes did not spread", i, left)
+		}
+	}
+	if d := request(t, g, sluice.Take{Rule: "r", Key: "k", Limit: l})[0]; !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("a look: %+v, want 4 remaining over the shards", d)
+	}
+}
+
+// failing is a remote store that is down.
+type failing struct{}
+
+func (failing) Take(context.Context, []sluice.Take, []sluice.Decision) error {
+	return errors.New("down")
+}
+
+// A store that fails is a failed take, whatever the rules' modes: never a
+// decision made of empty answers.
+func TestAFailingStoreIsAnError(t *testing.T) {
+	for name, shards := range map[string]int{"plain": 0, "sharded": 4} {
+		g := New(failing{}, Options{Local: memory.New(), ManualTick: true,
+			Sharing: func(string) sluice.Sharing { return sluice.Sharing{Shards: shards} }})
+		out := make([]sluice.Decision, 1)
+		if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 8, Period: time.Hour}, Cost: 1}}, out); err == nil {
+			t.Errorf("%s: a take on a failing store returned no error: %+v", name, out[0])
+		}
+		g.Close()
 	}
 }
