@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,15 +17,24 @@ import (
 // promoted replica does: a failover admits each degraded gateway's share on
 // top of the limit. So each degraded admission is written down here and
 // charged to the store once it answers (sluice.Take.Charge: beyond the
-// limit if need be, a debt that later takes wait out), and the count over a
-// whole window is:
+// limit if need be, a debt that later takes wait out).
 //
-//	admitted <= limit + what the store lost (a replica's replication lag)
-//	               + what is owed and not yet written back
+// The invariant that keeps the store's count whole: a key is never decided
+// by the store while a debt of it is neither charged nor in the same call.
+// A request for a key that owes carries the debt in its own atomic call
+// (callOwing); a write-back (flush) takes a batch of debts off the ledger
+// into flight, and a request for a key in flight waits for that batch to
+// land before it calls the store. So the first request after an outage, or
+// one that comes while a write-back runs, is decided on a count that holds
+// the key's degraded admissions.
 //
-// where the last term is bounded by the shares admitted in the window in
-// which the store came back: a debt written back makes the key wait it out,
-// so what was admitted early in a window is paid for within it.
+// A call that carries debts and fails is undone: its debts are owed again.
+// Except a call that missed its deadline: the store may still apply it (a
+// hung Redis applies the calls it queued when it wakes), so its debts are
+// taken as written. Were they owed again, every later call would carry
+// them too, and a store waking from a hang would apply them once per call.
+// If such a call is in fact lost (the store died holding it), its debts
+// are lost as the store's own unreplicated writes are.
 //
 // The ledger is bounded: at most maxOwed keys (rule and key) are owed at
 // once, the units of one key adding up; past the bound an admission is
@@ -34,19 +44,17 @@ import (
 // that time has emptied too, and charging it would refuse the key for
 // units already paid off.
 //
-// A store call that misses its deadline may still be applied by the store;
-// its degraded admission is then counted twice (once by the call, once by
-// the charge): never more than the limit, sometimes less.
-//
 // Writing back needs no goroutine of its own: a call that succeeds while
 // something is owed starts one flush (kick), which charges in batches of
-// one store node each and stops at the first failure.
+// one store node each and stops at the first failure; so does a heartbeat
+// the store answers (StoreAnswered).
 type owed struct {
-	mu      sync.Mutex
-	debts   map[owedKey]*debt
-	pending atomic.Bool  // debts is not empty
-	flowing atomic.Bool  // a flush runs
-	last    atomic.Int64 // when the last flush started, ns
+	mu       sync.Mutex
+	debts    map[owedKey]*debt
+	inflight map[owedKey]*flight // debts a write-back is charging now
+	pending  atomic.Bool         // debts or inflight is not empty
+	flowing  atomic.Bool         // a flush runs
+	last     atomic.Int64        // when the last flush started, ns
 
 	written, expired, overflow, shutdown atomic.Int64 // units
 }
@@ -58,12 +66,22 @@ const maxOwed = 1 << 16
 // owed is charged in one go, not once per successful call.
 const flushEvery = 100 * time.Millisecond
 
+// maxChargeBatch bounds the charges of one store call.
+const maxChargeBatch = 64
+
 type owedKey struct{ rule, key string }
 
 type debt struct {
 	limit sluice.Limit
 	units int64
 	first time.Time
+}
+
+// flight is a batch of debts being charged; landed is closed once its call
+// has returned and its debts are written or owed again.
+type flight struct {
+	units  int64
+	landed chan struct{}
 }
 
 // add owes units of key under rule, counted under limit in the store.
@@ -89,6 +107,20 @@ func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.T
 	o.pending.Store(true)
 }
 
+// settle records how a call that carried charges ended: written (or sent
+// past its deadline, see owed), or owed again.
+func (o *owed) settle(err error, charges []sluice.Take, firsts []time.Time) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		for _, c := range charges {
+			o.written.Add(c.Cost)
+		}
+		return
+	}
+	for i, c := range charges {
+		o.add(c.Rule, c.Key, c.Limit, c.Cost, firsts[i])
+	}
+}
+
 // kick starts a flush if something is owed and none ran lately.
 func (o *owed) kick(e *Engine) {
 	if !o.pending.Load() || o.flowing.Load() {
@@ -107,56 +139,88 @@ func (o *owed) kick(e *Engine) {
 	}()
 }
 
-// flush charges what is owed to the store, a batch per store node, until
-// a call fails. Debts past their period are dropped. The debts being
-// charged leave the ledger before their call and come back only if it
-// fails: a request for one of their keys meanwhile (callOwing) finds
-// nothing to charge, so no debt is charged twice.
+// flush charges what is owed to the store, a batch of one store node at a
+// time, until a call fails. Debts past their period are dropped. Only the
+// batch being charged is in flight: the rest stay owed, for requests of
+// their keys to carry.
 func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
-	batches := map[string][]sluice.Take{}
-	firsts := map[string][]time.Time{}
-	o.mu.Lock()
-	for k, d := range o.debts {
-		delete(o.debts, k)
-		if now.Sub(d.first) >= d.limit.Period {
-			o.expired.Add(d.units)
-			continue
+	for {
+		takes, firsts, landed := o.board(e, now)
+		if len(takes) == 0 {
+			return
 		}
-		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true}
-		part := ""
-		if e.parts != nil {
-			part = e.parts.Partition(&tk)
-		}
-		batches[part] = append(batches[part], tk)
-		firsts[part] = append(firsts[part], d.first)
-	}
-	o.pending.Store(len(o.debts) > 0)
-	o.mu.Unlock()
-	failed := false
-	for part, takes := range batches {
-		for start := 0; start < len(takes); start += maxChargeBatch {
-			end := min(start+maxChargeBatch, len(takes))
-			if !failed {
-				out := make([]sluice.Decision, end-start)
-				if err := e.call(ctx, takes[start:end], out); err == nil {
-					for _, tk := range takes[start:end] {
-						o.written.Add(tk.Cost)
-					}
-					continue
-				}
-				failed = true // the store is still away: the rest waits for the next kick
-			}
-			o.restore(takes[start:end], firsts[part][start:end])
+		out := make([]sluice.Decision, len(takes))
+		err := e.call(ctx, takes, out)
+		o.land(takes, landed)
+		o.settle(err, takes, firsts)
+		close(landed)
+		if err != nil {
+			return // the store is still away: the rest waits for the next kick
 		}
 	}
 }
 
-// maxChargeBatch bounds the charges of one store call.
-const maxChargeBatch = 64
+// board takes up to maxChargeBatch debts of one store node off the ledger
+// into flight, dropping the expired ones it meets.
+func (o *owed) board(e *Engine, now time.Time) ([]sluice.Take, []time.Time, chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var takes []sluice.Take
+	var firsts []time.Time
+	part, chosen := "", false
+	for k, d := range o.debts {
+		if now.Sub(d.first) >= d.limit.Period {
+			o.expired.Add(d.units)
+			delete(o.debts, k)
+			continue
+		}
+		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true}
+		if e.parts != nil {
+			p := e.parts.Partition(&tk)
+			if chosen && p != part {
+				continue
+			}
+			part, chosen = p, true
+		}
+		takes = append(takes, tk)
+		firsts = append(firsts, d.first)
+		if len(takes) == maxChargeBatch {
+			break
+		}
+	}
+	if len(takes) == 0 {
+		o.pending.Store(len(o.inflight) > 0)
+		return nil, nil, nil
+	}
+	if o.inflight == nil {
+		o.inflight = map[owedKey]*flight{}
+	}
+	landed := make(chan struct{})
+	for _, tk := range takes {
+		k := owedKey{tk.Rule, tk.Key}
+		delete(o.debts, k)
+		o.inflight[k] = &flight{units: tk.Cost, landed: landed}
+	}
+	return takes, firsts, landed
+}
+
+// land takes a batch out of flight.
+func (o *owed) land(takes []sluice.Take, landed chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tk := range takes {
+		k := owedKey{tk.Rule, tk.Key}
+		if f := o.inflight[k]; f != nil && f.landed == landed {
+			delete(o.inflight, k)
+		}
+	}
+	o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+}
 
 // OwedStats are the units admitted while the store did not answer: still
-// owed to it, written back, and dropped unwritten because their period
-// passed first or the ledger was full.
+// owed to it (in flight included), written back, and dropped unwritten
+// because their period passed first, the ledger was full or the gateway
+// stopped.
 type OwedStats struct {
 	Owed, Written, Expired, Overflow, Shutdown int64
 }
@@ -169,6 +233,9 @@ func (e *Engine) Owed() OwedStats {
 	for _, d := range o.debts {
 		n += d.units
 	}
+	for _, f := range o.inflight {
+		n += f.units
+	}
 	o.mu.Unlock()
 	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load(), Shutdown: o.shutdown.Load()}
 }
@@ -177,33 +244,40 @@ func (e *Engine) Owed() OwedStats {
 // outside it (the membership heartbeat): what is owed is written back now,
 // not only once a request of this gateway reaches the store. A gateway that
 // serves no traffic after an outage still pays what it owes.
-func (e *Engine) StoreAnswered() {
-	if !e.answering.Load() {
-		e.answering.Store(true)
-	}
-	e.owed.kick(e)
-}
+func (e *Engine) StoreAnswered() { e.owed.kick(e) }
 
 // WriteBackOwed writes back what is owed, for a gateway that stops: it
-// waits for a flush under way, flushes once more within ctx, and drops
-// what is still owed then, counted as unwritten (reason "shutdown"). It
+// waits for a write-back under way, then tries again every 100 ms (a
+// breaker opened by the outage lets a call through within a second) until
+// nothing is owed or ctx is done. What is still owed then, in flight
+// included, is dropped and counted as unwritten (reason "shutdown"). It
 // returns the units written and dropped.
 func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
-	before := e.owed.written.Load()
-	for !e.owed.flowing.CompareAndSwap(false, true) {
+	o := &e.owed
+	before := o.written.Load()
+	for o.pending.Load() {
+		if o.flowing.CompareAndSwap(false, true) {
+			o.flush(ctx, e, time.Now())
+			o.flowing.Store(false)
+		}
+		if !o.pending.Load() {
+			break
+		}
 		select {
 		case <-ctx.Done():
-			return 0, 0
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
+			continue
 		}
+		break
 	}
-	defer e.owed.flowing.Store(false)
-	e.owed.flush(ctx, e, time.Now())
-	o := &e.owed
 	o.mu.Lock()
 	for k, d := range o.debts {
 		dropped += d.units
 		delete(o.debts, k)
+	}
+	for k, f := range o.inflight {
+		dropped += f.units
+		delete(o.inflight, k)
 	}
 	o.pending.Store(false)
 	o.mu.Unlock()
@@ -214,16 +288,11 @@ func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
 // callOwing is call for a request's takes, with the debts of their keys
 // charged first in the same atomic store call: a key asked for again once
 // the store answers pays what it owes before it is decided, so the store
-// never admits it on a count that misses its degraded admissions, even for
-// the moment before a flush would charge them. With nothing owed it is
-// call, at the cost of one atomic load.
-//
-// Debts ride only on calls made while the store answers (its last call
-// succeeded). A call that misses its deadline may still be applied once the
-// store wakes; were each such call to carry a key's debt, a hung store
-// would apply that debt once for every call queued while it hung.
+// never admits it on a count that misses its degraded admissions. A key
+// whose debt a write-back is charging waits for that call to land first.
+// With nothing owed it is call, at the cost of one atomic load.
 func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	if !e.owed.pending.Load() || !e.answering.Load() {
+	if !e.owed.pending.Load() {
 		return e.call(ctx, takes, out)
 	}
 	charges, firsts := e.owed.claim(takes)
@@ -232,47 +301,53 @@ func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluic
 	}
 	all := append(charges, takes...)
 	decs := make([]sluice.Decision, len(all))
-	if err := e.call(ctx, all, decs); err != nil {
-		e.owed.restore(charges, firsts)
+	err := e.call(ctx, all, decs)
+	e.owed.settle(err, charges, firsts)
+	if err != nil {
 		return err
 	}
 	copy(out, decs[len(charges):])
-	var n int64
-	for _, c := range charges {
-		n += c.Cost
-	}
-	e.owed.written.Add(n)
 	return nil
 }
 
 // claim removes and returns, as charges, the debts of the keys of takes
-// that take units, and when each was first owed.
+// that take units, and when each was first owed. A key in flight is waited
+// for, then looked at again: its write-back may have failed and left it
+// owed. The wait is bounded by the write-back's own call, which has the
+// store's deadline; a request whose client left waits too, since its call
+// goes on without it.
 func (o *owed) claim(takes []sluice.Take) ([]sluice.Take, []time.Time) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var charges []sluice.Take
-	var firsts []time.Time
-	for i := range takes {
-		tk := &takes[i]
-		if tk.Cost <= 0 || tk.DryRun || tk.Charge {
-			continue
+	for {
+		o.mu.Lock()
+		var wait chan struct{}
+		var charges []sluice.Take
+		var firsts []time.Time
+		for i := range takes {
+			tk := &takes[i]
+			if tk.Cost <= 0 || tk.DryRun || tk.Charge {
+				continue
+			}
+			k := owedKey{tk.Rule, tk.Key}
+			if f := o.inflight[k]; f != nil {
+				wait = f.landed
+				break
+			}
+			d, ok := o.debts[k]
+			if !ok || d.limit != tk.Limit {
+				continue
+			}
+			charges = append(charges, sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true})
+			firsts = append(firsts, d.first)
 		}
-		k := owedKey{tk.Rule, tk.Key}
-		d, ok := o.debts[k]
-		if !ok || d.limit != tk.Limit {
-			continue
+		if wait == nil {
+			for _, c := range charges {
+				delete(o.debts, owedKey{c.Rule, c.Key})
+			}
+			o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+			o.mu.Unlock()
+			return charges, firsts
 		}
-		delete(o.debts, k)
-		charges = append(charges, sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true})
-		firsts = append(firsts, d.first)
-	}
-	o.pending.Store(len(o.debts) > 0)
-	return charges, firsts
-}
-
-// restore owes again the charges of a call that failed.
-func (o *owed) restore(charges []sluice.Take, firsts []time.Time) {
-	for i, c := range charges {
-		o.add(c.Rule, c.Key, c.Limit, c.Cost, firsts[i])
+		o.mu.Unlock()
+		<-wait
 	}
 }

@@ -17,28 +17,34 @@ func TestSchedulingLatencyExtendsTheDeadline(t *testing.T) {
 	w.read()
 	idle := time.Duration(w.delay.Load())
 	// Keep 8 goroutines per processor busy for a while, so that each waits
-	// for the others to run, and sample the latency they see.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 * runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default: // spin: preempted only by the scheduler, every 10 ms
-					for i := 0; i < 1e6; i++ {
-						_ = i * i
+	// for the others to run, and sample the latency they see. The runtime
+	// samples scheduling latency, and a machine busy with other processes
+	// may starve this one of the very preemptions that are sampled: up to
+	// three tries.
+	var busy time.Duration
+	for try := 0; try < 3 && busy <= idle; try++ {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 * runtime.GOMAXPROCS(0) {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default: // spin: preempted only by the scheduler, every 10 ms
+						for i := 0; i < 1e6; i++ {
+							_ = i * i
+						}
 					}
 				}
-			}
-		})
+			})
+		}
+		time.Sleep(300 * time.Millisecond)
+		w.read()
+		busy = time.Duration(w.delay.Load())
+		close(stop)
+		wg.Wait()
 	}
-	time.Sleep(300 * time.Millisecond)
-	w.read()
-	busy := time.Duration(w.delay.Load())
-	close(stop)
-	wg.Wait()
 	if busy <= idle || busy < 4*time.Millisecond || busy > maxSchedExtension {
 		t.Fatalf("extension %v idle, %v with 8 goroutines per processor: want it larger when busy, at most %v", idle, busy, maxSchedExtension)
 	}

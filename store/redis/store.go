@@ -263,11 +263,9 @@ func ParseURL(u string) (rueidis.ClientOption, error) {
 	case "redis", "rediss":
 		opt, err := rueidis.ParseURL(u)
 		if err != nil {
-			var ue *neturl.Error
-			if errors.As(err, &ue) {
-				err = ue.Err // its message repeats the URL
-			}
-			return opt, fmt.Errorf("redis: %s: %v", Redact(u), err)
+			// The parser's own message quotes what it could not read, which
+			// may be part of the password.
+			return opt, fmt.Errorf("redis: %s: not a URL sluice can read (a password holding @ : / ? # or %% must be percent-encoded)", Redact(u))
 		}
 		return opt, nil
 	}

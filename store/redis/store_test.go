@@ -117,6 +117,9 @@ func TestStoreURLsNeverShowTheirPassword(t *testing.T) {
 	for _, u := range []string{
 		"redis://user:s3cret@127.0.0.1:1/0",
 		"redis://user:s3c%zzret@127.0.0.1:1/0",
+		"redis://u:s3cret#x@127.0.0.1:1",
+		"redis://u:s3cret/x@127.0.0.1:1",
+		"redis://u:s3cret?x@127.0.0.1:1",
 		"Redis://user:s3cret@127.0.0.1:1/0",
 		"redis-cluster://user:s3cret@127.0.0.1:1,127.0.0.1:2",
 		"redis-cluster://user:s3c%zzret@127.0.0.1:1",
