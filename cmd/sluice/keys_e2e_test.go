@@ -76,8 +76,11 @@ func TestShopOTPCannotBeTrickedThroughNginxEndToEnd(t *testing.T) {
 	addr := strings.TrimPrefix(base, "http://")
 
 	statuses := attackOTP(t, addr, 3, func(int) string { return "127.0.0.1" })
-	if n := up.victim.Load(); n != int64(statuses[200]) || n > 3 {
-		t.Fatalf("the victim's number reached the upstream %d times through nginx, want at most 3 (paths: %v)", n, up.paths())
+	// The 3 admitted are whichever tricks came first: the upstream reads
+	// the victim's number in most of them, not in every one (a JSON
+	// \u-escaped digit, say), so it may count fewer than were admitted.
+	if n := up.victim.Load(); statuses[200] != 3 || n > 3 || n < 1 {
+		t.Fatalf("through nginx: %d admitted, the victim's number reached the upstream %d times; want 3 admitted, at most 3 to the victim (paths: %v)", statuses[200], n, up.paths())
 	}
 	t.Logf("64 clients, %d tricks each, through nginx: %v; the victim's number reached the upstream %d times", len(otpTricks), statuses, up.victim.Load())
 }
