@@ -250,6 +250,10 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	}
 	var log proctest.Output
 	base, _ := startTo(t, &log, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url)
+	// The log is copied from the process's stderr as it comes: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "does not answer") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if l := log.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "does not answer") || !strings.Contains(l, srv.Addr) || strings.Contains(l, "hunter2") {
 		t.Errorf("the log at boot without Redis names no store, or its password:\n%s", l)
 	}
@@ -291,6 +295,9 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	} {
 		var log proctest.Output
 		base, _ := startTo(t, &log, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", u)
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), "does not answer") && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
 		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"c"}}`))
 		if err != nil {
 			t.Fatal(err)
