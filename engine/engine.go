@@ -78,6 +78,7 @@ type Options struct {
 // Engine evaluates requests against the current rule set. It is safe for
 // concurrent use.
 type Engine struct {
+	answering atomic.Bool       // the last store call succeeded (see owed: late debts)
 	load      rules.LoadOptions // how reloads load several files
 	store     sluice.Store
 	fallback  sluice.Store
@@ -694,7 +695,12 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 		if !e.reached.Load() {
 			e.reached.Store(true)
 		}
+		if !e.answering.Load() {
+			e.answering.Store(true)
+		}
 		e.owed.kick(e) // the store answers: charge it what was admitted without it
+	} else if e.answering.Load() {
+		e.answering.Store(false)
 	}
 	return err
 }

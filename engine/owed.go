@@ -28,13 +28,15 @@ import (
 // one that comes while a write-back runs, is decided on a count that holds
 // the key's degraded admissions.
 //
-// A call that carries debts and fails is undone: its debts are owed again.
-// Except a call that missed its deadline: the store may still apply it (a
-// hung Redis applies the calls it queued when it wakes), so its debts are
-// taken as written. Were they owed again, every later call would carry
-// them too, and a store waking from a hang would apply them once per call.
-// If such a call is in fact lost (the store died holding it), its debts
-// are lost as the store's own unreplicated writes are.
+// A call that carries debts and fails is undone: its debts are owed again,
+// never dropped, since a debt lost is a window admitted twice. A call that
+// missed its deadline may still be applied, though (a hung Redis applies
+// the calls it queued when it wakes), so the debts it carried come back
+// marked late, and a late debt does not ride on calls made while the store
+// is not answering (its last call failed): a store waking from a hang
+// applies it once, not once per call queued meanwhile. Once the store
+// answers, late debts ride and are written back again: a debt the waking
+// store had applied is then charged twice (under, never over).
 //
 // The ledger is bounded: at most maxOwed keys (rule and key) are owed at
 // once, the units of one key adding up; past the bound an admission is
@@ -75,6 +77,7 @@ type debt struct {
 	limit sluice.Limit
 	units int64
 	first time.Time
+	late  bool // carried by a call that missed its deadline (see owed)
 }
 
 // flight is a batch of debts being charged; landed is closed once its call
@@ -86,6 +89,11 @@ type flight struct {
 
 // add owes units of key under rule, counted under limit in the store.
 func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.Time) {
+	o.owe(rule, key, limit, units, now, false)
+}
+
+// owe is add, for a debt that may be late.
+func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.Time, late bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.debts == nil {
@@ -96,6 +104,7 @@ func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.T
 	switch {
 	case ok && d.limit == limit:
 		d.units += units
+		d.late = d.late || late
 		return
 	case ok: // the rule changed (a reload): a new debt under the new limit
 	case len(o.debts) >= maxOwed:
@@ -103,21 +112,22 @@ func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.T
 		return
 	}
 	k.key = strings.Clone(key) // keys are views into a reused buffer
-	o.debts[k] = &debt{limit: limit, units: units, first: now}
+	o.debts[k] = &debt{limit: limit, units: units, first: now, late: late}
 	o.pending.Store(true)
 }
 
-// settle records how a call that carried charges ended: written (or sent
-// past its deadline, see owed), or owed again.
+// settle records how a call that carried charges ended: written, or owed
+// again (late if the call missed its deadline, see owed).
 func (o *owed) settle(err error, charges []sluice.Take, firsts []time.Time) {
-	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil {
 		for _, c := range charges {
 			o.written.Add(c.Cost)
 		}
 		return
 	}
+	late := errors.Is(err, context.DeadlineExceeded)
 	for i, c := range charges {
-		o.add(c.Rule, c.Key, c.Limit, c.Cost, firsts[i])
+		o.owe(c.Rule, c.Key, c.Limit, c.Cost, firsts[i], late)
 	}
 }
 
@@ -295,7 +305,7 @@ func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluic
 	if !e.owed.pending.Load() {
 		return e.call(ctx, takes, out)
 	}
-	charges, firsts := e.owed.claim(takes)
+	charges, firsts := e.owed.claim(takes, e.answering.Load())
 	if len(charges) == 0 {
 		return e.call(ctx, takes, out)
 	}
@@ -315,8 +325,8 @@ func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluic
 // for, then looked at again: its write-back may have failed and left it
 // owed. The wait is bounded by the write-back's own call, which has the
 // store's deadline; a request whose client left waits too, since its call
-// goes on without it.
-func (o *owed) claim(takes []sluice.Take) ([]sluice.Take, []time.Time) {
+// goes on without it. A late debt stays while the store is not answering.
+func (o *owed) claim(takes []sluice.Take, answering bool) ([]sluice.Take, []time.Time) {
 	for {
 		o.mu.Lock()
 		var wait chan struct{}
@@ -333,7 +343,7 @@ func (o *owed) claim(takes []sluice.Take) ([]sluice.Take, []time.Time) {
 				break
 			}
 			d, ok := o.debts[k]
-			if !ok || d.limit != tk.Limit {
+			if !ok || d.limit != tk.Limit || (d.late && !answering) {
 				continue
 			}
 			charges = append(charges, sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true})
