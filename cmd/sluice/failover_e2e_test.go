@@ -70,6 +70,20 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 	return out, degraded.Load()
 }
 
+// twoServes starts two `sluice serve` processes with default flags on the
+// rules and store given, and waits until each is healthy and sees the other.
+func twoServes(t *testing.T, rules, store string) []string {
+	t.Helper()
+	var bases []string
+	for range 2 {
+		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", store)
+		bases = append(bases, b)
+	}
+	waitHealthy(t, bases)
+	waitGateways(t, bases, 2)
+	return bases
+}
+
 // metric reads a metric from a base's /metrics: the sum of its series.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
@@ -116,13 +130,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	}
 	cluster := redistest.StartClusterWithReplicas(t, 2000)
 	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
-	var bases []string
-	for range 2 {
-		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", cluster.URL())
-		bases = append(bases, b)
-	}
-	waitHealthy(t, bases)
-	waitGateways(t, bases, 2)
+	bases := twoServes(t, rules, cluster.URL())
 	dead := cluster.Nodes[0]
 	var users []string
 	onDead := map[string]bool{}
@@ -226,13 +234,7 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 	}
 	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
 	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
-	var bases []string
-	for range 2 {
-		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", srv.URL())
-		bases = append(bases, b)
-	}
-	waitHealthy(t, bases)
-	waitGateways(t, bases, 2)
+	bases := twoServes(t, rules, srv.URL())
 	for _, fault := range []struct {
 		name        string
 		fail, heal  func()
@@ -291,13 +293,7 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 	}
 	cluster := redistest.StartCluster(t)
 	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
-	var bases []string
-	for range 2 {
-		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", cluster.URL())
-		bases = append(bases, b)
-	}
-	waitHealthy(t, bases)
-	waitGateways(t, bases, 2)
+	bases := twoServes(t, rules, cluster.URL())
 	for c, change := range []struct {
 		name string
 		run  func() error

@@ -257,15 +257,7 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	if l := log.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "does not answer") || !strings.Contains(l, srv.Addr) || strings.Contains(l, "hunter2") {
 		t.Errorf("the log at boot without Redis names no store, or its password:\n%s", l)
 	}
-	readyz := func() (int, string) {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, string(body)
-	}
+	readyz := func() (int, string) { return readyzOf(t, base) }
 	if code, body := readyz(); code != 503 || !strings.Contains(body, "has not answered since") || !strings.Contains(body, "not connected") {
 		t.Errorf("readyz at boot without Redis, every rule failing open: %d %s", code, body)
 	}

@@ -257,18 +257,7 @@ func (c *Cluster) Promoted() bool {
 	return false
 }
 
-func isMaster(n *Server) bool {
-	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Second))
-	fmt.Fprintf(conn, "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n")
-	buf := make([]byte, 4096)
-	k, _ := conn.Read(buf)
-	return strings.Contains(string(buf[:k]), "role:master")
-}
+func isMaster(n *Server) bool { return strings.Contains(n.info("replication"), "role:master") }
 
 // Healthy reports whether every live node says cluster_state:ok.
 func (c *Cluster) Healthy() bool {
@@ -337,19 +326,11 @@ func (c *Cluster) Reshard(from, to *Server, slots int) error {
 
 // ClusterID is a cluster node's ID (CLUSTER MYID).
 func (n *Server) ClusterID() (string, error) {
-	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
-	if err != nil {
-		return "", err
+	id := strings.TrimSpace(n.bulk("CLUSTER", "MYID"))
+	if id == "" {
+		return "", fmt.Errorf("CLUSTER MYID on %s: no answer", n.Addr)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(conn, "*2\r\n$7\r\nCLUSTER\r\n$4\r\nMYID\r\n")
-	r := bufio.NewReader(conn)
-	if head, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(head, "$") {
-		return "", fmt.Errorf("CLUSTER MYID on %s: %q %v", n.Addr, head, err)
-	}
-	id, err := r.ReadString('\n')
-	return strings.TrimSpace(id), err
+	return id, nil
 }
 
 // Redirections counts the MOVED, ASK and TRYAGAIN answers every live node
@@ -450,16 +431,7 @@ func (c *Cluster) URL() string {
 }
 
 func clusterOK(n *Server) bool {
-	conn, err := net.DialTimeout("tcp", n.Addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Second))
-	fmt.Fprintf(conn, "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n")
-	buf := make([]byte, 4096)
-	k, _ := conn.Read(buf)
-	return strings.Contains(string(buf[:k]), "cluster_state:ok")
+	return strings.Contains(n.bulk("CLUSTER", "INFO"), "cluster_state:ok")
 }
 
 // Proxy is a TCP proxy in front of a server that can add latency: a slow
