@@ -16,9 +16,10 @@ import (
 
 // manyKeys sends checks for users (perUser each) from 64 callers spread
 // over bases, in a random interleaving, calling at(i) before the i-th
-// check, and returns what each user was admitted and how many answers were
-// degraded.
-func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func(i int)) (map[string]int, int64) {
+// check, and returns what each user was admitted, how many answers were
+// degraded, and what each user may be admitted under the tests' rule of 100
+// per hour (see allowance).
+func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func(i int)) (admittedTo map[string]int, degradedAnswers int64, allowed map[string]int) {
 	t.Helper()
 	total := len(users) * perUser
 	order := make([]int32, total) // the i-th check's user
@@ -28,6 +29,7 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 	var next atomic.Int64
 	var degraded atomic.Int64
 	admitted := make([]atomic.Int64, len(users))
+	first, last := make([]atomic.Int64, len(users)), make([]atomic.Int64, len(users))
 	var wg sync.WaitGroup
 	var atMu sync.Mutex
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -44,6 +46,7 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 					atMu.Unlock()
 				}
 				u := users[order[i]]
+				first[order[i]].CompareAndSwap(0, time.Now().UnixNano())
 				body := fmt.Sprintf(`{"request":{"path":"/open"},"attributes":{"user":%q}}`, u)
 				resp, err := client.Post(bases[(int(i)+g)%len(bases)]+"/v1/check", "application/json", strings.NewReader(body))
 				if err != nil {
@@ -53,6 +56,11 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 				var v struct{ Allowed, Degraded bool }
 				json.NewDecoder(resp.Body).Decode(&v)
 				resp.Body.Close()
+				for now, l := time.Now().UnixNano(), &last[order[i]]; ; {
+					if was := l.Load(); was >= now || l.CompareAndSwap(was, now) {
+						break
+					}
+				}
 				if v.Allowed {
 					admitted[order[i]].Add(1)
 				}
@@ -63,11 +71,20 @@ func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func
 		})
 	}
 	wg.Wait()
-	out := map[string]int{}
+	out, allow := map[string]int{}, map[string]int{}
 	for i, u := range users {
 		out[u] = int(admitted[i].Load())
+		allow[u] = allowance(time.Duration(last[i].Load() - first[i].Load()))
 	}
-	return out, degraded.Load()
+	return out, degraded.Load(), allow
+}
+
+// allowance is the most the tests' rule (gcra, 100 per hour, so a burst of
+// 100 and one unit back every 36 s) admits a key in span: 100, and one more
+// for each 36 s the checks took. A slow run on a loaded machine can take
+// longer than 36 s, and then a user admitted 101 of 100 is exact.
+func allowance(span time.Duration) int {
+	return 100 + int(span/(time.Hour/100))
 }
 
 // twoServes starts two `sluice serve` processes with default flags on the
@@ -149,7 +166,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	// promotion and the write-back; then at full speed.
 	var killed, promoted time.Time
 	var promotedAt atomic.Int64
-	admitted, degraded := manyKeys(t, bases, users, perUser, func(i int) {
+	admitted, degraded, allowed := manyKeys(t, bases, users, perUser, func(i int) {
 		switch {
 		case i == len(users)*perUser/3:
 			dead.Stop()
@@ -173,13 +190,13 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 		switch {
 		case onDead[u]:
 			deadUsers++
-			overDead += max(n-100, 0)
+			overDead += max(n-allowed[u], 0)
 			worst = max(worst, n)
-		case n > 100:
-			t.Errorf("user %s on a live master: admitted %d, over its limit of 100", u, n)
+		case n > allowed[u]:
+			t.Errorf("user %s on a live master: admitted %d, over its limit (%d in the time its checks took)", u, n, allowed[u])
 		default:
 			liveUsers++
-			underLive += 100 - n
+			underLive += max(100-n, 0)
 		}
 	}
 	// A call to a live master that misses its deadline while the cluster
@@ -211,10 +228,10 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	for i := range 30 {
 		fresh = append(fresh, fmt.Sprint("fo-after-", i))
 	}
-	after, degradedAfter := manyKeys(t, bases, fresh, 150, nil)
+	after, degradedAfter, allowedAfter := manyKeys(t, bases, fresh, 150, nil)
 	for u, n := range after {
-		if n != 100 {
-			t.Errorf("after the failover, %s: admitted %d, want exactly 100", u, n)
+		if n < 100 || n > allowedAfter[u] {
+			t.Errorf("after the failover, %s: admitted %d, want exactly 100 (%d in the time its checks took)", u, n, allowedAfter[u])
 		}
 	}
 	if degradedAfter != 0 {
@@ -248,7 +265,7 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 			users = append(users, fmt.Sprintf("%s-%d", strings.ReplaceAll(fault.name, " ", "-"), i))
 		}
 		var failed, healed atomic.Int64
-		admitted, degraded := manyKeys(t, bases, users, 150, func(i int) {
+		admitted, degraded, allowed := manyKeys(t, bases, users, 150, func(i int) {
 			switch {
 			case i == 200*150/3:
 				fault.fail()
@@ -264,8 +281,8 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 			}
 		})
 		over, worst := 0, 0
-		for _, n := range admitted {
-			over += max(n-100, 0)
+		for u, n := range admitted {
+			over += max(n-allowed[u], 0)
 			worst = max(worst, n)
 		}
 		t.Logf("Redis %s: 200 users admitted %d over their limits in all (worst %d of 100); %d degraded answers", fault.name, over, worst, degraded)
@@ -311,7 +328,7 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 		done := make(chan error, 1)
 		// The checks go on at about a thousand a second while the slots
 		// move, so that they span the whole change; then at full speed.
-		admitted, degraded := manyKeys(t, bases, users, 150, func(i int) {
+		admitted, degraded, allowed := manyKeys(t, bases, users, 150, func(i int) {
 			switch {
 			case i == 300*150/4:
 				began = time.Now()
@@ -333,10 +350,10 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 		// under: at most one unit per degraded answer.
 		over, under := 0, 0
 		for u, n := range admitted {
-			if n > 100 {
+			if n > allowed[u] {
 				over++
 				if over <= 5 {
-					t.Errorf("%s: user %s admitted %d, over its limit of 100", change.name, u, n)
+					t.Errorf("%s: user %s admitted %d, over its limit (%d in the time its checks took)", change.name, u, n, allowed[u])
 				}
 			}
 			under += max(100-n, 0)
