@@ -303,7 +303,8 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 // added and the slots rebalanced onto it. A slot on the move is answered
 // with MOVED, ASK or TRYAGAIN; each is followed, so no user is over its
 // limit, and a user is under it only by an answer that was degraded (rare:
-// 0 in most runs, 1 in some, when a call met an ASK on the new master).
+// 0 in most runs; 1 in one, when a call met an ASK on the new master before
+// the store loaded its scripts on a master ahead of its first call).
 func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")

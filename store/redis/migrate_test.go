@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,87 @@ func TestATakeWaitsOutASlotHalfMigrated(t *testing.T) {
 	}
 	if out[0].Remaining != 8 || out[1].Remaining != 9 || !out[0].Allowed || !out[1].Allowed {
 		t.Errorf("after the migration: %+v, want rule a 8 left and rule b 9 left", out)
+	}
+}
+
+// A master added to the cluster gets the scripts before any slot reaches
+// it: the first call asked there by ASK while a slot moves runs the script
+// by its hash (EVALSHA), not refused NOSCRIPT and sent again with the
+// script's text, two more round trips in the middle of a migration.
+func TestAnAddedMasterHasTheScriptsBeforeItsFirstCall(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	s, err := redis.New(redis.Options{URL: cluster.URL(), Prefix: "add:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	scripts := func(n *redistest.Server) int {
+		_, v, _ := strings.Cut(n.Info("memory"), "number_of_cached_scripts:")
+		v, _, _ = strings.Cut(v, "\r")
+		k, _ := strconv.Atoi(strings.TrimSpace(v))
+		return k
+	}
+	want := scripts(cluster.Nodes[0])
+	if want == 0 {
+		t.Fatal("Preload loaded no script")
+	}
+	added := cluster.AddMaster(t)
+	for deadline := time.Now().Add(10 * time.Second); scripts(added) < want; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s the added master has %d scripts of %d", scripts(added), want)
+		}
+	}
+	// A key moved to the new master while its slot is still the old one's:
+	// the old master answers ASK, and the call runs on the new one.
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	take := func() sluice.Decision {
+		out := make([]sluice.Decision, 1)
+		if err := s.Take(ctx, []sluice.Take{{Rule: "a", Key: "bob", Limit: l, Cost: 1}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	take()
+	k := s.Key("a", "bob", l)
+	var from *redistest.Server
+	for _, n := range cluster.Nodes {
+		if r, _ := n.Do("EXISTS", k); r == ":1" {
+			from = n
+		}
+	}
+	if from == nil {
+		t.Fatalf("no master holds %q", k)
+	}
+	slot, _ := from.Do("CLUSTER", "KEYSLOT", k)
+	slot = strings.TrimPrefix(slot, ":")
+	fromID, _ := from.ClusterID()
+	toID, _ := added.ClusterID()
+	host, port, _ := strings.Cut(added.Addr, ":")
+	for _, c := range [][]string{
+		{added.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID},
+		{from.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID},
+		{from.Addr, "MIGRATE", host, port, "", "0", "5000", "KEYS", k},
+	} {
+		n := from
+		if c[0] == added.Addr {
+			n = added
+		}
+		if r, err := n.Do(c[1:]...); err != nil || strings.HasPrefix(r, "-") {
+			t.Fatalf("%v: %s %v", c, r, err)
+		}
+	}
+	if d := take(); !d.Allowed || d.Remaining != 8 {
+		t.Fatalf("the take asked to the new master: %+v, want allowed with 8 left", d)
+	}
+	stats := added.Info("commandstats")
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
+		t.Errorf("the new master ran no EVALSHA:\n%s", stats)
+	}
+	if strings.Contains(stats, "cmdstat_eval:") || strings.Contains(stats, "failed_calls=1") {
+		t.Errorf("the new master was sent the script's text or refused a call:\n%s", stats)
 	}
 }

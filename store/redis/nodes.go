@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -95,6 +96,83 @@ func (s *Store) membership(ctx context.Context, id string, ttlMs int64) (int, er
 		return 0, fmt.Errorf("redis: %w", err)
 	}
 	return int(n), nil
+}
+
+// scriptNewMasters loads the scripts on each master, as CLUSTER NODES lists
+// them, that this store has not loaded them on yet. A master added to a
+// cluster serves no slot until a rebalance moves one to it, so neither the
+// slot map nor the client knows it beforehand (Preload loaded the scripts on
+// the nodes of the start); and while a slot moves, calls reach it by ASK.
+// Without its scripts, each of the first calls there would be refused
+// NOSCRIPT and sent again with the script's text: two more round trips, on
+// a node the client has just dialled, in the middle of a migration. That is
+// where a call misses its deadline and is answered degraded.
+//
+// It runs in the background, one at a time (a master that does not answer
+// would hold the dial for seconds, and the slot map must stay fresh
+// meanwhile), and retries a master it could not load at the next tick. A
+// master restarted empty at an address already loaded is not seen here; its
+// first call of each script pays the NOSCRIPT round trip, once.
+func (s *Store) scriptNewMasters(opt rueidis.ClientOption, c rueidis.Client) {
+	if !s.scripting.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.scripting.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		text, err := c.Do(ctx, c.B().ClusterNodes().Build()).ToString()
+		if err != nil {
+			return
+		}
+		for _, addr := range clusterMasters(text) {
+			if _, done := s.scripted.Load(addr); done {
+				continue
+			}
+			o := opt
+			o.InitAddress, o.ForceSingleClient, o.DisableCache = []string{addr}, true, true
+			o.Sentinel = rueidis.SentinelOption{}
+			node, err := rueidis.NewClient(o)
+			if err != nil {
+				continue
+			}
+			ok := true
+			for _, src := range s.sources {
+				if node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error() != nil {
+					ok = false
+					break
+				}
+			}
+			node.Close()
+			if ok {
+				s.scripted.Store(addr, true)
+			}
+		}
+	}()
+}
+
+// clusterMasters returns the addresses of the masters in a CLUSTER NODES
+// reply that are reachable as far as the cluster knows: not failed, not in
+// a handshake, with an address.
+func clusterMasters(nodes string) []string {
+	var out []string
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		flags := "," + f[2] + ","
+		if !strings.Contains(flags, ",master,") || strings.Contains(flags, ",fail") ||
+			strings.Contains(flags, ",handshake,") || strings.Contains(flags, ",noaddr,") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		if addr == "" || strings.HasPrefix(addr, ":") {
+			continue
+		}
+		out = append(out, addr)
+	}
+	return out
 }
 
 // Preload loads every script on every node, so that the first decisions

@@ -97,12 +97,14 @@ type Store struct {
 	members  *rueidis.Lua
 	lastErr  atomic.Pointer[error] // why a lazy store is not connected
 
-	slots    atomic.Pointer[slotMap] // Redis Cluster: which node serves which slot
-	loaded   atomic.Bool             // scripts loaded on every node
-	stop     chan struct{}
-	nudge    chan struct{} // a call failed: read the slot map again soon
-	stopOnce sync.Once
-	done     chan struct{}
+	slots     atomic.Pointer[slotMap] // Redis Cluster: which node serves which slot
+	loaded    atomic.Bool             // scripts loaded on every node
+	scripted  sync.Map                // Redis Cluster: masters the scripts were loaded on since, by address
+	scripting atomic.Bool             // scriptNewMasters runs
+	stop      chan struct{}
+	nudge     chan struct{} // a call failed: read the slot map again soon
+	stopOnce  sync.Once
+	done      chan struct{}
 }
 
 // New connects to the Redis (or Redis Cluster, or Sentinel) of o.URL.
@@ -176,6 +178,7 @@ func (s *Store) maintain(opt rueidis.ClientOption, retry time.Duration, first ch
 			if s.refreshSlots(c) == nil {
 				refreshed = time.Now()
 			}
+			s.scriptNewMasters(opt, c)
 		}
 		select {
 		case <-t.C:

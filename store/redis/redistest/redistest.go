@@ -257,7 +257,7 @@ func (c *Cluster) Promoted() bool {
 	return false
 }
 
-func isMaster(n *Server) bool { return strings.Contains(n.info("replication"), "role:master") }
+func isMaster(n *Server) bool { return strings.Contains(n.Info("replication"), "role:master") }
 
 // Healthy reports whether every live node says cluster_state:ok.
 func (c *Cluster) Healthy() bool {
@@ -341,7 +341,7 @@ func (c *Cluster) Redirections() map[string]int {
 		if !n.Alive() {
 			continue
 		}
-		for _, line := range strings.Split(n.info("errorstats"), "\n") {
+		for _, line := range strings.Split(n.Info("errorstats"), "\n") {
 			for _, kind := range []string{"MOVED", "ASK", "TRYAGAIN"} {
 				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+kind+":count="); ok {
 					k, _ := strconv.Atoi(v)
@@ -353,8 +353,8 @@ func (c *Cluster) Redirections() map[string]int {
 	return out
 }
 
-// info is the text of one INFO section.
-func (s *Server) info(section string) string { return s.bulk("INFO", section) }
+// Info is the text of one INFO section ("" on any error).
+func (s *Server) Info(section string) string { return s.bulk("INFO", section) }
 
 // bulk sends one command whose reply is a bulk string and returns it ("" on
 // any error).
