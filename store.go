@@ -12,7 +12,9 @@ type Take struct {
 	Key   string // the rate-limit key within the rule, such as a user id
 	Limit Limit
 	// Cost is the number of units to take. 0 peeks: the decision reports the
-	// key's state and consumes nothing. A negative cost gives -Cost units
+	// key's state and consumes nothing; it is allowed unless the key is over
+	// its limit, in debt after a charge (see Charge), and then refused until
+	// the debt is paid off, as Envoy's zero-hit check expects. A negative cost gives -Cost units
 	// back (a request admitted but never served); a key never becomes fuller
 	// than a fresh one, and a refund is applied whatever the other takes of
 	// the call decide.

@@ -89,3 +89,50 @@ func TestChargeSaturatesInsteadOfOverflowing(t *testing.T) {
 		}
 	}
 }
+
+// A take of 0 units asks whether the key is over its limit: allowed at the
+// limit exactly (nothing left, nothing owed), refused once a charge has put
+// the key into debt, until the instant the debt is paid off. A sliding log
+// never holds more than its limit, so it is never over.
+func TestAZeroCostTakeIsRefusedOnlyInDebt(t *testing.T) {
+	const second = int64(time.Second)
+	overFor := map[sluice.Algorithm]int64{
+		sluice.GCRA: second / 10, sluice.TokenBucket: second / 10, sluice.LeakyMeter: second / 10,
+		sluice.LeakyQueue:  second / 10,
+		sluice.FixedWindow: second, // the window's end
+		// 11 counted of 10: in the next window, until 11 * (W - e) <= 10 * W.
+		sluice.SlidingWindow: second + (second - 10*second/11),
+	}
+	for _, a := range sluice.Algorithms() {
+		p, err := NewParams(sluice.Limit{Rate: 10, Period: time.Second, Algorithm: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := State{P: p}
+		now := int64(1_700_000_000) * second // a window's start
+		var r Result
+		for s.Take(now, 1, &r); r.Allowed; s.Take(now, 1, &r) {
+		} // to the limit: 10, or 11 for the leaky queue, whose first unit leaves at once
+		if s.Take(now, 0, &r); !r.Allowed || r.Remaining != 0 || r.RetryAfter != 0 {
+			t.Errorf("%v: a 0-unit take at the limit: %+v, want allowed with 0 left", a, r)
+		}
+		s.Charge(now, 1)
+		s.Take(now, 0, &r)
+		if a == sluice.SlidingLog {
+			if !r.Allowed {
+				t.Errorf("%v: a 0-unit take after a charge: %+v, want allowed (a log holds at most its limit)", a, r)
+			}
+			continue
+		}
+		if r.Allowed || r.Reason != sluice.ReasonLimited || r.Remaining != 0 || r.RetryAfter != overFor[a] {
+			t.Errorf("%v: a 0-unit take one unit in debt: %+v, want limited for %d ns", a, r, overFor[a])
+			continue
+		}
+		if s.Take(now+r.RetryAfter-1, 0, &r); r.Allowed {
+			t.Errorf("%v: a 0-unit take 1 ns before the debt is paid off: %+v, want limited", a, r)
+		}
+		if s.Take(now+overFor[a], 0, &r); !r.Allowed {
+			t.Errorf("%v: a 0-unit take when the debt is paid off: %+v, want allowed", a, r)
+		}
+	}
+}

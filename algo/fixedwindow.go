@@ -31,7 +31,11 @@ func (s FixedWindow) Take(p *Params, now, cost int64, r *Result) FixedWindow {
 		reset = 0
 	}
 	if cost == 0 {
-		*r = allowed(p.Burst-s.Count, reset)
+		if s.Count > p.Burst { // in debt: over the limit until the window ends
+			*r = limited(0, left, reset)
+		} else {
+			*r = allowed(p.Burst-s.Count, reset)
+		}
 		return s
 	}
 	if cost > p.Burst {

@@ -19,7 +19,11 @@ func (s GCRA) Take(p *Params, now, cost int64, r *Result) GCRA {
 	tat := max(s.TAT, now)
 	backlog := subSat(tat, now) // time until the bucket is full again
 	if cost == 0 {
-		*r = allowed(gcraRemaining(p, backlog), backlog)
+		if backlog > p.D { // in debt: over the limit until the debt is paid off
+			*r = limited(0, backlog-p.D, backlog)
+		} else {
+			*r = allowed(gcraRemaining(p, backlog), backlog)
+		}
 		return s
 	}
 	if cost > p.Burst {

@@ -20,7 +20,11 @@ func (s LeakyMeter) Take(p *Params, now, cost int64, r *Result) LeakyMeter {
 	s = s.drain(now)
 	room := p.D - s.Level
 	if cost == 0 {
-		*r = allowed(room/p.T, s.Level)
+		if room < 0 { // in debt: over the limit until drained to full
+			*r = limited(0, subSat(s.Level, p.D), s.Level)
+		} else {
+			*r = allowed(room/p.T, s.Level)
+		}
 		return s
 	}
 	if cost > p.Burst {

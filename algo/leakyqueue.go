@@ -23,7 +23,13 @@ func (s LeakyQueue) Take(p *Params, now, cost int64, r *Result) LeakyQueue {
 	queued := s.queued(p, now)
 	reset := max(0, subSat(s.Next, now))
 	if cost == 0 {
-		*r = allowed(p.Burst-queued, reset)
+		// queued is capped at Burst; a queue in debt holds more, ahead
+		// being more than Burst departures' worth of time.
+		if over := subSat(subSat(subSat(s.Next, p.T), now), mulSat(p.Burst, p.T)); over > 0 {
+			*r = limited(0, over, reset)
+		} else {
+			*r = allowed(p.Burst-queued, reset)
+		}
 		return s
 	}
 	if cost > p.Burst {

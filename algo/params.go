@@ -53,6 +53,14 @@ type Result struct {
 	Delay      int64
 }
 
+// Applied makes r, the result of a take of 0 units after a change the store
+// makes whatever the limit says (a charge, a refund, a settle), the answer
+// to that change: allowed, and reporting the key as it stands, 0 left if it
+// is in debt.
+func (r *Result) Applied() {
+	r.Allowed, r.Reason, r.RetryAfter = true, sluice.ReasonOK, 0
+}
+
 // A key in debt (see Charge) has less than nothing left: it reports 0.
 func allowed(remaining, resetAfter int64) Result {
 	return Result{Allowed: true, Remaining: max(remaining, 0), ResetAfter: resetAfter}

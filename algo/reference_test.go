@@ -48,6 +48,8 @@ func (m *refBucket) take(now, cost int64) Result {
 	missing := func() int64 { return nanos(new(big.Rat).Sub(big.NewRat(m.b, 1), m.tokens)) }
 	c := big.NewRat(cost, 1)
 	switch {
+	case cost == 0 && m.tokens.Sign() < 0: // in debt: over until refilled to 0
+		return Result{Reason: sluice.ReasonLimited, RetryAfter: nanos(new(big.Rat).Neg(m.tokens)), ResetAfter: missing()}
 	case cost == 0:
 		return Result{Allowed: true, Remaining: whole(), ResetAfter: missing()}
 	case cost > m.b:
@@ -84,6 +86,13 @@ func (m *refQueue) take(now, cost int64) Result {
 		reset = max(0, m.lastDep+m.T-now)
 	}
 	switch {
+	case cost == 0 && m.queued(now) > m.b:
+		// In debt: over until at most b departures are after now, at the
+		// (b+1)-th latest departure.
+		desc := slices.Clone(m.deps)
+		slices.Sort(desc)
+		slices.Reverse(desc)
+		return Result{Reason: sluice.ReasonLimited, RetryAfter: desc[m.b] - now, ResetAfter: reset}
 	case cost == 0:
 		return Result{Allowed: true, Remaining: m.b - q, ResetAfter: reset}
 	case cost > m.b:
@@ -125,6 +134,8 @@ func (m *refFixed) take(now, cost int64) Result {
 		reset = end
 	}
 	switch {
+	case cost == 0 && n > m.L: // in debt: over until the window ends
+		return Result{Reason: sluice.ReasonLimited, RetryAfter: end, ResetAfter: reset}
 	case cost == 0:
 		return Result{Allowed: true, Remaining: rem, ResetAfter: reset}
 	case cost > m.L:
@@ -223,7 +234,20 @@ func (m *refSliding) resetAfter(t int64) int64 {
 
 func (m *refSliding) take(now, cost int64) Result {
 	rem, reset := m.remaining(now), m.resetAfter(now)
+	over := func(t int64) bool { return m.estimate(t).Cmp(big.NewRat(m.L, 1)) > 0 }
 	switch {
+	case cost == 0 && over(now):
+		// In debt: over until the estimate is back to at most L.
+		lo, hi := now, now+2*m.W
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if !over(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return Result{Reason: sluice.ReasonLimited, RetryAfter: lo - now, ResetAfter: reset}
 	case cost == 0:
 		return Result{Allowed: true, Remaining: rem, ResetAfter: reset}
 	case cost > m.L:

@@ -30,7 +30,11 @@ func (s SlidingWindow) Take(p *Params, now, cost int64, r *Result) SlidingWindow
 	remaining := s.admissible(p, e)
 	reset := s.resetAfter(p, now)
 	if cost == 0 {
-		*r = allowed(remaining, reset)
+		if s.over(p, e) { // in debt: over the limit until the estimate is back to L
+			*r = limited(0, s.overFor(p, e), reset)
+		} else {
+			*r = allowed(remaining, reset)
+		}
 		return s
 	}
 	if cost > p.Burst {
@@ -98,6 +102,30 @@ func (s SlidingWindow) retryAfter(p *Params, e, cost int64) int64 {
 		return toNext + max(at, 0)
 	}
 	return toNext + p.W // two windows on, both counts are gone
+}
+
+// over reports whether the estimate at elapsed e is above L (only a charge
+// takes it there): prev*(W-e) + cur*W > L*W.
+func (s SlidingWindow) over(p *Params, e int64) bool {
+	return mul(p.Burst, p.W).less(mul(s.Prev, p.W-e).add(mul(s.Cur, p.W)))
+}
+
+// overFor returns the time from elapsed e until an estimate above L is back
+// to at most L.
+func (s SlidingWindow) overFor(p *Params, e int64) int64 {
+	// Later in this window: need prev*(W-e') <= (L-cur)*W, i.e.
+	// W - e' <= floor((L-cur)*W / prev).
+	if s.Cur <= p.Burst && s.Prev > 0 {
+		if at := p.W - mul(p.Burst-s.Cur, p.W).divCapped(s.Prev, p.W); at < p.W {
+			return at - e
+		}
+	}
+	// In the next window cur becomes prev: need cur*(W-e'') <= L*W.
+	toNext := p.W - e
+	if s.Cur <= p.Burst {
+		return toNext
+	}
+	return toNext + p.W - mul(p.Burst, p.W).divCapped(s.Cur, p.W)
 }
 
 func (s SlidingWindow) resetAfter(p *Params, now int64) int64 {

@@ -23,7 +23,11 @@ func (p *Params) NewTokenBucket(now int64) TokenBucket {
 func (s TokenBucket) Take(p *Params, now, cost int64, r *Result) TokenBucket {
 	s = s.refill(p, now)
 	if cost == 0 {
-		*r = allowed(s.Tokens/p.T, subSat(p.D, s.Tokens))
+		if s.Tokens < 0 { // in debt: over the limit until refilled to empty
+			*r = limited(0, subSat(0, s.Tokens), subSat(p.D, s.Tokens))
+		} else {
+			*r = allowed(s.Tokens/p.T, subSat(p.D, s.Tokens))
+		}
 		return s
 	}
 	if cost > p.Burst {

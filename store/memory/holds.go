@@ -151,11 +151,13 @@ func (s *Store) settle(t anyTable, tk *sluice.Take, now int64, d *sluice.Decisio
 	switch delta := tk.Cost - units; {
 	case !ok:
 		r = t.take(tk.Key, now, 0, false)
+		r.Applied()
 		r.Allowed, r.Reason = false, sluice.ReasonNoReservation
 	case delta > 0:
 		r = t.chargeKey(tk.Key, now, delta)
 	default: // a refund, or a peek for an estimate that was right
 		r = t.take(tk.Key, now, delta, false)
+		r.Applied()
 	}
 	decide(d, t.meta(), &r)
 }

@@ -302,10 +302,14 @@ func (t *table[C, P]) apply(c P, now, units int64, o op) (algo.Result, saved) {
 	switch o {
 	case opRefund:
 		c.refund(&t.params, now, units)
-		return c.take(&t.params, now, 0), sv
+		r := c.take(&t.params, now, 0)
+		r.Applied()
+		return r, sv
 	case opCharge:
 		c.charge(&t.params, now, units)
-		return c.take(&t.params, now, 0), sv
+		r := c.take(&t.params, now, 0)
+		r.Applied()
+		return r, sv
 	}
 	r := c.take(&t.params, now, units)
 	if o == opDry && r.Allowed && units > 0 {

@@ -89,6 +89,7 @@ func (t *wordTable) apply(v, now, units int64, o op, r *algo.Result) (int64, boo
 	if o == opRefund || o == opCharge {
 		next := t.adjust(v, now, units, o == opCharge)
 		t.step(next, now, 0, r)
+		r.Applied()
 		return next, next != v
 	}
 	next := t.step(v, now, units, r)

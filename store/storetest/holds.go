@@ -78,8 +78,10 @@ func testReservationsMatchAlgo(t *testing.T, newStore Factory) {
 							model.Charge(now, delta)
 						}
 						model.Take(now, 0, &want)
+						want.Applied() // even into debt
 					} else {
 						model.Take(now, 0, &want)
+						want.Applied()
 						want.Allowed, want.Reason = false, sluice.ReasonNoReservation
 					}
 					check(i, fmt.Sprintf("settle %s at %d (estimate %d)", o.id, actual, o.estimate), d, want)
@@ -209,7 +211,9 @@ func testReservationEdges(t *testing.T, newStore Factory) {
 
 // testChargesMatchAlgo: a charge applies its units whatever the limit says
 // (a debt, as algo's Charge), whatever the other takes of its call decide,
-// and later takes see it, on random traffic for every algorithm.
+// and later takes see it, on random traffic for every algorithm. A take of
+// 0 units on a key in debt is refused until the debt is paid off (algo's
+// Take), and a charge is answered allowed even into debt.
 func testChargesMatchAlgo(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
 		t.Run(l.String(), func(t *testing.T) {
@@ -233,17 +237,71 @@ func testChargesMatchAlgo(t *testing.T, newStore Factory) {
 					model.Charge(clock.Now(), units)
 					var want algo.Result
 					model.Take(clock.Now(), 0, &want)
-					if !out[0].Allowed || out[0].Remaining != want.Remaining {
+					if !out[0].Allowed || out[0].Remaining != want.Remaining || out[0].RetryAfter != 0 {
 						t.Fatalf("step %d: charge of %d: %s, want allowed with %d remaining", i, units, Describe(out[0]), want.Remaining)
 					}
 					continue
 				}
-				d := take1(t, s, "r", "k", l, 1)
+				cost := rng.Int64N(2) // 0: is the key over its limit?
+				d := take1(t, s, "r", "k", l, cost)
 				var want algo.Result
-				model.Take(clock.Now(), 1, &want)
+				model.Take(clock.Now(), cost, &want)
 				if !sameDecision(d, want) {
 					t.Fatalf("step %d: take after charges: store %s, algo %+v", i, Describe(d), want)
 				}
+			}
+		})
+	}
+}
+
+// testZeroCostAtTheDebtsEdges: a take of 0 units asks whether the key is
+// over its limit. At the limit it is allowed; one unit charged beyond it,
+// refused, as algo answers, until the debt is paid off: still refused one
+// step of the store's resolution before, allowed at that instant.
+func testZeroCostAtTheDebtsEdges(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.String(), func(t *testing.T) {
+			clock, s, p := againstModel(t, newStore, l)
+			model := algo.NewState(p)
+			var want algo.Result
+			for {
+				d := take1(t, s, "r", "k", l, 1)
+				if model.Take(clock.Now(), 1, &want); !sameDecision(d, want) {
+					t.Fatalf("filling: store %s, algo %+v", Describe(d), want)
+				}
+				if !d.Allowed {
+					break
+				}
+			}
+			check := func(what string) sluice.Decision {
+				t.Helper()
+				d := take1(t, s, "r", "k", l, 0)
+				if model.Take(clock.Now(), 0, &want); !sameDecision(d, want) {
+					t.Fatalf("%s: store %s, algo %+v", what, Describe(d), want)
+				}
+				return d
+			}
+			if d := check("at the limit"); !d.Allowed {
+				t.Fatalf("at the limit: %s, want allowed", Describe(d))
+			}
+			if d := call1(t, s, sluice.Take{Rule: "r", Key: "k", Limit: l, Cost: 1, Charge: true}); !d.Allowed {
+				t.Fatalf("a charge: %s, want allowed", Describe(d))
+			}
+			model.Charge(clock.Now(), 1)
+			d := check("one unit in debt")
+			if l.Algorithm == sluice.SlidingLog {
+				return // a log holds at most its limit: never over it
+			}
+			if d.Allowed || d.RetryAfter <= 0 {
+				t.Fatalf("one unit in debt: %s, want refused", Describe(d))
+			}
+			clock.Advance(d.RetryAfter - resolution)
+			if d := check("just before the debt is paid off"); d.Allowed {
+				t.Fatalf("just before the debt is paid off: %s, want refused", Describe(d))
+			}
+			clock.Advance(resolution)
+			if d := check("when the debt is paid off"); !d.Allowed {
+				t.Fatalf("when the debt is paid off: %s, want allowed", Describe(d))
 			}
 		})
 	}

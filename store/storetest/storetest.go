@@ -75,6 +75,7 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("RefusedCallsOpenNoReservation", func(t *testing.T) { testRefusedCallOpensNothing(t, newStore) })
 	t.Run("DebtMakesLaterTakesWait", func(t *testing.T) { testDebtMakesLaterTakesWait(t, newStore) })
 	t.Run("ChargesMatchAlgo", func(t *testing.T) { testChargesMatchAlgo(t, newStore) })
+	t.Run("ZeroCostAtTheDebtsEdges", func(t *testing.T) { testZeroCostAtTheDebtsEdges(t, newStore) })
 	t.Run("ReservationEdges", func(t *testing.T) { testReservationEdges(t, newStore) })
 	t.Run("FloorsMatchAlgo", func(t *testing.T) { testFloorsMatchAlgo(t, newStore) })
 	t.Run("FloorsKeepTheShareAbove", func(t *testing.T) { testFloorsKeepTheShareAbove(t, newStore) })

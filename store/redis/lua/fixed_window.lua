@@ -110,7 +110,10 @@ local function fw_decide(key, p, now, cost)
   local left = fw_start(p, idx + 1) - now
   local reset = left
   if c == 0 then reset = 0 end
-  if cost == 0 then return allowed(p.L - c, reset), nil end
+  if cost == 0 then
+    if c > p.L then return limited(0, left, reset), nil end -- in debt
+    return allowed(p.L - c, reset), nil
+  end
   if cost > p.L then return toolarge(p.L - c, reset), nil end
   if cost > p.L - c then return limited(p.L - c, left, reset), nil end
   return allowed(p.L - c - cost, left), {idx, c + cost, p}

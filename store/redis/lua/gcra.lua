@@ -9,7 +9,10 @@ local function gcra_decide(key, p, now, cost)
   local tat = tonumber(redis.call('GET', key) or '0') or 0
   tat = math.max(tat, now)
   local backlog = tat - now
-  if cost == 0 then return allowed(gcra_remaining(p, backlog), backlog), nil end
+  if cost == 0 then
+    if backlog > p.D then return limited(0, backlog - p.D, backlog), nil end -- in debt
+    return allowed(gcra_remaining(p, backlog), backlog), nil
+  end
   if cost > p.L then return toolarge(gcra_remaining(p, backlog), backlog), nil end
   local after = backlog + cost * p.T
   if after > p.D then return limited(gcra_remaining(p, backlog), after - p.D, backlog), nil end

@@ -14,7 +14,10 @@ end
 local function lm_decide(key, p, now, cost)
   local level = lm_load(key, p, now)
   local room = p.D - level
-  if cost == 0 then return allowed(math.floor(room / p.T), level), nil end
+  if cost == 0 then
+    if room < 0 then return limited(0, -room, level), nil end -- in debt
+    return allowed(math.floor(room / p.T), level), nil
+  end
   if cost > p.L then return toolarge(math.floor(room / p.T), level), nil end
   local need = cost * p.T
   if need > room then return limited(math.floor(room / p.T), need - room, level), nil end

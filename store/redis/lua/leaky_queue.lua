@@ -13,7 +13,12 @@ local function lq_decide(key, p, now, cost)
   if v then nxt = tonumber(v) end
   local queued = lq_queued(p, nxt, now)
   local reset = math.max(0, nxt - now)
-  if cost == 0 then return allowed(p.L - queued, reset), nil end
+  if cost == 0 then
+    -- queued is capped at L; a queue in debt is more than L departures ahead.
+    local over = (nxt - p.T - now) - p.L * p.T
+    if over > 0 then return limited(0, over, reset), nil end
+    return allowed(p.L - queued, reset), nil
+  end
   if cost > p.L then return toolarge(p.L - queued, reset), nil end
   if queued + cost > p.L then
     return limited(p.L - queued, (nxt - p.T - now) - (p.L - cost) * p.T, reset), nil

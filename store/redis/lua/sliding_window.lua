@@ -38,13 +38,39 @@ local function sw_retry(p, prev, cur, e, cost)
   return to_next + p.W
 end
 
+-- floor(x / d) for integers x >= 0, d > 0 below 2^53, exactly (a double
+-- quotient may round up to the next integer).
+local function sw_floordiv(x, d)
+  local q = math.floor(x / d)
+  if q * d > x then return q - 1 end
+  if (q + 1) * d <= x then return q + 1 end
+  return q
+end
+
+-- sw_over_for: the time from elapsed e until an estimate above L is back to
+-- at most L. Mirrors SlidingWindow.overFor.
+local function sw_over_for(p, prev, cur, e)
+  if cur <= p.L and prev > 0 then
+    local at = p.W - math.min(sw_floordiv((p.L - cur) * p.W, prev), p.W)
+    if at < p.W then return at - e end
+  end
+  local to_next = p.W - e
+  if cur <= p.L then return to_next end
+  return to_next + p.W - math.min(sw_floordiv(p.L * p.W, cur), p.W)
+end
+
 local function sw_decide(key, p, now, cost)
   local s, prev, cur
   s, prev, cur, now = sw_roll(key, p, now)
   local e = now - s
   local rem = sw_admissible(p, prev, cur, e)
   local reset = sw_reset(p, s, prev, cur, now)
-  if cost == 0 then return allowed(rem, reset), nil end
+  if cost == 0 then
+    if prev * (p.W - e) + cur * p.W > p.L * p.W then -- in debt
+      return limited(0, sw_over_for(p, prev, cur, e), reset), nil
+    end
+    return allowed(rem, reset), nil
+  end
   if cost > p.L then return toolarge(rem, reset), nil end
   if cost > rem then return limited(rem, sw_retry(p, prev, cur, e, cost), reset), nil end
   cur = cur + cost

@@ -42,6 +42,7 @@ local algos = {
 local function rewrite(alg, key, p, now, nst)
   if nst then alg[2](key, nst, 1000) end
   local r = alg[1](key, p, now, 0)
+  r[1], r[2], r[4] = 1, 0, 0 -- applied whatever the limit says, in debt or not
   if nst then redis.call('PEXPIRE', key, ceildiv(r[5], 1000) + 1000) end
   return r
 end
@@ -81,7 +82,7 @@ local function take(k0, n, a0, hold)
       end
       if est == nil then
         r = alg[1](key, p, now, 0)
-        r[1], r[2] = 0, 6 -- no reservation
+        r[1], r[2], r[4] = 0, 6, 0 -- no reservation
       else
         redis.call('DEL', mk)
         local nst = nil

@@ -15,7 +15,10 @@ end
 local function tb_decide(key, p, now, cost)
   local tokens = tb_load(key, p, now)
   local rem = math.floor(tokens / p.T)
-  if cost == 0 then return allowed(rem, p.D - tokens), nil end
+  if cost == 0 then
+    if tokens < 0 then return limited(0, -tokens, p.D - tokens), nil end -- in debt
+    return allowed(rem, p.D - tokens), nil
+  end
   if cost > p.L then return toolarge(rem, p.D - tokens), nil end
   local need = cost * p.T
   if tokens < need then return limited(rem, need - tokens, p.D - tokens), nil end
