@@ -471,7 +471,7 @@ func (e *Engine) mirror(ctx context.Context, res *Result, r *rule, l sluice.Limi
 		return
 	}
 	dl, n := e.degradedLimit(r, l)
-	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n)}
+	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), Charge: tk.Charge}
 	e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:])
 }
 
@@ -529,7 +529,7 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 	}
 	var out [1]sluice.Decision
 	dl, n := e.degradedLimit(r, l)
-	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), DryRun: tk.DryRun}}
+	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), DryRun: tk.DryRun, Charge: tk.Charge}}
 	if e.fallback.Take(ctx, fb[:], out[:]) == nil {
 		d = out[0]
 		d.Rule, d.Limit, d.Remaining = r.ID, l, d.Remaining/n

@@ -82,9 +82,18 @@ type Descriptor struct {
 	// limit override does.
 	Override *sluice.Limit
 	// Hits is what the descriptor takes; Negative gives Hits back instead
-	// (Envoy's is_negative_hits). With HitsSet (a descriptor's own
-	// hits_addend) a Hits of 0 checks without consuming anything, Envoy's
-	// token-quota pattern; otherwise 0 means 1.
+	// (Envoy's is_negative_hits). Without HitsSet, 0 means 1.
+	//
+	// HitsSet marks a descriptor's own hits_addend: Envoy's token-quota
+	// pattern, a check of 0 hits on the request path and the usage, known
+	// once the stream is done (apply_on_stream_done), reported after it.
+	// A Hits of 0 is then that check: over the limit only when the count is
+	// over it (in debt), not when it is at it. A Hits above 0 is a usage
+	// report, charged even beyond the limit (sluice.Take.Charge: a debt
+	// later requests wait out), as envoyproxy/ratelimit counts every hit;
+	// its status is over the limit when the count is over it after the
+	// charge. Hits from the request's hits_addend, or the default 1, are
+	// taken all or nothing, as sluice's other APIs take them.
 	Hits     int64
 	HitsSet  bool
 	Negative bool
@@ -100,7 +109,9 @@ type Descriptor struct {
 // descriptor is taken in one store call, all or nothing; quota_mode
 // descriptors each in a call of their own after it, and the request is over
 // the limit when a plain descriptor is, or when every quota descriptor is;
-// shadow descriptors are counted in a call of their own and never over.
+// usage reports (see Descriptor) are charged in a call of their own, whatever
+// the others decide; shadow descriptors are counted in a call of their own
+// and never over.
 func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []Descriptor, res *Result) error {
 	rs := e.set.Load()
 	res.reset(rs)
@@ -126,6 +137,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		r          *rule
 		limit      sluice.Limit
 		cost       int64
+		usage      bool // a usage report: charged, see Descriptor
 		start, end int
 	}
 	var list []counted
@@ -199,21 +211,22 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			res.keyBuf = append(res.keyBuf, v...)
 		}
 		res.keyBuf = boundKey(res.keyBuf, start)
-		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, start: start, end: len(res.keyBuf)})
+		usage := d.HitsSet && hits > 0 && !r.Shadow
+		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, usage: usage, start: start, end: len(res.keyBuf)})
 	}
-	// Three groups: plain descriptors together (all or nothing), then each
-	// quota descriptor alone, then the shadow ones.
+	// Four groups: plain descriptors together (all or nothing), then each
+	// quota descriptor alone, then the usage reports, then the shadow ones.
 	type group struct {
-		shadow, quota bool
-		only          int // for a quota descriptor: its index in list
+		shadow, quota, usage bool
+		only                 int // for a quota descriptor: its index in list
 	}
 	groups := []group{{}}
 	for j, c := range list {
-		if c.r.QuotaMode && !c.r.Shadow {
+		if c.r.QuotaMode && !c.r.Shadow && !c.usage {
 			groups = append(groups, group{quota: true, only: j})
 		}
 	}
-	groups = append(groups, group{shadow: true})
+	groups = append(groups, group{usage: true}, group{shadow: true})
 	plainRefused := false
 	for _, g := range groups {
 		res.takes = res.takes[:0]
@@ -222,18 +235,34 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			switch {
 			case g.shadow != c.r.Shadow:
 				continue
-			case g.quota && j != g.only, !g.quota && !g.shadow && c.r.QuotaMode:
+			case g.shadow:
+			case g.usage != c.usage:
+				continue
+			case g.usage:
+			case g.quota && j != g.only, !g.quota && c.r.QuotaMode:
 				continue
 			}
 			if err := c.limit.Validate(); err != nil {
 				return err
 			}
 			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
-				DryRun: g.quota && plainRefused}) // a refused request consumes no quota either
+				DryRun: g.quota && plainRefused, // a refused request consumes no quota either
+				Charge: g.usage})
 			res.idx = append(res.idx, j)
 		}
 		if len(res.takes) == 0 {
 			continue
+		}
+		// A usage report is answered by a look at its key once charged,
+		// in the same call: over the limit if the charge put it in debt.
+		looks := 0
+		if g.usage {
+			looks = len(res.takes)
+			for k := range looks {
+				look := res.takes[k]
+				look.Cost, look.Charge = 0, false
+				res.takes = append(res.takes, look)
+			}
 		}
 		decs := res.decisions(len(res.takes))
 		err := e.callOwing(ctx, res.takes, decs)
@@ -242,6 +271,10 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			st := &res.Statuses[c.i]
 			st.r, st.key, st.Shadow = c.r, res.takes[k].Key, g.shadow
 			switch {
+			case err == nil && g.usage:
+				st.Decision = decs[looks+k]
+				st.taken = c.cost
+				e.mirror(ctx, res, c.r, c.limit, &res.takes[k])
 			case err == nil:
 				st.Decision = decs[k]
 				if st.Allowed && c.cost > 0 && !res.takes[k].DryRun {
@@ -255,6 +288,11 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			case c.r.FailClosed:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.breakerRetry()}
 				st.FailedClosed = true
+			case g.usage:
+				// Spent all the same: charged to the share, and owed.
+				e.fallbackTake(ctx, c.r, c.limit, res.takes[k])
+				st.Decision = e.fallbackTake(ctx, c.r, c.limit, res.takes[looks+k])
+				st.FailedOpen = true
 			default:
 				// Fail open within the rule's per-node share, as Check does.
 				st.Decision = e.fallbackTake(ctx, c.r, c.limit, res.takes[k])

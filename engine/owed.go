@@ -334,7 +334,7 @@ func (o *owed) claim(takes []sluice.Take, answering bool) ([]sluice.Take, []time
 		var firsts []time.Time
 		for i := range takes {
 			tk := &takes[i]
-			if tk.Cost <= 0 || tk.DryRun || tk.Charge {
+			if tk.Cost < 0 || tk.DryRun || tk.Charge {
 				continue
 			}
 			k := owedKey{tk.Rule, tk.Key}

@@ -51,6 +51,14 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: user
     rate_limit: {name: login, unit: minute, requests_per_unit: 2}
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
 `
 
 // A sluice-format file with a rule id the Envoy file's limit name also
@@ -108,6 +116,11 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 			defer conn.Close()
 			c := rlsCase{t, rlsv3.NewRateLimitServiceClient(conn)}
 			ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+			// The per-minute limits count in fixed windows, as the
+			// reference's: the sequences below must not cross a minute.
+			if left := time.Minute - time.Duration(time.Now().UnixNano()%int64(time.Minute)); left < 15*time.Second {
+				time.Sleep(left)
+			}
 
 			// A plain limit: remaining counts down; over the limit, 0 left.
 			for i := range 21 {
@@ -197,6 +210,42 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 			// The Envoy limit named login answers under its name.
 			if r := c.call("conf", desc("user", "u1")); r.Statuses[0].CurrentLimit.GetName() != "login" {
 				t.Fatalf("named limit: %v", r)
+			}
+			// token-quota.sh: checks of 0 hits on the request path, usage
+			// reported (hits_addend 1) once each stream is done; 2 per
+			// minute. The third check finds the count at the limit and
+			// passes; its report takes it over; the fourth is refused.
+			hits := func(n uint64, kv ...string) *ratelimitcommonv3.RateLimitDescriptor {
+				d := desc(kv...)
+				d.HitsAddend = wrapperspb.UInt64(n)
+				return d
+			}
+			for i := 1; i <= 4; i++ {
+				r := c.call("conf", hits(0, "service", "service_2"))
+				if (r.OverallCode == ok) != (i <= 3) {
+					t.Fatalf("token quota, request %d: %v", i, r)
+				}
+				if i == 4 {
+					if reset := r.Statuses[0].DurationUntilReset.AsDuration(); reset <= 0 || reset > time.Minute {
+						t.Fatalf("token quota refused until %v, want within the minute", reset)
+					}
+					break
+				}
+				if r := c.call("conf", hits(1, "service", "service_2")); (r.OverallCode == ok) != (i <= 2) {
+					t.Fatalf("token quota, usage report %d: %v", i, r)
+				}
+			}
+			// multiservice-tokenquota.sh: service_1 (1 a minute) serves
+			// until its check is over, then service_2 (2 a minute, already
+			// over from above): every quota is over, the request is refused.
+			r := c.call("conf", hits(0, "service", "service_1"), hits(0, "service", "service_2"))
+			if r.OverallCode != ok || r.Statuses[0].Code != ok || r.Statuses[1].Code != over {
+				t.Fatalf("multiservice, request 1: %v", r)
+			}
+			c.call("conf", hits(1, "service", "service_1"))
+			c.call("conf", hits(1, "service", "service_1"))
+			if r := c.call("conf", hits(0, "service", "service_1"), hits(0, "service", "service_2")); r.OverallCode != over {
+				t.Fatalf("multiservice, both quotas spent: %v", r)
 			}
 		})
 	}
