@@ -471,7 +471,7 @@ func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
 		m, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if !strings.Contains(string(m), "sluice_concurrency_limit 20") || !strings.Contains(string(m), "sluice_concurrency_in_flight 20") {
-			t.Fatalf("%s: metrics lack the limit or the in-flight count:\n%s", plane, grepLines(string(m), "sluice_concurrency"))
+			t.Fatalf("%s: metrics lack the limit or the in-flight count:\n%s", plane, proctest.Lines(string(m), "sluice_concurrency"))
 		}
 		for range 64 - shed { // let the held ones go, for the next data plane
 			release <- struct{}{}
@@ -480,14 +480,4 @@ func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
 			<-codes
 		}
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -6,10 +6,13 @@ package proctest
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,4 +130,43 @@ func (l *tailLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return string(l.b)
+}
+
+// Metric reads the metric name from the /metrics page of the process at
+// base: the sum of its series.
+func Metric(base, name string) (float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var sum float64
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		series, v, ok := strings.Cut(line, " ")
+		if ok && (series == name || strings.HasPrefix(series, name+"{")) {
+			f, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if perr != nil {
+				return 0, fmt.Errorf("%s: %q: %v", name, line, perr)
+			}
+			sum, found = sum+f, true
+		}
+	}
+	if err == nil && !found {
+		err = fmt.Errorf("%s: no %s", base, name)
+	}
+	return sum, err
+}
+
+// Lines returns the lines of s that contain sub, for a failure message that
+// shows only what matters of a long log or page.
+func Lines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,10 +1,6 @@
-package main
+package fleet
 
 import (
-	"io"
-	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,26 +24,14 @@ rules:
   - {id: lease-hot, match: {path: /lease-hot}, key: [user], rate: 1000000, per: 1h, sync: {mode: lease, batch: 50}}
 `
 
-var storeCallsRe = regexp.MustCompile(`(?m)^sluice_store_calls_total (\d+)`)
-
 // storeCalls sums sluice_store_calls_total over the processes.
 func storeCalls(t *testing.T, bases []string) int64 {
-	var n int64
+	t.Helper()
+	var n float64
 	for _, b := range bases {
-		resp, err := http.Get(b + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m := storeCallsRe.FindSubmatch(body)
-		if m == nil {
-			t.Fatalf("%s: no sluice_store_calls_total", b)
-		}
-		v, _ := strconv.ParseInt(string(m[1]), 10, 64)
-		n += v
+		n += metric(t, b, "sluice_store_calls_total")
 	}
-	return n
+	return int64(n)
 }
 
 // Three `sluice serve` processes on one Redis (and on a 3-master cluster for
@@ -152,7 +136,7 @@ func TestRegionsGiveEachRegionItsShare(t *testing.T) {
 		t.Fatalf("region us admitted %d, want its 30%% of 100", o.admitted)
 	}
 	for _, args := range [][]string{{}, {"--region", "mars"}} {
-		code, _, errs := runCLI(append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules}, args...)...)
+		code, errs := run(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules}, args...)...)
 		if code == 0 || !strings.Contains(errs, "region") {
 			t.Errorf("serve %v: exit %d, %q", args, code, errs)
 		}

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"encoding/json"
@@ -244,7 +244,7 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	srv.Stop()
 	rules := writeRules(t, "rules:\n  - {id: open, key: [user], rate: 3, per: 1h}\n")
 	url := strings.Replace(srv.URL(), "redis://", "redis://:hunter2@", 1)
-	code, _, errs := runCLI("serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url, "--require-store")
+	code, errs := run(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url, "--require-store")
 	if code != 1 || !strings.Contains(errs, "does not answer") || strings.Contains(errs, "hunter2") {
 		t.Errorf("--require-store without Redis: exit %d, %q", code, errs)
 	}
@@ -276,7 +276,7 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	for i := 0; i < 60 && !strings.Contains(log.String(), "store circuit breaker"); i++ {
 		http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"b"}}`))
 	}
-	if l := grepLines(log.String(), "store circuit breaker"); !strings.Contains(l, "node="+strings.Replace(url, "hunter2", "xxxxx", 1)) {
+	if l := proctest.Lines(log.String(), "store circuit breaker"); !strings.Contains(l, "node="+strings.Replace(url, "hunter2", "xxxxx", 1)) {
 		t.Errorf("the breaker's line does not name the store: %q", l)
 	}
 	// A password in a cluster or Sentinel URL shows nowhere either: not in

@@ -1,9 +1,9 @@
-package main
+package fleet
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"net/http"
 	"strings"
 	"sync"
@@ -104,31 +104,11 @@ func twoServes(t *testing.T, rules, store string) []string {
 // metric reads a metric from a base's /metrics: the sum of its series.
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
-	v, err := readMetric(base, name)
+	v, err := proctest.Metric(base, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// readMetric is metric for a goroutine that is not the test's.
-func readMetric(base, name string) (float64, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var sum float64
-	for _, line := range strings.Split(string(b), "\n") {
-		series, v, ok := strings.Cut(line, " ")
-		if ok && (series == name || strings.HasPrefix(series, name+"{")) {
-			var f float64
-			fmt.Sscan(v, &f)
-			sum += f
-		}
-	}
-	return sum, err
 }
 
 // A Redis Cluster of three masters and their replicas

@@ -1,7 +1,8 @@
-package main
+package fleet
 
 import (
 	"fmt"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,8 +106,8 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 					case <-time.After(250 * time.Millisecond):
 					}
 					for _, b := range bases {
-						sched, _ := readMetric(b, "sluice_scheduling_delay_seconds")
-						deadline, _ := readMetric(b, "sluice_store_deadline_seconds")
+						sched, _ := proctest.Metric(b, "sluice_scheduling_delay_seconds")
+						deadline, _ := proctest.Metric(b, "sluice_store_deadline_seconds")
 						peakSched.Store(max(peakSched.Load(), int64(sched*1e9)))
 						peakDeadline.Store(max(peakDeadline.Load(), int64(deadline*1e9)))
 					}
