@@ -133,7 +133,8 @@ func (l *tailLog) String() string {
 }
 
 // Metric reads the metric name from the /metrics page of the process at
-// base: the sum of its series.
+// base: the sum of its series, 0 if it has none yet (a labelled counter
+// shows no series until its first count).
 func Metric(base, name string) (float64, error) {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -142,7 +143,6 @@ func Metric(base, name string) (float64, error) {
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var sum float64
-	found := false
 	for _, line := range strings.Split(string(b), "\n") {
 		series, v, ok := strings.Cut(line, " ")
 		if ok && (series == name || strings.HasPrefix(series, name+"{")) {
@@ -150,11 +150,8 @@ func Metric(base, name string) (float64, error) {
 			if perr != nil {
 				return 0, fmt.Errorf("%s: %q: %v", name, line, perr)
 			}
-			sum, found = sum+f, true
+			sum += f
 		}
-	}
-	if err == nil && !found {
-		err = fmt.Errorf("%s: no %s", base, name)
 	}
 	return sum, err
 }
