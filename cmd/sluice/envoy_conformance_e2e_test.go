@@ -273,7 +273,7 @@ func TestEnvoyOverTheLimitOnRedisIsAnsweredFromTheDenyCache(t *testing.T) {
 	c := rlsCase{t, rlsv3.NewRateLimitServiceClient(conn)}
 	c.call("d", desc("user", "warm-up")) // the connection and the scripts
 	storeCalls := func() int64 {
-		n, err := proctest.Metric(base, "sluice_store_calls_total")
+		n, err := proctest.ReadMetric(base, "sluice_store_calls_total")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ package proctest
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Output collects a process's output, safe to read while it runs.
@@ -132,10 +135,10 @@ func (l *tailLog) String() string {
 	return string(l.b)
 }
 
-// Metric reads the metric name from the /metrics page of the process at
+// ReadMetric reads the metric name from the /metrics page of the process at
 // base: the sum of its series, 0 if it has none yet (a labelled counter
 // shows no series until its first count).
-func Metric(base, name string) (float64, error) {
+func ReadMetric(base, name string) (float64, error) {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		return 0, err
@@ -166,4 +169,25 @@ func Lines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Run runs the built sluice with args to its end (at most 30 s) and returns
+// its exit code and what it wrote to stderr.
+func Run(t testing.TB, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, Sluice(t), args...)
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stderr.String()
+	}
+	t.Fatal(err)
+	return 0, ""
 }

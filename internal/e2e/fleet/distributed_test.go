@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"strings"
 	"testing"
 	"time"
@@ -29,13 +30,13 @@ func storeCalls(t *testing.T, bases []string) int64 {
 	t.Helper()
 	var n float64
 	for _, b := range bases {
-		n += metric(t, b, "sluice_store_calls_total")
+		n += proctest.Metric(t, b, "sluice_store_calls_total")
 	}
 	return int64(n)
 }
 
 // Three `sluice serve` processes on one Redis (and on a 3-master cluster for
-// exact, lease and shards), 30,000 checks of one hot key from 64 callers
+// exact, lease and shards), 10,000 checks of one hot key from 64 callers
 // spread over them, for every sync mode: what each admits against the
 // limit of 1,000, and how many store calls it makes per decision. exact,
 // lease, auto and shards never admit more than the limit.
@@ -44,7 +45,7 @@ func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	redistest.Need(t)
-	rules := writeRules(t, distRules)
+	rules := proctest.WriteRules(t, distRules)
 	for _, topo := range []string{"single", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			var url string
@@ -60,46 +61,46 @@ func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
 				b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", url)
 				bases = append(bases, b)
 			}
-			waitHealthy(t, bases)
-			waitGateways(t, bases, 3)
+			proctest.WaitHealthy(t, bases)
+			proctest.WaitGateways(t, bases, 3)
 			t.Logf("%-6s %9s %9s %12s %12s", "mode", "admitted", "limit", "calls/check", "checks/s")
 			for _, mode := range modes {
 				before := storeCalls(t, bases)
 				start := time.Now()
-				o := load(t, bases, "/"+mode, topo+"-"+mode, 30_000)
+				o := proctest.Load(t, bases, "/"+mode, topo+"-"+mode, 10_000)
 				took := time.Since(start)
 				calls := storeCalls(t, bases) - before
-				t.Logf("%-6s %9d %9d %12.3f %12.0f", mode, o.admitted, 1000, float64(calls)/30_000, 30_000/took.Seconds())
+				t.Logf("%-6s %9d %9d %12.3f %12.0f", mode, o.Admitted, 1000, float64(calls)/10_000, 10_000/took.Seconds())
 				switch mode {
 				case "exact", "shards":
-					if o.admitted != 1000 {
-						t.Errorf("%s admitted %d, want exactly 1000", mode, o.admitted)
+					if o.Admitted != 1000 {
+						t.Errorf("%s admitted %d, want exactly 1000", mode, o.Admitted)
 					}
 				case "lease", "auto":
-					if o.admitted > 1000 || o.admitted < 1000-3*50 {
-						t.Errorf("%s admitted %d, want at most 1000 and at least 1000 - 3 leases of 50", mode, o.admitted)
+					if o.Admitted > 1000 || o.Admitted < 1000-3*50 {
+						t.Errorf("%s admitted %d, want at most 1000 and at least 1000 - 3 leases of 50", mode, o.Admitted)
 					}
-					if mode == "lease" && calls*10 > 30_000 {
-						t.Errorf("lease made %d store calls for 30,000 checks: want at least 10x fewer than one per check", calls)
+					if mode == "lease" && calls*10 > 10_000 {
+						t.Errorf("lease made %d store calls for 10,000 checks: want at least 10x fewer than one per check", calls)
 					}
 				case "split":
-					if o.admitted > 1000 || o.admitted < 3*(1000/3) {
-						t.Errorf("split admitted %d, want 3 x 333", o.admitted)
+					if o.Admitted > 1000 || o.Admitted < 3*(1000/3) {
+						t.Errorf("split admitted %d, want 3 x 333", o.Admitted)
 					}
 					if calls != 0 {
 						t.Errorf("split made %d store calls", calls)
 					}
 				case "local":
-					if o.admitted != 3000 {
-						t.Errorf("local admitted %d, want 1000 on each of 3 gateways", o.admitted)
+					if o.Admitted != 3000 {
+						t.Errorf("local admitted %d, want 1000 on each of 3 gateways", o.Admitted)
 					}
 				case "sync":
-					if o.admitted > 3000 {
-						t.Errorf("sync admitted %d, more than each gateway's whole limit", o.admitted)
+					if o.Admitted > 3000 {
+						t.Errorf("sync admitted %d, more than each gateway's whole limit", o.Admitted)
 					}
 				}
-				if o.degraded != 0 {
-					t.Errorf("%s: %d degraded answers on a healthy Redis", mode, o.degraded)
+				if o.Degraded != 0 {
+					t.Errorf("%s: %d degraded answers on a healthy Redis", mode, o.Degraded)
 				}
 			}
 			// A hot key below its limit: every check admitted; exact pays a
@@ -108,12 +109,12 @@ func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
 			for i, mode := range []string{"exact-hot", "lease-hot"} {
 				before := storeCalls(t, bases)
 				start := time.Now()
-				o := load(t, bases, "/"+mode, topo+"-"+mode, 30_000)
+				o := proctest.Load(t, bases, "/"+mode, topo+"-"+mode, 10_000)
 				took := time.Since(start)
 				calls[i] = storeCalls(t, bases) - before
-				t.Logf("%-9s %9d %9d %12.3f %12.0f", mode, o.admitted, 1000000, float64(calls[i])/30_000, 30_000/took.Seconds())
-				if o.admitted != 30_000 {
-					t.Errorf("%s admitted %d of 30,000 under its limit", mode, o.admitted)
+				t.Logf("%-9s %9d %9d %12.3f %12.0f", mode, o.Admitted, 1000000, float64(calls[i])/10_000, 10_000/took.Seconds())
+				if o.Admitted != 10_000 {
+					t.Errorf("%s admitted %d of 10,000 under its limit", mode, o.Admitted)
 				}
 			}
 			if calls[1]*10 > calls[0] {
@@ -130,13 +131,13 @@ func TestRegionsGiveEachRegionItsShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	rules := writeRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, regions: {eu: 50%, us: 30%, ap: 20%}}\n")
+	rules := proctest.WriteRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, regions: {eu: 50%, us: 30%, ap: 20%}}\n")
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--region", "us")
-	if o := load(t, []string{base}, "/x", "u", 200); o.admitted != 30 {
-		t.Fatalf("region us admitted %d, want its 30%% of 100", o.admitted)
+	if o := proctest.Load(t, []string{base}, "/x", "u", 200); o.Admitted != 30 {
+		t.Fatalf("region us admitted %d, want its 30%% of 100", o.Admitted)
 	}
 	for _, args := range [][]string{{}, {"--region", "mars"}} {
-		code, errs := run(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules}, args...)...)
+		code, errs := proctest.Run(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules}, args...)...)
 		if code == 0 || !strings.Contains(errs, "region") {
 			t.Errorf("serve %v: exit %d, %q", args, code, errs)
 		}

@@ -106,8 +106,8 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 					case <-time.After(250 * time.Millisecond):
 					}
 					for _, b := range bases {
-						sched, _ := proctest.Metric(b, "sluice_scheduling_delay_seconds")
-						deadline, _ := proctest.Metric(b, "sluice_store_deadline_seconds")
+						sched, _ := proctest.ReadMetric(b, "sluice_scheduling_delay_seconds")
+						deadline, _ := proctest.ReadMetric(b, "sluice_store_deadline_seconds")
 						peakSched.Store(max(peakSched.Load(), int64(sched*1e9)))
 						peakDeadline.Store(max(peakDeadline.Load(), int64(deadline*1e9)))
 					}
@@ -117,9 +117,9 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 				for _, phase := range []string{"cold", "warm"} {
 					for _, a := range sluice.Algorithms() {
 						user := fmt.Sprintf("%s-%d-%s", topo, procs, phase)
-						o := load(t, bases[:procs], "/"+a.String(), user, 1000)
-						if want := expectedAdmitted(t, a, 1000); o.admitted != int64(want) || o.degraded != 0 {
-							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, o.admitted, want, o.degraded)
+						o := proctest.Load(t, bases[:procs], "/"+a.String(), user, 1000)
+						if want := expectedAdmitted(t, a, 1000); o.Admitted != int64(want) || o.Degraded != 0 {
+							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, o.Admitted, want, o.Degraded)
 						}
 					}
 				}
@@ -127,9 +127,9 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 			close(stop)
 			<-sampled
 			for _, b := range bases {
-				if metric(t, b, "sluice_store_breaker_state") != 0 || metric(t, b, "sluice_store_errors_total") != 0 {
+				if proctest.Metric(t, b, "sluice_store_breaker_state") != 0 || proctest.Metric(t, b, "sluice_store_errors_total") != 0 {
 					t.Errorf("%s: the breaker opened (%v) or store calls failed (%v) while Redis was healthy", b,
-						metric(t, b, "sluice_store_breaker_state"), metric(t, b, "sluice_store_errors_total"))
+						proctest.Metric(t, b, "sluice_store_breaker_state"), proctest.Metric(t, b, "sluice_store_errors_total"))
 				}
 			}
 			t.Logf("%s: the scheduling latency added at most %v to a store call's deadline (at most %v in all)", topo,

@@ -96,19 +96,9 @@ func twoServes(t *testing.T, rules, store string) []string {
 		b, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", store)
 		bases = append(bases, b)
 	}
-	waitHealthy(t, bases)
-	waitGateways(t, bases, 2)
+	proctest.WaitHealthy(t, bases)
+	proctest.WaitGateways(t, bases, 2)
 	return bases
-}
-
-// metric reads a metric from a base's /metrics: the sum of its series.
-func metric(t *testing.T, base, name string) float64 {
-	t.Helper()
-	v, err := proctest.Metric(base, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
 
 // A Redis Cluster of three masters and their replicas
@@ -126,7 +116,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	cluster := redistest.StartClusterWithReplicas(t, 2000)
-	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
+	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, cluster.URL())
 	dead := cluster.Nodes[0]
 	var users []string
@@ -197,9 +187,9 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	// Once the cluster is whole again: every debt written back, and no
 	// answer degraded.
 	deadline := time.Now().Add(30 * time.Second)
-	for !cluster.Promoted() || !cluster.Healthy() || metric(t, bases[0], "sluice_degraded_owed_units")+metric(t, bases[1], "sluice_degraded_owed_units") > 0 {
+	for !cluster.Promoted() || !cluster.Healthy() || proctest.Metric(t, bases[0], "sluice_degraded_owed_units")+proctest.Metric(t, bases[1], "sluice_degraded_owed_units") > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s the cluster is not whole or debts are owed: %v, %v", metric(t, bases[0], "sluice_degraded_owed_units"), metric(t, bases[1], "sluice_degraded_owed_units"))
+			t.Fatalf("after 30 s the cluster is not whole or debts are owed: %v, %v", proctest.Metric(t, bases[0], "sluice_degraded_owed_units"), proctest.Metric(t, bases[1], "sluice_degraded_owed_units"))
 		}
 		manyKeys(t, bases, []string{"fo-traffic"}, 20, nil) // traffic, which brings the write-back
 		time.Sleep(100 * time.Millisecond)
@@ -230,7 +220,7 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
-	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
+	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, srv.URL())
 	for _, fault := range []struct {
 		name        string
@@ -272,7 +262,7 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 		if float64(over) > 0.05*100*200 {
 			t.Errorf("Redis %s: %d over the limits of 200 users: want at most 5%%", fault.name, over)
 		}
-		waitHealthy(t, bases)
+		proctest.WaitHealthy(t, bases)
 	}
 }
 
@@ -290,7 +280,7 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	cluster := redistest.StartCluster(t)
-	rules := writeRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
+	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, cluster.URL())
 	for c, change := range []struct {
 		name string
