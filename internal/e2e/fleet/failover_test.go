@@ -283,11 +283,16 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, cluster.URL())
 	for c, change := range []struct {
-		name string
-		run  func() error
+		name        string
+		run         func() error
+		maxDegraded int64
 	}{
-		{"4,000 slots resharded", func() error { return cluster.Reshard(cluster.Nodes[0], cluster.Nodes[1], 4000) }},
-		{"a master added and the slots rebalanced", func() error { cluster.AddMaster(t); return cluster.Rebalance() }},
+		// Between masters that have served all along: no answer degraded.
+		{"4,000 slots resharded", func() error { return cluster.Reshard(cluster.Nodes[0], cluster.Nodes[1], 4000) }, 0},
+		// Onto a new master: its first calls come with a new connection,
+		// which a loaded machine may make late (0 in every run since the
+		// scripts are loaded on it ahead of its first call).
+		{"a master added and the slots rebalanced", func() error { cluster.AddMaster(t); return cluster.Rebalance() }, 10},
 	} {
 		var users []string
 		for i := range 300 {
@@ -336,8 +341,8 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 		if after["MOVED"]+after["ASK"] == before["MOVED"]+before["ASK"] {
 			t.Errorf("%s: no check met a slot on the move (no MOVED or ASK answer): the test did not test it", change.name)
 		}
-		if int64(under) > degraded || degraded > 10 {
-			t.Errorf("%s: %d units under with %d degraded answers: want each unit under explained by a degraded answer, and at most 10 of those", change.name, under, degraded)
+		if int64(under) > degraded || degraded > change.maxDegraded {
+			t.Errorf("%s: %d units under with %d degraded answers: want each unit under explained by a degraded answer, and at most %d of those", change.name, under, degraded, change.maxDegraded)
 		}
 	}
 }
