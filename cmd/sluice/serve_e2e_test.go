@@ -220,8 +220,10 @@ func TestGatewayEndToEnd(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	release := proctest.Exclusive() // one end-to-end suite at a time
 	code := m.Run()
 	proctest.Remove()
+	release()
 	os.Exit(code)
 }
 

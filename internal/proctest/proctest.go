@@ -191,3 +191,26 @@ func Run(t testing.TB, args ...string) (int, string) {
 	t.Fatal(err)
 	return 0, ""
 }
+
+// Exclusive waits until no other test process on this machine holds the
+// end-to-end lock, takes it, and returns its release. The end-to-end
+// suites (cmd/sluice, internal/e2e/fleet) each start several sluice and
+// redis-server processes and load them from 64 callers; `go test ./...`
+// runs packages side by side, and two such suites at once on a 2-core
+// machine starve their Redis past the store's deadline, which the tests
+// rightly count as failures. Call it from TestMain before m.Run: the wait
+// is not part of `go test`'s 10 minutes per package, which start in m.Run.
+func Exclusive() (release func()) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sluice-e2e.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {} // no lock to be had: run side by side, as before
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}
+}

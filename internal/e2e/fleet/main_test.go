@@ -10,8 +10,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	release := proctest.Exclusive() // one end-to-end suite at a time
 	code := m.Run()
 	proctest.Remove()
+	release()
 	os.Exit(code)
 }
 
