@@ -45,7 +45,7 @@ func TestSchedulingLatencyExtendsTheDeadline(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}
-	if busy <= idle || busy < 4*time.Millisecond || busy > maxSchedExtension {
+	if busy <= idle || busy > maxSchedExtension {
 		t.Fatalf("extension %v idle, %v with 8 goroutines per processor: want it larger when busy, at most %v", idle, busy, maxSchedExtension)
 	}
 	t.Logf("extension %v idle, %v busy", idle, busy)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -135,8 +136,16 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 		})
 	}
 	wg.Wait()
-	if ok.Load() != 100 || over.Load() != 220 {
-		t.Fatalf("%d OK and %d over of 320 calls, want exactly 100 and 220", ok.Load(), over.Load())
+	// Exact: 100 OK. On a machine whose cores the attacks and busy loops
+	// take, a store call may miss its deadline: its call is answered within
+	// the gateway's share and may leave the victim under, never over, and
+	// each unit under is a failed store call the metrics count.
+	failed, err := proctest.ReadMetric(base, "sluice_store_errors_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok.Load()+over.Load() != 320 || ok.Load() > 100 || float64(100-ok.Load()) > failed {
+		t.Fatalf("%d OK and %d over of 320 calls with %v failed store calls, want exactly 100 and 220, or fewer OK by at most the failed calls", ok.Load(), over.Load(), failed)
 	}
 	resp, err := rls.ShouldRateLimit(context.Background(), loadReq("after"))
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
