@@ -137,15 +137,18 @@ func envoyUnderAttack(t *testing.T, extra ...string) {
 	}
 	wg.Wait()
 	// Exact: 100 OK. On a machine whose cores the attacks and busy loops
-	// take, a store call may miss its deadline: its call is answered within
-	// the gateway's share and may leave the victim under, never over, and
-	// each unit under is a failed store call the metrics count.
+	// take, Redis may starve and a store call miss its deadline: its call
+	// is answered within the gateway's share, degraded. That can leave the
+	// victim under (the call was applied late), or over while other calls
+	// still reach the store (the bound's partial-outage term, docs/redis.md):
+	// each unit off exact is a failed store call the metrics count (a
+	// loaded run: 106 with 76 failed calls; another: 64 with failed calls).
 	failed, err := proctest.ReadMetric(base, "sluice_store_errors_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok.Load()+over.Load() != 320 || ok.Load() > 100 || float64(100-ok.Load()) > failed {
-		t.Fatalf("%d OK and %d over of 320 calls with %v failed store calls, want exactly 100 and 220, or fewer OK by at most the failed calls", ok.Load(), over.Load(), failed)
+	if off := max(ok.Load()-100, 100-ok.Load()); ok.Load()+over.Load() != 320 || float64(off) > failed {
+		t.Fatalf("%d OK and %d over of 320 calls with %v failed store calls, want exactly 100 and 220, or off by at most the failed calls", ok.Load(), over.Load(), failed)
 	}
 	resp, err := rls.ShouldRateLimit(context.Background(), loadReq("after"))
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
