@@ -38,31 +38,7 @@ func TestATakeWaitsOutASlotHalfMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	ka := s.Key("a", "alice", l)
-	var from, to *redistest.Server
-	for _, n := range cluster.Nodes {
-		if r, _ := n.Do("EXISTS", ka); r == ":1" {
-			from = n
-		} else if to == nil {
-			to = n
-		}
-	}
-	if from == nil {
-		t.Fatalf("no master holds %q", ka)
-	}
-	slot, _ := from.Do("CLUSTER", "KEYSLOT", ka)
-	slot = strings.TrimPrefix(slot, ":")
-	fromID, _ := from.ClusterID()
-	toID, _ := to.ClusterID()
-	do := func(n *redistest.Server, args ...string) {
-		t.Helper()
-		if r, err := n.Do(args...); err != nil || strings.HasPrefix(r, "-") {
-			t.Fatalf("%v on %s: %s %v", args, n.Addr, r, err)
-		}
-	}
-	do(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
-	do(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
-	host, port, _ := strings.Cut(to.Addr, ":")
-	do(from, "MIGRATE", host, port, "", "0", "5000", "KEYS", ka)
+	slot, toID := halfMigrate(t, cluster, ka, nil)
 	// The old master answers ASK (it has neither key now); the new one,
 	// asked, has one key of two: TRYAGAIN until the slot is its own.
 	settled := make(chan struct{})
@@ -131,34 +107,7 @@ func TestAnAddedMasterHasTheScriptsBeforeItsFirstCall(t *testing.T) {
 		return out[0]
 	}
 	take()
-	k := s.Key("a", "bob", l)
-	var from *redistest.Server
-	for _, n := range cluster.Nodes {
-		if r, _ := n.Do("EXISTS", k); r == ":1" {
-			from = n
-		}
-	}
-	if from == nil {
-		t.Fatalf("no master holds %q", k)
-	}
-	slot, _ := from.Do("CLUSTER", "KEYSLOT", k)
-	slot = strings.TrimPrefix(slot, ":")
-	fromID, _ := from.ClusterID()
-	toID, _ := added.ClusterID()
-	host, port, _ := strings.Cut(added.Addr, ":")
-	for _, c := range [][]string{
-		{added.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID},
-		{from.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID},
-		{from.Addr, "MIGRATE", host, port, "", "0", "5000", "KEYS", k},
-	} {
-		n := from
-		if c[0] == added.Addr {
-			n = added
-		}
-		if r, err := n.Do(c[1:]...); err != nil || strings.HasPrefix(r, "-") {
-			t.Fatalf("%v: %s %v", c, r, err)
-		}
-	}
+	halfMigrate(t, cluster, s.Key("a", "bob", l), added)
 	if d := take(); !d.Allowed || d.Remaining != 8 {
 		t.Fatalf("the take asked to the new master: %+v, want allowed with 8 left", d)
 	}
@@ -169,4 +118,45 @@ func TestAnAddedMasterHasTheScriptsBeforeItsFirstCall(t *testing.T) {
 	if strings.Contains(stats, "cmdstat_eval:") || strings.Contains(stats, "failed_calls=1") {
 		t.Errorf("the new master was sent the script's text or refused a call:\n%s", stats)
 	}
+}
+
+// halfMigrate moves key from the master that holds it to another (to, or
+// the first other master if nil) while its slot stays the old master's:
+// IMPORTING on the new side, MIGRATING on the old, and the key MIGRATEd.
+// Calls for the key then meet ASK. It returns the slot and the new master's
+// id, for CLUSTER SETSLOT ... NODE.
+func halfMigrate(t *testing.T, cluster *redistest.Cluster, key string, to *redistest.Server) (slot, toID string) {
+	t.Helper()
+	var from *redistest.Server
+	for _, n := range cluster.Nodes {
+		if r, _ := n.Do("EXISTS", key); r == ":1" {
+			from = n
+		}
+	}
+	if from == nil {
+		t.Fatalf("no master holds %q", key)
+	}
+	for _, n := range cluster.Nodes {
+		if to == nil && n != from {
+			to = n
+		}
+	}
+	slot, _ = from.Do("CLUSTER", "KEYSLOT", key)
+	slot = strings.TrimPrefix(slot, ":")
+	fromID, _ := from.ClusterID()
+	toID, _ = to.ClusterID()
+	host, port, _ := strings.Cut(to.Addr, ":")
+	for _, step := range []struct {
+		n    *redistest.Server
+		args []string
+	}{
+		{to, []string{"CLUSTER", "SETSLOT", slot, "IMPORTING", fromID}},
+		{from, []string{"CLUSTER", "SETSLOT", slot, "MIGRATING", toID}},
+		{from, []string{"MIGRATE", host, port, "", "0", "5000", "KEYS", key}},
+	} {
+		if r, err := step.n.Do(step.args...); err != nil || strings.HasPrefix(r, "-") {
+			t.Fatalf("%v on %s: %s %v", step.args, step.n.Addr, r, err)
+		}
+	}
+	return slot, toID
 }
