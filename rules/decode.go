@@ -768,6 +768,12 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 	if r.Tiers != nil && r.Sync.Shards > 1 {
 		d.fail(n, field+".tiers", "tiers share one count: they cannot use shards")
 	}
+	if r.Envoy != nil && r.Limit.Algorithm == sluice.SlidingLog {
+		// Envoy's usage reports (a descriptor's hits_addend) are charged
+		// beyond the limit, a debt later checks wait out; a log never holds
+		// more than its limit, so a spent budget would never be refused.
+		d.fail(n, field+".algorithm", "Envoy descriptors charge reported usage beyond the limit, which a sliding-log cannot hold: use sliding-window, gcra or another algorithm")
+	}
 	if r.Adaptive {
 		switch a := r.Limit.Algorithm; {
 		case a != sluice.GCRA && a != sluice.TokenBucket && a != sluice.LeakyMeter:

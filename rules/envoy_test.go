@@ -92,6 +92,12 @@ func TestSluiceRulesCanAnswerDescriptors(t *testing.T) {
 	if _, err := Parse("s.yaml", []byte("rules:\n  - {id: x, envoy: {domain: edge}, rate: 1, per: 1s}\n")); err == nil {
 		t.Fatal("an envoy match without entries was accepted")
 	}
+	// Usage reports are charged beyond the limit; a sliding log cannot hold
+	// that debt, so a spent token budget would never be refused.
+	_, err = Parse("s.yaml", []byte("rules:\n  - {id: x, envoy: {domain: edge, descriptors: [{key: user}]}, rate: 2, per: 1h, algorithm: sliding-log}\n"))
+	if err == nil || !strings.Contains(err.Error(), "rules[0].algorithm") {
+		t.Fatalf("Envoy descriptors on a sliding-log rule: %v, want refused at rules[0].algorithm", err)
+	}
 	if (EnvoyEntry{Key: "k"}).Matches("anything") != 1 || (EnvoyEntry{Key: "k", Value: "v"}).Matches("v") != 3 {
 		t.Fatal("match specificity")
 	}
