@@ -86,6 +86,7 @@ type conn struct {
 	peerInitWindow int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerMaxFrame   int
 	closed         bool
+	prefaced       bool      // the server's SETTINGS is written: a GOAWAY may follow
 	blocked        []*stream // answers waiting for send window, in order
 	drainPhase     int       // 0, or the GOAWAY phase sent (drain)
 	drainPinged    time.Time // when the first GOAWAY's PING was sent
@@ -165,6 +166,7 @@ func (c *conn) serve() {
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
 	)
 	c.fr.WriteWindowUpdate(0, connWindow-65535)
+	c.prefaced = true
 	c.release()
 	// The client's preface ends with its SETTINGS.
 	f, err := c.fr.ReadFrame()

@@ -2,6 +2,7 @@ package h2grpc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -342,5 +343,69 @@ func TestPingIsAnswered(t *testing.T) {
 	p := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }).(*http2.PingFrame)
 	if string(p.Data[:6]) != "sluice" {
 		t.Fatalf("PING answered with %q", p.Data)
+	}
+}
+
+// A shutdown that comes after the server's SETTINGS is written but before
+// the client's SETTINGS is read still drains in two phases: the client may
+// have read the server's SETTINGS and be sending a call. (It used to close
+// such a connection at once, resetting a client that had done nothing
+// wrong; a contract test saw it as "connection reset by peer".)
+func TestShutdownBeforeTheClientsSettingsDrains(t *testing.T) {
+	f := newFixture(t, nil)
+	nc, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	r := &raw{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
+	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	r.enc = hpack.NewEncoder(&r.hbuf)
+	// The preface alone: the server waits for the SETTINGS that ends it.
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if f, err := r.fr.ReadFrame(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := f.(*http2.SettingsFrame); !ok {
+		t.Fatalf("the server's first frame is %v, want SETTINGS", f)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shut <- f.s.Shutdown(ctx)
+	}()
+	first := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if first.LastStreamID != 1<<31-1 {
+		t.Fatalf("first GOAWAY names stream %d, want the largest", first.LastStreamID)
+	}
+	ping := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() }).(*http2.PingFrame)
+	r.fr.WriteSettings()
+	r.fr.WriteSettingsAck()
+	r.call(1, "/t.T/Echo", framed([]byte("in time")))
+	r.fr.WritePing(true, ping.Data)
+	// The answer and the second GOAWAY, in either order.
+	status, last := "", uint32(0)
+	for status == "" || last == 0 {
+		switch f := r.next(func(http2.Frame) bool { return true }).(type) {
+		case *http2.MetaHeadersFrame:
+			if v := get(f, "grpc-status"); v != "" && f.StreamID == 1 {
+				status = v
+			}
+		case *http2.RSTStreamFrame:
+			t.Fatalf("the call sent between the phases was reset: %v", f.ErrCode)
+		case *http2.GoAwayFrame:
+			if last = f.LastStreamID; last != 1 {
+				t.Fatalf("second GOAWAY names stream %d, want 1", last)
+			}
+		}
+	}
+	if status != "0" {
+		t.Fatalf("the call sent between the phases: grpc-status %s", status)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }

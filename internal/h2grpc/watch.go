@@ -207,12 +207,18 @@ func (c *conn) staleRequest(now time.Time, d time.Duration) bool {
 // and anything later is refused. With one GOAWAY naming the last stream
 // seen, a call in flight on the wire would be refused, and a client
 // without retries would fail it (Envoy then fails open).
+//
+// A connection whose client has not yet sent its SETTINGS is drained the
+// same way once the server's SETTINGS is out: the client may already have
+// read it and be sending a call. Only one that has not reached that point
+// is closed at once (no call can be on it).
 func (c *conn) drain() {
-	if !c.ready.Load() {
-		c.close() // not past its prefaces: nothing to drain
+	c.lock()
+	if !c.prefaced && !c.closed {
+		c.release()
+		c.close()
 		return
 	}
-	c.lock()
 	defer c.release()
 	if c.closed || c.drainPhase > 0 {
 		return
