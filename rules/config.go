@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,6 +20,11 @@ import (
 // Config is a loaded, validated rule file.
 type Config struct {
 	File string
+	// Version names what the rules were loaded from: "sha256:" and the
+	// first 12 hex digits of the file's digest (of the files' digests, for
+	// several), or what their source calls its version (an xDS response's
+	// version_info). /v1/rules and /metrics report it.
+	Version string
 	// Sources are the named key sources: the defaults, overridden and
 	// extended by the file's keys section.
 	Sources map[string]*Source
@@ -268,7 +275,14 @@ func Parse(name string, data []byte) (*Config, error) {
 	if len(d.errs) > 0 {
 		return nil, d.errs
 	}
+	c.Version = digest(data)
 	return c, nil
+}
+
+// digest is a Version for these bytes.
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:6])
 }
 
 // NeedsBody reports whether any rule takes its key from the request body, so
@@ -370,6 +384,11 @@ func (o LoadOptions) Merge(cfgs ...*Config) (*Config, error) {
 		return cfgs[0], nil
 	}
 	out := &Config{Sources: defaultSources(), IPv6Prefix: DefaultIPv6Prefix}
+	versions := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		versions[i] = c.Version
+	}
+	out.Version = digest([]byte(strings.Join(versions, "\n")))
 	domains := map[string]string{} // the file that declared each
 	seen := map[string]string{}
 	var errs Errors

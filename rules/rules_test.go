@@ -673,3 +673,29 @@ func TestDigitsOfEveryScriptAreTheirASCIIDigit(t *testing.T) {
 		t.Fatalf("only %d digits checked", checked)
 	}
 }
+
+// A rule set's version names its contents: the same bytes, the same
+// version; any change, another; several files, one of their own.
+func TestVersionNamesTheContents(t *testing.T) {
+	a1, err := Parse("a.yaml", []byte("rules:\n  - id: a\n    key: [user]\n    rate: 10\n    per: 1m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := Parse("elsewhere.yaml", []byte("rules:\n  - id: a\n    key: [user]\n    rate: 10\n    per: 1m\n"))
+	b, _ := Parse("a.yaml", []byte("rules:\n  - id: a\n    key: [user]\n    rate: 11\n    per: 1m\n"))
+	if !strings.HasPrefix(a1.Version, "sha256:") || len(a1.Version) != len("sha256:")+12 {
+		t.Fatalf("version %q", a1.Version)
+	}
+	if a1.Version != a2.Version || a1.Version == b.Version {
+		t.Fatalf("versions: same bytes %q %q, changed %q", a1.Version, a2.Version, b.Version)
+	}
+	c, _ := Parse("c.yaml", []byte("rules:\n  - id: c\n    key: [ip]\n    rate: 1\n    per: 1s\n"))
+	ac, err := Merge(a1, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, _ := Merge(b, c)
+	if ac.Version == a1.Version || ac.Version == c.Version || ac.Version == bc.Version {
+		t.Fatalf("merged versions: %q (of %q, %q), %q", ac.Version, a1.Version, c.Version, bc.Version)
+	}
+}

@@ -111,6 +111,7 @@ type RuleJSON struct {
 
 func (s *Server) listRules(w http.ResponseWriter, r *http.Request) {
 	cfg := s.e.Config()
+	w.Header().Set("Sluice-Rules-Version", cfg.Version)
 	out := make([]RuleJSON, 0, len(cfg.Rules))
 	for _, rule := range cfg.Rules {
 		out = append(out, ruleJSON(rule))

@@ -74,6 +74,9 @@ func (m *Metrics) WatchConcurrency(l *concurrency.Limiter) { m.collector.conc = 
 // metrics.
 func (m *Metrics) WatchPressure(p *concurrency.Pressure) { m.collector.pressure = p }
 
+// WatchRules reports a rules source's updates (an xDS subscription).
+func (m *Metrics) WatchRules(src RulesSource) { m.collector.rules = src }
+
 func (m *Metrics) watch(e *engine.Engine, mem *memory.Store, sh *share.Store) {
 	m.collector.e, m.collector.mem, m.collector.share = e, mem, sh
 }
@@ -87,6 +90,7 @@ type collector struct {
 	panics   *panics
 	conc     *concurrency.Limiter
 	pressure *concurrency.Pressure
+	rules    RulesSource
 }
 
 var (
@@ -117,6 +121,12 @@ var (
 		"The deadline a store call gets now: the store's adaptive deadline plus sluice_scheduling_delay_seconds.", nil, nil)
 	descSchedDelay = prometheus.NewDesc("sluice_scheduling_delay_seconds",
 		"What this process's own scheduling latency adds to a store call's deadline now (four times the recent 99th percentile of Go's /sched/latencies:seconds, at most 2 s): a busy gateway is given the time its goroutines wait to run.", nil, nil)
+	descRulesVersion = prometheus.NewDesc("sluice_rules_version_info",
+		"Always 1; the label is the version of the rules serving: sha256: and the start of the rule files' digest, or the xDS response's version_info.", []string{"version"}, nil)
+	descXDSUpdates = prometheus.NewDesc("sluice_xds_updates_total",
+		"Configurations received from the xDS management server, by result: applied (ACKed) or refused (NACKed; the rules serving stay).", []string{"result"}, nil)
+	descXDSConnected = prometheus.NewDesc("sluice_xds_connected",
+		"1 while a stream to the xDS management server is open, else 0 (the rules last applied keep serving).", nil, nil)
 	descReloads = prometheus.NewDesc("sluice_config_reloads_total",
 		"Rule file reloads by result: ok, refused.", []string{"result"}, nil)
 	descKeys = prometheus.NewDesc("sluice_memory_store_keys",
@@ -173,7 +183,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -274,6 +284,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ok, refused := c.e.Reloads()
 	counter(descReloads, ok, "ok")
 	counter(descReloads, refused, "refused")
+	ch <- prometheus.MustNewConstMetric(descRulesVersion, prometheus.GaugeValue, 1, c.e.Config().Version)
+	if c.rules != nil {
+		applied, refused := c.rules.Updates()
+		counter(descXDSUpdates, applied, "applied")
+		counter(descXDSUpdates, refused, "refused")
+		up := 0.0
+		if c.rules.Connected() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descXDSConnected, prometheus.GaugeValue, up)
+	}
 	if c.mem == nil {
 		return
 	}

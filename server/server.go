@@ -61,6 +61,22 @@ type Options struct {
 	// while what it protects cannot be reached. It returns a description
 	// of the upstream and an error when it is down.
 	Upstream func(ctx context.Context) (string, error)
+	// Rules, if set, is where the rules come from when not from files (an
+	// xDS subscription): /readyz is not ready until it has delivered a
+	// configuration, and /metrics reports its updates.
+	Rules RulesSource
+}
+
+// RulesSource is a source of rules other than files, such as an xDS
+// subscription (package server/xds).
+type RulesSource interface {
+	// Version is the version of the configuration applied last, and
+	// whether one has been.
+	Version() (string, bool)
+	// Updates counts the configurations applied and refused.
+	Updates() (applied, refused uint64)
+	// Connected reports whether the source is reachable now.
+	Connected() bool
 }
 
 // Server is the service's HTTP handler.
@@ -163,6 +179,16 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fmt.Fprintf(&b, "gateways sharing the store: %d\n", s.e.Gateways())
+	if s.o.Rules != nil {
+		if v, ok := s.o.Rules.Version(); !ok {
+			status = http.StatusServiceUnavailable
+			b.WriteString("not ready: no configuration has come from the xDS management server yet\n")
+		} else if !s.o.Rules.Connected() {
+			fmt.Fprintf(&b, "rules: version %q from xDS, kept while the management server cannot be reached\n", v)
+		} else {
+			fmt.Fprintf(&b, "rules: version %q from xDS\n", v)
+		}
+	}
 	if s.o.Upstream != nil {
 		name, uerr := s.o.Upstream(r.Context())
 		if uerr != nil {

@@ -236,6 +236,8 @@ func TestAdminNeedsATokenOffLoopback(t *testing.T) {
 	open := newFixture(t, Options{Loopback: true})
 	if w := open.do("GET", "/v1/rules", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"id":"login"`) {
 		t.Fatalf("loopback, no token: %d %s", w.Code, w.Body)
+	} else if v := w.Header().Get("Sluice-Rules-Version"); v != open.srv.e.Config().Version || !strings.HasPrefix(v, "sha256:") {
+		t.Fatalf("Sluice-Rules-Version %q, want the rules' %q", v, open.srv.e.Config().Version)
 	}
 	closed := newFixture(t, Options{Loopback: false})
 	if w := closed.do("GET", "/v1/rules", ""); w.Code != 403 {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/server/xds"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
@@ -67,6 +68,9 @@ type common struct {
 	decisionRate    *int
 	decisionSample  *int
 	mergeDomains    *bool
+	// fromXDS: the rules come from an xDS subscription (serve --xds), not
+	// from files.
+	fromXDS bool
 
 	// pressure, when set (gateway --adaptive), is the factor adaptive
 	// rules follow.
@@ -122,7 +126,10 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if *c.adminToken == "" {
 		*c.adminToken = os.Getenv("SLUICE_ADMIN_TOKEN")
 	}
-	if len(c.configs) == 0 {
+	switch {
+	case c.fromXDS && len(c.configs) > 0:
+		return nil, errUsage{errors.New("--xds and --config: the rules come from the xDS server or from files, not both")}
+	case len(c.configs) == 0 && !c.fromXDS:
 		return nil, errUsage{errors.New("want at least one --config")}
 	}
 	s := &setup{}
@@ -150,6 +157,9 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		}
 	}
 	cfg, err := rules.LoadOptions{MergeDomains: *c.mergeDomains}.LoadAll(c.configs...)
+	if c.fromXDS && err == nil {
+		cfg.Version = "" // no rules (no files) until the first configuration
+	}
 	if err != nil {
 		if *c.logFormat == "json" {
 			s.log.Error("sluice: rule files refused", "files", []string(c.configs), "faults", faults(err))
@@ -356,9 +366,11 @@ func gatewayID() string {
 func (c *common) serveUntilDone(ctx context.Context, s *setup, servers ...*listening) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go s.eng.ReloadOnSignal(ctx, c.configs)
+	if len(c.configs) > 0 {
+		go s.eng.ReloadOnSignal(ctx, c.configs)
+	}
 	go s.live.Run(ctx)
-	if *c.watch > 0 {
+	if *c.watch > 0 && len(c.configs) > 0 {
 		go s.eng.WatchFile(ctx, *c.watch, c.configs...)
 	}
 	errc := make(chan error, len(servers))
@@ -431,6 +443,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	grpcGrace := fs.Duration("grpc-max-connection-age-grace", server.DefaultGRPCMaxAgeGrace, "what the calls of a connection drained for its age have before it closes")
 	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers")
 	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers)")
+	xf := xdsFlagSet(fs)
 	authProxy := fs.String("auth-proxy", envDefault("SLUICE_AUTH_PROXY", "nginx"), "the proxy calling forward-auth (/v1/auth): nginx, traefik, caddy or envoy; only the headers it sets are believed")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE [--config FILE...] [--listen 127.0.0.1:8080] [--grpc-listen 127.0.0.1:8081] [--store memory]")
@@ -460,12 +473,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return errUsage{err}
 	}
+	if t := os.Getenv("CONFIG_TYPE"); t != "" && t != "FILE" && t != "GRPC_XDS_SOTW" {
+		return errUsage{fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", t)}
+	}
+	var sub *xds.Client
+	if *xf.server != "" {
+		c.fromXDS = true
+		if sub, err = xf.client(*c.mergeDomains); err != nil {
+			return errUsage{err}
+		}
+	}
 	s, err := c.build(stderr)
 	if err != nil {
 		return err
 	}
 	defer s.close()
+	var rulesSource server.RulesSource
+	if sub != nil {
+		rulesSource = sub
+		sub.Logger = s.log
+		sub.Apply = func(cfg *rules.Config, version string) {
+			s.eng.Reload(cfg)
+			s.log.Info("sluice: rules applied from xDS", "version", version, "rules", len(cfg.Rules), "domains", cfg.EnvoyDomains)
+		}
+		s.metrics.WatchRules(sub)
+	}
 	srv, err := server.New(server.Options{
+		Rules:  rulesSource,
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
 		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
@@ -481,7 +515,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", redactedURL(*c.store))
-	fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
+	if sub != nil {
+		s.log.Info("sluice: taking the rules from xDS", "server", sub.Server, "node", sub.NodeID, "tls", sub.TLS != nil)
+		fmt.Fprintf(stdout, "sluice serving on %s://%s (rules from the xDS server %s, node %s)\n", s.scheme("http"), l.ln.Addr(), sub.Server, sub.NodeID)
+		go func() {
+			if err := sub.Run(ctx); err != nil {
+				s.log.Error("sluice: no xDS subscription", "error", err)
+			}
+		}()
+	} else {
+		fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
+	}
 	servers := []*listening{l}
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)

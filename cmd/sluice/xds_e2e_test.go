@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/xdstest"
+)
+
+// The built binary configured as Envoy Gateway configures
+// envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW and its variables, no
+// rule file), against a management server built from go-control-plane:
+// not ready until the first configuration; then exact under 64 callers;
+// a bad update NACKed with the rules kept; the management server gone and
+// back with a new state of the world.
+func TestServeTakesItsRulesOverXDSEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	mgmt := xdstest.Start(t, "127.0.0.1:0")
+	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
+	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", mgmt.Addr)
+	t.Setenv("CONFIG_GRPC_XDS_NODE_ID", "e2e")
+	t.Setenv("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms") // so that the restart below takes a moment, not 10 s
+	t.Setenv("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "500ms")
+	grpcAddr := freeAddr(t)
+	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", grpcAddr)
+
+	if code, body := proctest.Readyz(t, base); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before any configuration: %d %s", code, body)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+
+	mgmt.Set(t, "e2e", "v1", xdstest.Limit("load", "load", "user", "", 3, rlsconf.RateLimitUnit_HOUR))
+	waitVersion(t, base, "v1")
+	if code, body := proctest.Readyz(t, base); code != http.StatusOK {
+		t.Fatalf("/readyz with a configuration: %d %s", code, body)
+	}
+	if ok := envoyOKs(t, rls, "u1", 200); ok != 3 {
+		t.Fatalf("v1 (3 an hour), 200 calls from 64 callers: %d OK, want 3", ok)
+	}
+
+	// A bad update: refused, NACKed, v1 keeps serving.
+	mgmt.Set(t, "e2e", "v2", xdstest.Limit("load", "load", "user", "", 3, rlsconf.RateLimitUnit_UNKNOWN))
+	for end := time.Now().Add(20 * time.Second); proctest.Metric(t, base, `sluice_xds_updates_total{result="refused"}`) != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the bad update was not counted refused within 20 s")
+		}
+	}
+	if v := rulesVersion(t, base); v != "v1" {
+		t.Fatalf("after a refused update the rules are %q, want v1", v)
+	}
+	if ok := envoyOKs(t, rls, "u1", 10); ok != 0 {
+		t.Fatalf("after a refused update u1 got %d more OK", ok)
+	}
+
+	// The management server goes away: the rules stay.
+	mgmt.Stop()
+	for end := time.Now().Add(20 * time.Second); proctest.Metric(t, base, "sluice_xds_connected") != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("sluice_xds_connected still 1 20 s after the server stopped")
+		}
+	}
+	if ok := envoyOKs(t, rls, "u2", 50); ok != 3 {
+		t.Fatalf("with the management server gone, a new user: %d OK, want 3 (the rules kept)", ok)
+	}
+	if code, _ := proctest.Readyz(t, base); code != http.StatusOK {
+		t.Fatalf("/readyz with the management server gone: %d, want still ready (its rules serve)", code)
+	}
+
+	// Back on the same address, with a new state of the world.
+	again := xdstest.Start(t, mgmt.Addr)
+	again.Set(t, "e2e", "v3", xdstest.Limit("load", "load", "user", "", 5, rlsconf.RateLimitUnit_HOUR))
+	waitVersion(t, base, "v3")
+	if ok := envoyOKs(t, rls, "u3", 200); ok != 5 {
+		t.Fatalf("v3 (5 an hour): %d OK, want 5", ok)
+	}
+	if got := proctest.Metric(t, base, `sluice_rules_version_info{version="v3"}`); got != 1 {
+		t.Fatalf("sluice_rules_version_info{version=\"v3\"} = %v", got)
+	}
+	if acks := proctest.Metric(t, base, `sluice_xds_updates_total{result="applied"}`); acks != 2 {
+		t.Fatalf("applied updates: %v, want 2 (v1, v3)", acks)
+	}
+}
+
+// rulesVersion is the Sluice-Rules-Version of /v1/rules.
+func rulesVersion(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Header.Get("Sluice-Rules-Version")
+}
+
+func waitVersion(t *testing.T, base, want string) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); rulesVersion(t, base) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the rules are %q 30 s on, want %q", rulesVersion(t, base), want)
+		}
+	}
+}
+
+// envoyOKs makes n calls for user of domain load from 64 callers and
+// counts the OK answers; any error fails the test.
+func envoyOKs(t *testing.T, rls rlsv3.RateLimitServiceClient, user string, n int) int {
+	t.Helper()
+	var ok, left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 64 {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := rls.ShouldRateLimit(ctx, loadReq(user))
+				cancel()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Sprint(err))
+					continue
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		t.Fatalf("a call failed: %v", e)
+	}
+	return int(ok.Load())
+}

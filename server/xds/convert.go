@@ -1,0 +1,87 @@
+package xds
+
+import (
+	"fmt"
+	"strings"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// The envoyproxy/ratelimit file format, as rules reads it, for one
+// RateLimitConfig resource: the resource is written out as the file it
+// stands for and loaded as that file would be, so that xDS and files share
+// one validation and one meaning.
+type fileYAML struct {
+	Domain      string           `yaml:"domain"`
+	Descriptors []descriptorYAML `yaml:"descriptors,omitempty"`
+}
+
+type descriptorYAML struct {
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value,omitempty"`
+	RateLimit      *limitYAML       `yaml:"rate_limit,omitempty"`
+	Descriptors    []descriptorYAML `yaml:"descriptors,omitempty"`
+	ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
+	DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+	QuotaMode      bool             `yaml:"quota_mode,omitempty"`
+	Metadata       map[string]any   `yaml:"metadata,omitempty"`
+}
+
+type limitYAML struct {
+	Unit            string        `yaml:"unit,omitempty"`
+	RequestsPerUnit *uint32       `yaml:"requests_per_unit,omitempty"`
+	Unlimited       bool          `yaml:"unlimited,omitempty"`
+	Name            string        `yaml:"name,omitempty"`
+	Replaces        []replaceYAML `yaml:"replaces,omitempty"`
+}
+
+type replaceYAML struct {
+	Name string `yaml:"name"`
+}
+
+// load reads one resource as a rule file named "xds:" and the resource's
+// name.
+func load(c *rlsconf.RateLimitConfig) (*rules.Config, error) {
+	if c.GetDomain() == "" {
+		return nil, fmt.Errorf("xds:%s: domain: missing: a RateLimitConfig names its domain", c.GetName())
+	}
+	b, err := yaml.Marshal(fileYAML{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors())})
+	if err != nil {
+		return nil, fmt.Errorf("xds:%s: %v", c.GetName(), err)
+	}
+	return rules.Parse("xds:"+c.GetName(), b)
+}
+
+func descriptors(ds []*rlsconf.RateLimitDescriptor) []descriptorYAML {
+	out := make([]descriptorYAML, 0, len(ds))
+	for _, d := range ds {
+		y := descriptorYAML{
+			Key: d.GetKey(), Value: d.GetValue(), Descriptors: descriptors(d.GetDescriptors()),
+			ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(), QuotaMode: d.GetQuotaMode(),
+		}
+		if m := d.GetMetadata(); m != nil {
+			y.Metadata = m.AsMap()
+		}
+		if p := d.GetRateLimit(); p != nil {
+			l := &limitYAML{Unlimited: p.GetUnlimited(), Name: p.GetName()}
+			if p.GetUnit() != rlsconf.RateLimitUnit_UNKNOWN || !p.GetUnlimited() {
+				// UNKNOWN is written as it is and refused by the loader,
+				// unless the limit is unlimited (which takes no unit).
+				l.Unit = strings.ToLower(p.GetUnit().String())
+			}
+			if !p.GetUnlimited() {
+				n := p.GetRequestsPerUnit() // proto3: 0 and unset are one; 0 is a block list
+				l.RequestsPerUnit = &n
+			}
+			for _, r := range p.GetReplaces() {
+				l.Replaces = append(l.Replaces, replaceYAML{Name: r.GetName()})
+			}
+			y.RateLimit = l
+		}
+		out = append(out, y)
+	}
+	return out
+}
