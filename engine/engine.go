@@ -354,7 +354,14 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 		return false
 	}
 	decs := res.decisions(len(res.takes))
-	storeErr := e.call(ctx, res.takes, decs)
+	var storeErr error
+	if e.local {
+		storeErr = e.call(ctx, res.takes, decs)
+	} else {
+		start := time.Now()
+		storeErr = e.call(ctx, res.takes, decs)
+		res.StoreTime += time.Since(start)
+	}
 	var local [maxLocalLocks]sluice.Decision
 	localOK := e.fallback != nil && len(res.takes) <= len(local) &&
 		e.fallback.Take(ctx, res.takes, local[:len(res.takes)]) == nil
@@ -423,7 +430,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		return
 	}
 	decs := res.decisions(len(res.takes))
-	if err := e.callOwing(ctx, res.takes, decs); err != nil {
+	if err := e.callOwing(ctx, res, res.takes, decs); err != nil {
 		e.failed(ctx, res, err)
 		return
 	}

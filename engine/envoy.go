@@ -265,7 +265,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			}
 		}
 		decs := res.decisions(len(res.takes))
-		err := e.callOwing(ctx, res.takes, decs)
+		err := e.callOwing(ctx, res, res.takes, decs)
 		for k, j := range res.idx {
 			c := list[j]
 			st := &res.Statuses[c.i]

@@ -301,7 +301,19 @@ func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
 // never admits it on a count that misses its degraded admissions. A key
 // whose debt a write-back is charging waits for that call to land first.
 // With nothing owed it is call, at the cost of one atomic load.
-func (e *Engine) callOwing(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+//
+// The time it waits for a remote store is added to res.StoreTime.
+func (e *Engine) callOwing(ctx context.Context, res *Result, takes []sluice.Take, out []sluice.Decision) error {
+	if e.local {
+		return e.callWithDebts(ctx, takes, out)
+	}
+	start := time.Now()
+	err := e.callWithDebts(ctx, takes, out)
+	res.StoreTime += time.Since(start)
+	return err
+}
+
+func (e *Engine) callWithDebts(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	if !e.owed.pending.Load() {
 		return e.call(ctx, takes, out)
 	}

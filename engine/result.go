@@ -44,6 +44,11 @@ type Result struct {
 	// StoreError is the store failure that the fail modes answered, if any:
 	// the answer is then degraded (see Degraded).
 	StoreError error
+	// StoreTime is how long the check waited for a remote store (Redis):
+	// its calls for the request's takes and penalty locks, the deadline
+	// and breaker included. It is 0 on the embedded store, whose calls are
+	// not timed (a clock read would cost more than the take).
+	StoreTime time.Duration
 	// Reduced reports a refusal by adaptive rules alone while they admit
 	// less than their rate, the service being under pressure: it is
 	// answered 503 (temporary reduced capacity), not 429.
@@ -164,7 +169,7 @@ func (res *Result) refuseInvalid(why string, status int) {
 
 func (res *Result) reset(rs *ruleSet) {
 	res.Allowed, res.Reason, res.Decision, res.Delay, res.Invalid, res.InvalidStatus, res.Path = true, sluice.ReasonOK, sluice.Decision{}, 0, "", 0, ""
-	res.Skipped, res.StoreError = 0, nil
+	res.Skipped, res.StoreError, res.StoreTime = 0, nil, 0
 	res.Reservation, res.ReservationDeadline, res.hold = "", time.Time{}, ""
 	res.priority, res.leveled, res.level = rs.cfg.Priority, false, 0
 	res.factored, res.Reduced = false, false

@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/tracing"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // HeaderMode says when allowed responses carry the RateLimit fields.
@@ -75,6 +77,11 @@ type Options struct {
 	// signal that the engine's adaptive rules follow (engine.Options.Pressure
 	// set to its Factor).
 	Pressure *concurrency.Pressure
+	// Tracer, if set, makes an OpenTelemetry span of each decision,
+	// parented to the request's trace context (package tracing).
+	Tracer *tracing.Tracer
+	// TraceVia is the sluice.via of those spans (default "http").
+	TraceVia string
 }
 
 // Limiter is the middleware: an http.Handler wrapper built from an engine.
@@ -156,6 +163,14 @@ func (x *httpExchange) Context() context.Context { return x.r.Context() }
 func (x *httpExchange) Hold(d time.Duration) bool { return Hold(x.r.Context(), d) }
 
 func (x *httpExchange) SeesResponse() bool { return true }
+
+func (x *httpExchange) TraceContext() (string, propagation.TextMapCarrier) {
+	via := x.l.o.TraceVia
+	if via == "" {
+		via = "http"
+	}
+	return via, propagation.HeaderCarrier(x.r.Header)
+}
 
 func (x *httpExchange) Abandon() { Abandon(x.w) }
 

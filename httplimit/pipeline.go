@@ -10,6 +10,8 @@ import (
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/tracing"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // An Exchange is one request on one HTTP stack: what the pipeline
@@ -52,6 +54,10 @@ type Exchange interface {
 	// application charges them, POST /v1/charge), and reserve rules take
 	// their estimate as the cost, with no reservation to settle.
 	SeesResponse() bool
+	// TraceContext names the plane for a decision's span (tracing: http,
+	// gateway, auth) and gives the request's header fields, which carry
+	// the caller's trace context. Called only when tracing is on.
+	TraceContext() (via string, header propagation.TextMapCarrier)
 }
 
 // Serve is one request's life, the same on every plane: the check against
@@ -77,7 +83,13 @@ type Exchange interface {
 func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 	cfg := l.e.Config()
 	sees := x.SeesResponse()
-	l.e.Check(x.Context(), req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses()}, res)
+	ctx, span := x.Context(), tracing.Span{}
+	if l.o.Tracer != nil {
+		via, header := x.TraceContext()
+		ctx, span = l.o.Tracer.Start(ctx, via, header)
+	}
+	l.e.Check(ctx, req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses()}, res)
+	span.End(res, nil)
 	if !res.Allowed {
 		x.Refuse(res)
 		return

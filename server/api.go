@@ -196,7 +196,7 @@ func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
 	out := make([]*CheckResponse, len(reqs))
 	for i, c := range checks {
 		var res engine.Result
-		if err := s.e.Check(r.Context(), c.req, c.opt, &res); err != nil {
+		if err := s.traceCheck(r, c.req, c.opt, &res); err != nil {
 			writeBad(w, &badRequest{fmt.Sprintf("[%d]", i), err.Error()})
 			return
 		}
@@ -235,6 +235,15 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// traceCheck is the engine's Check of an API request, inside a decision's span
+// when tracing is on.
+func (s *Server) traceCheck(r *http.Request, req *rules.Request, opt engine.CheckOptions, res *engine.Result) error {
+	ctx, span := s.o.Tracer.StartHTTP(r.Context(), "http", r.Header)
+	err := s.e.Check(ctx, req, opt, res)
+	span.End(res, err)
+	return err
+}
+
 // decide runs one check of the API.
 func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, error) {
 	rr, opt, err := toCheck(req)
@@ -242,7 +251,7 @@ func (s *Server) decide(r *http.Request, req *CheckRequest) (*CheckResponse, err
 		return nil, err
 	}
 	var res engine.Result
-	if err := s.e.Check(r.Context(), rr, opt, &res); err != nil {
+	if err := s.traceCheck(r, rr, opt, &res); err != nil {
 		return nil, &badRequest{"", err.Error()}
 	}
 	return s.respond(&res), nil

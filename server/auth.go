@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -171,3 +172,6 @@ func (x *authExchange) Forward(path string, res *engine.Result, watch, keep bool
 func (x *authExchange) ResponseHeader(string) string { return "" }
 func (x *authExchange) ResponseBody() []byte         { return nil }
 func (x *authExchange) SeesResponse() bool           { return false }
+func (x *authExchange) TraceContext() (string, propagation.TextMapCarrier) {
+	return "auth", propagation.HeaderCarrier(x.r.Header)
+}

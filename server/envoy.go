@@ -107,7 +107,11 @@ func (x *envoyService) decide(ctx context.Context, req *rlsv3.RateLimitRequest, 
 	}
 	sc.descs = descs
 	res := &sc.res
-	if err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, res); err != nil {
+	ctx, span := x.s.o.Tracer.StartGRPC(ctx, "envoy")
+	span.SetDomain(req.Domain)
+	err := x.s.e.CheckDescriptors(ctx, req.Domain, descs, res)
+	span.End(res, err)
+	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := a.response()

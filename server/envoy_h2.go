@@ -24,7 +24,8 @@ const EnvoyMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimi
 func (s *Server) NewEnvoyServer() *h2grpc.Server {
 	x := &envoyService{s: s}
 	return &h2grpc.Server{
-		Methods: map[string]h2grpc.Method{EnvoyMethod: x.call},
+		Methods:     map[string]h2grpc.Method{EnvoyMethod: x.call},
+		KeepHeaders: s.traceHeaders(),
 		OnPanic: func(method string, v any) {
 			s.metrics.panics.grpc.Add(1)
 			s.log.Error("sluice: recovered from a panic while serving a gRPC call",

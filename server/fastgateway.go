@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice/tracing"
+	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"iter"
 	"log/slog"
@@ -278,6 +280,21 @@ func (x *fastExchange) ResponseHeader(name string) string {
 }
 
 func (x *fastExchange) SeesResponse() bool { return true }
+
+func (x *fastExchange) TraceContext() (string, propagation.TextMapCarrier) {
+	return "gateway", tracing.HeaderFunc(x.requestHeader)
+}
+
+// requestHeader is a request field by name in any case: the names are kept
+// as sent (DisableHeaderNamesNormalizing), so Peek would match one case.
+func (x *fastExchange) requestHeader(name string) string {
+	for k, v := range x.ctx.Request.Header.All() {
+		if strings.EqualFold(b2s(k), name) {
+			return string(v)
+		}
+	}
+	return ""
+}
 
 func (x *fastExchange) ResponseBody() []byte {
 	if !x.keep || x.ctx.Response.IsBodyStream() {

@@ -54,6 +54,9 @@ func (o *GatewayOptions) defaults() {
 		o.Timeout = 30 * time.Second
 	}
 	o.HTTP.RewritePath = true // the upstream serves the path that was limited
+	if o.HTTP.TraceVia == "" {
+		o.HTTP.TraceVia = "gateway"
+	}
 }
 
 // Gateway returns `sluice gateway` on net/http: the rate-limiting

@@ -26,7 +26,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	}
 	opt.Reserve = true
 	var res engine.Result
-	if err := s.e.Check(r.Context(), rr, opt, &res); err != nil {
+	if err := s.traceCheck(r, rr, opt, &res); err != nil {
 		writeBad(w, &badRequest{"", err.Error()})
 		return
 	}

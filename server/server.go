@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluice-rl/sluice/concurrency"
+	"github.com/sluice-rl/sluice/tracing"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,6 +66,9 @@ type Options struct {
 	// xDS subscription): /readyz is not ready until it has delivered a
 	// configuration, and /metrics reports its updates.
 	Rules RulesSource
+	// Tracer, if set, makes an OpenTelemetry span of each decision on every
+	// API (package tracing); nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // RulesSource is a source of rules other than files, such as an xDS
@@ -101,7 +105,7 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{o: o, e: o.Engine, limiter: httplimit.New(o.Engine, o.HTTP), mux: http.NewServeMux(), log: o.Logger, metrics: o.Metrics}
+	s := &Server{o: o, e: o.Engine, limiter: httplimit.New(o.Engine, withTracer(o.HTTP, o.Tracer, "http")), mux: http.NewServeMux(), log: o.Logger, metrics: o.Metrics}
 	s.metrics.watch(o.Engine, o.Memory, o.Share)
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
@@ -214,4 +218,21 @@ func IsLoopback(addr string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// withTracer is o with the service's tracer, if o has none.
+func withTracer(o httplimit.Options, t *tracing.Tracer, via string) httplimit.Options {
+	if o.Tracer == nil {
+		o.Tracer, o.TraceVia = t, via
+	}
+	return o
+}
+
+// traceHeaders are the request fields that carry a trace context, when
+// tracing is on.
+func (s *Server) traceHeaders() []string {
+	if s.o.Tracer == nil {
+		return nil
+	}
+	return []string{"traceparent", "tracestate"}
 }

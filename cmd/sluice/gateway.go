@@ -91,7 +91,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	gwo := server.GatewayOptions{
 		UpstreamTLS: upstreamTLS,
-		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure},
+		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer},
 		Logger:      s.log, Metrics: s.metrics,
 		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/tracing"
 )
 
 // stringList is a repeatable flag.
@@ -114,6 +115,7 @@ type setup struct {
 	eng     *engine.Engine
 	engine  atomic.Pointer[engine.Engine] // eng, for goroutines started before it
 	metrics *server.Metrics
+	tracer  *tracing.Tracer // nil: tracing off
 	rules   int
 }
 
@@ -214,6 +216,12 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
 	s.metrics = server.NewMetrics(buildVersion())
+	tracer, flush, err := tracingFromEnv(s.log)
+	if err != nil {
+		return nil, errUsage{err}
+	}
+	s.tracer = tracer
+	s.closers = append(s.closers, flush)
 	var dl *engine.DecisionLog
 	if *c.decisionLog != "off" {
 		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
@@ -499,7 +507,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		s.metrics.WatchRules(sub)
 	}
 	srv, err := server.New(server.Options{
-		Rules:  rulesSource,
+		Rules: rulesSource, Tracer: s.tracer,
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
 		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,

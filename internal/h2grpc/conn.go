@@ -7,9 +7,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/metadata"
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,12 +304,20 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	var method, path, ctype, timeout string
+	var md metadata.MD
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
 			ctype = hf.Value
 		case "grpc-timeout":
 			timeout = hf.Value
+		default:
+			if slices.Contains(c.s.KeepHeaders, hf.Name) {
+				if md == nil {
+					md = metadata.MD{}
+				}
+				md.Append(hf.Name, hf.Value)
+			}
 		}
 	}
 	method, path = f.PseudoValue("method"), f.PseudoValue("path")
@@ -332,6 +342,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		st.ctx, st.cancel = context.WithTimeout(context.Background(), time.Duration(d))
 	} else {
 		st.ctx, st.cancel = context.WithCancel(context.Background())
+	}
+	if md != nil {
+		st.ctx = metadata.NewIncomingContext(st.ctx, md)
 	}
 	c.active.Add(1)
 	c.unfinished.Add(1)

@@ -54,6 +54,12 @@ type Server struct {
 	// Methods by full path, such as
 	// "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
 	Methods map[string]Method
+	// KeepHeaders are the request header fields (lower case) a method sees
+	// in its context as gRPC incoming metadata (metadata.FromIncomingContext),
+	// as grpc-go passes every field: only these, so that a call whose
+	// fields nobody reads allocates nothing for them (tracing keeps
+	// traceparent and tracestate).
+	KeepHeaders []string
 	// MaxRecvMsgSize bounds a request message; 0 means 1 MiB.
 	MaxRecvMsgSize int
 	// MaxConcurrentStreams bounds the calls one connection has open; 0
