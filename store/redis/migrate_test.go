@@ -41,9 +41,13 @@ func TestATakeWaitsOutASlotHalfMigrated(t *testing.T) {
 	slot, toID := halfMigrate(t, cluster, ka, nil)
 	// The old master answers ASK (it has neither key now); the new one,
 	// asked, has one key of two: TRYAGAIN until the slot is its own.
-	settled := make(chan struct{})
+	// settling closes as the first SETSLOT NODE goes out: the take may
+	// be answered as soon as the node it asks has settled, before the
+	// others are told (a loaded run saw that), never before.
+	settling, settled := make(chan struct{}), make(chan struct{})
 	go func() {
 		time.Sleep(200 * time.Millisecond)
+		close(settling)
 		for _, n := range cluster.Nodes {
 			n.Do("CLUSTER", "SETSLOT", slot, "NODE", toID)
 		}
@@ -56,10 +60,11 @@ func TestATakeWaitsOutASlotHalfMigrated(t *testing.T) {
 		t.Fatalf("a take during the migration failed: %v", err)
 	}
 	select {
-	case <-settled:
+	case <-settling:
 	default:
-		t.Fatal("the take was answered before the slot settled: it did not meet the migration")
+		t.Fatal("the take was answered before the slot began to settle: it did not meet the migration")
 	}
+	<-settled
 	if out[0].Remaining != 8 || out[1].Remaining != 9 || !out[0].Allowed || !out[1].Allowed {
 		t.Errorf("after the migration: %+v, want rule a 8 left and rule b 9 left", out)
 	}
