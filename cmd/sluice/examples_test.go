@@ -180,6 +180,9 @@ func TestKubernetesManifestRunsAsWritten(t *testing.T) {
 				if c.Name != "sluice" {
 					continue
 				}
+				if doc, _ := os.ReadFile("../../docs/operations.md"); c.Image == "" || !strings.Contains(string(doc), c.Image) {
+					t.Errorf("the sluice container's image %q is not the one docs/operations.md builds", c.Image)
+				}
 				flags := serveFlags(t)
 				vals := checkServeArgs(t, "the sluice container", c.Args, flags)
 				if len(c.VolumeMounts) != 1 || filepath.Dir(vals["config"]) != c.VolumeMounts[0].MountPath {
