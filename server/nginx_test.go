@@ -127,4 +127,37 @@ func TestShippedNginxSnippetTellsAnOutageFromALimit(t *testing.T) {
 	if n := up.count("/anything") + up.count("//otp"); n != 0 {
 		t.Errorf("the upstream saw %d requests", n)
 	}
+
+	// The documented switch: failing open, sluice unreachable passes the
+	// request on, and only then; a limit is still a 429 and nothing passes.
+	open := nginxtest.Start(t, "../examples/proxies/nginx.conf", closedAddr(t), strings.TrimPrefix(up.srv.URL, "http://"),
+		"set $sluice_fail_open 0;", "set $sluice_fail_open 1;")
+	for _, method := range []string{"GET", "POST"} {
+		req, _ := http.NewRequest(method, open+"/open", strings.NewReader("body"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s, sluice unreachable, failing open: %d, want the upstream's 200", method, resp.StatusCode)
+		}
+	}
+	if n := up.count("/open"); n != 2 {
+		t.Errorf("failing open, the upstream saw %d of 2 requests", n)
+	}
+	limitedBase := startAuthPlaneWith(t, up.srv.URL, "rules:\n  - {id: one, key: [ip], rate: 1, per: 1h}\n",
+		"set $sluice_fail_open 0;", "set $sluice_fail_open 1;")
+	codes := []int{}
+	for range 2 {
+		resp, err := http.Get(limitedBase + "/limited")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 429 || up.count("/limited") != 1 {
+		t.Errorf("failing open with sluice up: %v and %d upstream requests, want 200 then 429, 1", codes, up.count("/limited"))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/sluice-rl/sluice/internal/nginxtest"
 	"io"
 	"net"
 	"net/http"
@@ -100,6 +101,17 @@ func startNetHTTPPlane(t *testing.T, upstream, src string, o GatewayOptions) (st
 // startAuthPlane runs sluice's forward-auth endpoint behind real nginx with
 // the shipped snippet (examples/proxies/nginx.conf), which must trust nginx.
 func startAuthPlane(t *testing.T, upstream, src string, _ GatewayOptions) (string, *engine.Engine) {
+	return startAuthPlaneEdited(t, upstream, src)
+}
+
+// startAuthPlaneWith is startAuthPlane with edits to the snippet
+// (nginxtest.Start).
+func startAuthPlaneWith(t *testing.T, upstream, src string, edits ...string) string {
+	base, _ := startAuthPlaneEdited(t, upstream, src, edits...)
+	return base
+}
+
+func startAuthPlaneEdited(t *testing.T, upstream, src string, edits ...string) (string, *engine.Engine) {
 	e := planeEngine(t, "trustedProxies: [127.0.0.1/32]\n"+src)
 	srv, err := New(Options{Engine: e, Loopback: true, AuthProxy: AuthNginx, Logger: quietLog})
 	if err != nil {
@@ -107,7 +119,7 @@ func startAuthPlane(t *testing.T, upstream, src string, _ GatewayOptions) (strin
 	}
 	sl := httptest.NewServer(srv)
 	t.Cleanup(sl.Close)
-	return startNginx(t, strings.TrimPrefix(sl.URL, "http://"), strings.TrimPrefix(upstream, "http://")), e
+	return nginxtest.Start(t, "../examples/proxies/nginx.conf", strings.TrimPrefix(sl.URL, "http://"), strings.TrimPrefix(upstream, "http://"), edits...), e
 }
 
 // planeCase is one behaviour of the suite.

@@ -26,7 +26,11 @@ const (
 // replaced by sluiceAddr and its upstream by upstreamAddr, listening on a
 // free loopback port, and returns its base URL. nginx dies with the test.
 // Without nginx the test skips, loudly; when CI is set it fails.
-func Start(t testing.TB, snippetPath, sluiceAddr, upstreamAddr string) string {
+//
+// edits are more replacements, old then new, such as a setting the snippet
+// documents ("set $sluice_fail_open 0;", "set $sluice_fail_open 1;"); each
+// must be found.
+func Start(t testing.TB, snippetPath, sluiceAddr, upstreamAddr string, edits ...string) string {
 	t.Helper()
 	bin := lookup()
 	if bin == "" {
@@ -38,6 +42,12 @@ func Start(t testing.TB, snippetPath, sluiceAddr, upstreamAddr string) string {
 	snippet, err := os.ReadFile(snippetPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(string(snippet), edits[i]) {
+			t.Fatalf("%s has no %q to change", snippetPath, edits[i])
+		}
+		snippet = []byte(strings.ReplaceAll(string(snippet), edits[i], edits[i+1]))
 	}
 	dir := t.TempDir()
 	for attempt := 0; ; attempt++ {
