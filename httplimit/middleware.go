@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"math/rand/v2"
@@ -247,6 +248,13 @@ func (l *Limiter) rejectHeaders(h http.Header, res *engine.Result, buf []byte) [
 // fields, and Cache-Control.
 func (l *Limiter) visitRejectFields(set func(name string, value []byte), res *engine.Result, buf []byte) []byte {
 	d := &res.Decision
+	if d.Reason == sluice.ReasonMissingKey || d.Reason == sluice.ReasonBadRequest {
+		// A 400 (or 413, 415) is no quota's answer: RateLimit fields (a
+		// policy, "r=0") would tell a client to wait for a quota it never
+		// used, and no wait makes the request countable.
+		set("Cache-Control", noStore)
+		return buf
+	}
 	var t int64
 	if d.RetryAfter > 0 {
 		t = seconds(d.RetryAfter, 1)

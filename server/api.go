@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/httplimit"
 	"io"
 	"net/http"
 	"net/netip"
@@ -102,9 +103,15 @@ func (e errGivenTwice) Error() string {
 
 // CheckResponse is the answer of POST /v1/check.
 type CheckResponse struct {
-	Allowed      bool              `json:"allowed"`
-	Rule         string            `json:"rule"`
-	Reason       string            `json:"reason"`
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule"`
+	Reason  string `json:"reason"`
+	// Status is the HTTP status the gateway and forward-auth answer for
+	// this decision: 200, 429 for a spent quota, 503 when the service's
+	// pressure reduced an adaptive rule (reason reduced-capacity) or a
+	// fail-closed rule lost its store, 400 for a request that cannot be
+	// counted. A caller relaying the decision answers it.
+	Status       int               `json:"status"`
 	RetryAfterMs int64             `json:"retryAfterMs"`
 	DelayMs      int64             `json:"delayMs"`
 	Statuses     []StatusJSON      `json:"statuses"`
@@ -347,9 +354,12 @@ func degradedReason(err error) string {
 func (s *Server) respond(res *engine.Result) *CheckResponse {
 	d := &res.Decision
 	resp := &CheckResponse{
-		Allowed: res.Allowed, Rule: d.Rule, Reason: res.Reason.String(),
+		Allowed: res.Allowed, Rule: d.Rule, Reason: reasonOf(res.Reason, res.Reduced && !res.Allowed), Status: http.StatusOK,
 		RetryAfterMs: ms(d.RetryAfter), DelayMs: ms(res.Delay),
 		Statuses: make([]StatusJSON, len(res.Statuses), len(res.Statuses)+len(res.MissingKey)), Headers: map[string]string{},
+	}
+	if !res.Allowed {
+		resp.Status = httplimit.Status(res)
 	}
 	if res.Degraded() {
 		resp.Degraded, resp.DegradedReason = true, degradedReason(res.StoreError)
@@ -358,7 +368,7 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		resp.Statuses[i] = StatusJSON{
-			Rule: st.Rule, Allowed: st.Allowed, Shadow: st.Shadow, Reason: st.Reason.String(),
+			Rule: st.Rule, Allowed: st.Allowed, Shadow: st.Shadow, Reason: reasonOf(st.Reason, st.Reduced),
 			Limit: st.Limit.Rate, PeriodSeconds: st.Limit.Period.Seconds(), Burst: st.Limit.Capacity(),
 			Remaining: st.Remaining, ResetAfterMs: ms(st.ResetAfter), RetryAfterMs: ms(st.RetryAfter), DelayMs: ms(st.Delay),
 		}
@@ -378,6 +388,17 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 		resp.Headers[displayName(k)] = strings.Join(v, ", ")
 	}
 	return resp
+}
+
+// reasonOf names a decision's reason for the API: a refusal by an
+// adaptive rule that the service's pressure reduced is reduced-capacity
+// (answered 503, to retry once the pressure lifts), not limited (a quota
+// the client spent, 429).
+func reasonOf(r sluice.Reason, reduced bool) string {
+	if reduced && r == sluice.ReasonLimited {
+		return "reduced-capacity"
+	}
+	return r.String()
 }
 
 // displayName spells a header as the RateLimit draft does.

@@ -228,11 +228,30 @@ rules:
   - {id: slowq, match: {path: /slowq}, key: [ip], rate: 1, per: 30s, algorithm: leaky-queue, burst: 3}
   - {id: ws, match: {path: /ws}, key: [ip], rate: 2, per: 1h}
   - {id: sms, match: {method: POST, path: /sms}, key: [phone], rate: 3, per: 10m}
+  - {id: tenant, match: {path: /tenant}, key: [header:X-Tenant], rate: 5, per: 1h, onMissingKey: reject}
 keys:
   phone: {body: phone}
 `
 
 var planeCases = []planeCase{
+	{name: "a request that cannot be counted is a 400 with no quota's fields", run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})
+		for _, path := range []string{"/tenant", "/%2Fotp"} { // no X-Tenant; an encoded slash
+			resp, _ := send(t, "GET", base+path, nil, "")
+			if resp.StatusCode != 400 {
+				t.Fatalf("GET %s: %d, want 400", path, resp.StatusCode)
+			}
+			for _, f := range []string{"RateLimit", "RateLimit-Policy", "Retry-After", "X-RateLimit-Remaining"} {
+				if v := resp.Header.Get(f); v != "" {
+					t.Errorf("GET %s: a 400 with %s: %s (no quota answered it)", path, f, v)
+				}
+			}
+		}
+		if n := up.count("/tenant"); n != 0 {
+			t.Fatalf("the upstream saw %d", n)
+		}
+	}},
 	{name: "a limit admits exactly its rate, then refuses by the book", run: func(t *testing.T, p testPlane) {
 		up := newRecorder(t, nil)
 		base, _ := p.start(t, up.srv.URL, planeRules, GatewayOptions{})

@@ -588,3 +588,42 @@ func TestAdminEndpointsRefuseOtherHostsAndOrigins(t *testing.T) {
 		t.Errorf("with the token, any Host: %d", w.Code)
 	}
 }
+
+// The JSON API answers what the gateway would: a refusal by an adaptive
+// rule the service's pressure reduced is reduced-capacity and 503, a spent
+// quota limited and 429, an admitted request 200.
+func TestCheckAnswersTheGatewaysStatus(t *testing.T) {
+	cfg, err := rules.Parse("a.yaml", []byte("rules:\n  - {id: search, key: [user], rate: 4, per: 1h, adaptive: true}\n  - {id: plain, key: [user], rate: 1, per: 1h, match: {path: /plain}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Pressure: func() float64 { return 0.5 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Engine: e, Loopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(user, path string) CheckResponse {
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"request":{"path":"`+path+`"},"attributes":{"user":"`+user+`"}}`)))
+		var out CheckResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		return out
+	}
+	var got []string
+	for range 3 { // 4 an hour at half: 2 pass
+		r := check("u1", "/search")
+		got = append(got, fmt.Sprint(r.Status, " ", r.Reason))
+	}
+	if strings.Join(got, ", ") != "200 ok, 200 ok, 503 reduced-capacity" {
+		t.Fatalf("adaptive at half its rate: %v", got)
+	}
+	check("u2", "/plain")
+	if r := check("u2", "/plain"); r.Status != 429 || r.Reason != "limited" || r.Rule != "plain" {
+		t.Fatalf("a spent quota: %d %s %s", r.Status, r.Reason, r.Rule)
+	}
+}
