@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"github.com/sluice-rl/sluice"
 	"net"
 	"net/http"
 	"net/netip"
@@ -140,6 +141,12 @@ type StateJSON struct {
 	Locked       bool   `json:"locked"`
 	// LockedForMs is how long the key's penalty lock has left (0: none).
 	LockedForMs int64 `json:"lockedForMs"`
+	// InDebt: the key was charged beyond its limit (usage reported after
+	// the fact: /v1/charge, a settle, an Envoy usage report), so nothing
+	// passes, not even a request of cost 0, until the debt is paid off, in
+	// DebtPaidInMs. Remaining is then 0.
+	InDebt       bool  `json:"inDebt,omitempty"`
+	DebtPaidInMs int64 `json:"debtPaidInMs,omitempty"`
 }
 
 // stateKey reads the key a state request names: ?rule=R and the values of
@@ -218,7 +225,12 @@ func (s *Server) getState(w http.ResponseWriter, r *http.Request) {
 		s.adminError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, StateJSON{Rule: rule, Key: key, Remaining: d.Remaining, ResetAfterMs: ms(d.ResetAfter), Locked: locked > 0, LockedForMs: ms(locked)})
+	st := StateJSON{Rule: rule, Key: key, Remaining: d.Remaining, ResetAfterMs: ms(d.ResetAfter), Locked: locked > 0, LockedForMs: ms(locked)}
+	if !d.Allowed && d.Reason == sluice.ReasonLimited {
+		// A look (a take of 0) is refused only while the key owes.
+		st.InDebt, st.DebtPaidInMs = true, ms(d.RetryAfter)
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) deleteState(w http.ResponseWriter, r *http.Request) {

@@ -627,3 +627,48 @@ func TestCheckAnswersTheGatewaysStatus(t *testing.T) {
 		t.Fatalf("a spent quota: %d %s %s", r.Status, r.Reason, r.Rule)
 	}
 }
+
+// A key charged beyond its limit shows its debt in /v1/state: nothing
+// passes until it is paid off, and remaining 0 alone would not say so.
+func TestStateShowsADebt(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	cfg, err := rules.Parse("r.yaml", []byte("rules:\n  - {id: tokens, key: [user], rate: 100, per: 1m, reserve: {estimate: 10, actualHeader: X-Used}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.e.Reload(cfg)
+	state := func() StateJSON {
+		var st StateJSON
+		w := f.do("GET", "/v1/state?rule=tokens&user=u42", "")
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != 200 {
+			t.Fatalf("/v1/state: %d %s", w.Code, w.Body)
+		}
+		return st
+	}
+	settle := func(actual int) {
+		var r CheckResponse
+		json.Unmarshal(f.do("POST", "/v1/reserve", `{"attributes":{"user":"u42"}}`).Body.Bytes(), &r)
+		if r.ID == "" {
+			t.Fatalf("no reservation: %+v", r)
+		}
+		if w := f.do("POST", "/v1/settle", fmt.Sprintf(`{"id":%q,"actual":%d}`, r.ID, actual)); w.Code != 200 {
+			t.Fatalf("settle: %d %s", w.Code, w.Body)
+		}
+	}
+	if st := state(); st.InDebt || st.Remaining != 100 {
+		t.Fatalf("untouched: %+v", st)
+	}
+	settle(150) // reserved 10, used 150: 50 beyond the limit
+	st := state()
+	if !st.InDebt || st.Remaining != 0 {
+		t.Fatalf("charged 150 against 100: %+v, want in debt", st)
+	}
+	// 50 units over at one back every 0.6 s: paid off in 30 s.
+	if st.DebtPaidInMs != 30000 {
+		t.Fatalf("debt paid in %d ms, want 30000", st.DebtPaidInMs)
+	}
+	f.clock.Advance(30 * time.Second)
+	if st := state(); st.InDebt || st.Remaining != 0 {
+		t.Fatalf("paid off: %+v, want out of debt with nothing left yet", st)
+	}
+}
