@@ -20,8 +20,10 @@ func (e *Error) Error() string {
 		b.WriteString(e.File)
 		b.WriteByte(':')
 	}
-	if e.Line > 0 {
+	if e.Line > 0 && e.Column > 0 {
 		fmt.Fprintf(&b, "%d:%d:", e.Line, e.Column)
+	} else if e.Line > 0 { // a line without a column (a fault found after parsing)
+		fmt.Fprintf(&b, "%d:", e.Line)
 	}
 	if b.Len() > 0 {
 		b.WriteByte(' ')

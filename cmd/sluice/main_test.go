@@ -242,3 +242,26 @@ func TestReplayReadsGzippedLogs(t *testing.T) {
 		t.Fatalf("gzipped: exit %d, %s\n%s\nwant\n%s", code, errs, got, want)
 	}
 }
+
+// `sluice help COMMAND` is the command's own page, as `COMMAND --help`.
+func TestHelpNamesACommandsPage(t *testing.T) {
+	code, _, errs := runCLI("help", "replay")
+	if code != 0 || !strings.HasPrefix(errs, "Usage: sluice replay") {
+		t.Fatalf("sluice help replay: exit %d, %.80q", code, errs)
+	}
+	if code, _, errs := runCLI("help", "nosuch"); code != 2 || !strings.Contains(errs, `unknown command "nosuch"`) {
+		t.Fatalf("sluice help nosuch: exit %d, %.80q", code, errs)
+	}
+}
+
+// replay takes several --config, as serve does: their rules apply together.
+func TestReplayTakesEveryConfig(t *testing.T) {
+	extra := filepath.Join(t.TempDir(), "extra.yaml")
+	if err := os.WriteFile(extra, []byte("rules:\n  - {id: extra-per-ip, key: [ip], rate: 1, per: 1h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "--config", extra, "--format", "csv", "../../examples/access.log")
+	if code != 0 || !strings.Contains(out, "extra-per-ip") || !strings.Contains(out, "ip-flood") {
+		t.Fatalf("exit %d: the report names not both files' rules:\n%.400s\n%s", code, out, errs)
+	}
+}

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 )
 
@@ -19,8 +22,9 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
+	ca := fs.String("ca", "", "trust the certificate authorities in this PEM `FILE` for an https URL (such as the self-signed certificate of --tls-cert), besides the system's")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice probe URL [--timeout 2s]")
+		fmt.Fprintln(stderr, "Usage: sluice probe URL [--timeout 2s] [--ca FILE]")
 		fmt.Fprintln(stderr, "\nGETs URL (a sluice /healthz or /readyz) and exits 0 on a 2xx answer, 1")
 		fmt.Fprintln(stderr, "otherwise, printing the answer.")
 		fmt.Fprintln(stderr, "\nExample:\n  sluice probe http://127.0.0.1:8080/readyz")
@@ -41,7 +45,22 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			return err
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return errUsage{fmt.Errorf("--ca %s: no PEM certificate in it", *ca)}
+		}
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

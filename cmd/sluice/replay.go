@@ -20,7 +20,8 @@ import (
 func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := fs.String("config", "", "the rule file to replay through (required)")
+	var configs stringList
+	fs.Var(&configs, "config", "a rule `FILE` to replay through (required; repeatable: their rules apply together, as serve's)")
 	format := fs.String("format", "table", "output format: "+strings.Join(sim.Formats, ", "))
 	top := fs.Int("top", 5, "keys to list per rule")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` (the per-minute chart, the rules, the top keys)")
@@ -38,10 +39,10 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if help || err != nil {
 		return err
 	}
-	if *config == "" || len(positional) != 1 {
+	if len(configs) == 0 || len(positional) != 1 {
 		return errUsage{errors.New("want --config RULES and one access log")}
 	}
-	cfg, err := rules.Load(*config)
+	cfg, err := rules.LoadAll(configs...)
 	if err != nil {
 		return err
 	}
