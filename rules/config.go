@@ -116,7 +116,8 @@ type Rule struct {
 	Adaptive bool
 	// Tiers, when set, share the limit among priority tiers (see
 	// Config.Priority): each keeps its share from the tiers below it.
-	Tiers Tiers
+	Tiers  Tiers
+	levels []string // the tiers' names, for Summary
 	// Reserve, when set, makes the rule count a cost known only after the
 	// response (tokens, bytes): a request reserves an estimate, settled
 	// later at the real cost.

@@ -306,6 +306,14 @@ func (d *decoder) config(data []byte) *Config {
 			c.Rules = append(c.Rules, x)
 		}
 	}
+	for _, r := range c.Rules {
+		if r.Tiers != nil {
+			r.levels = DefaultLevels
+			if c.Priority != nil {
+				r.levels = c.Priority.Levels
+			}
+		}
+	}
 	return c
 }
 

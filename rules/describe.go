@@ -30,6 +30,10 @@ func (r *Rule) Summary() string {
 		}
 	} else {
 		b.WriteString(r.Match.String())
+		if len(r.Exempt) > 0 {
+			b.WriteString(" except ")
+			b.WriteString(valueSetsWords(r.Exempt, " or "))
+		}
 		b.WriteString(", per ")
 		b.WriteString(keyNames(r.Key))
 		b.WriteString(missingWords(r))
@@ -47,12 +51,39 @@ func (r *Rule) Summary() string {
 		fmt.Fprintf(&b, "; only responses %v count", r.CountOn)
 	}
 	if len(r.Tiers) > 0 {
-		b.WriteString("; tiers keep")
+		name := func(i int) string {
+			if i < len(r.levels) {
+				return r.levels[i]
+			}
+			return fmt.Sprintf("level %d", i)
+		}
+		lowest := len(r.Tiers)
+		if len(r.levels) > 0 {
+			lowest = len(r.levels) - 1
+		}
+		var kept []string
+		above := 0.0 // the shares the lowest tier may not take
 		for i, x := range r.Tiers {
 			if x > 0 {
-				fmt.Fprintf(&b, " %g%% for level %d", x*100, i)
+				if i < lowest {
+					above += x
+				}
+				if i == 0 {
+					kept = append(kept, fmt.Sprintf("%.4g%% for %s", x*100, name(i)))
+				} else {
+					kept = append(kept, fmt.Sprintf("%.4g%% for %s and above", x*100, name(i)))
+				}
 			}
 		}
+		b.WriteString("; tiers: ")
+		if len(kept) == 0 {
+			b.WriteString("none kept for any tier")
+		} else {
+			fmt.Fprintf(&b, "keeps %s (%s may use %.4g%%)", strings.Join(kept, ", "), name(lowest), 100-above*100)
+		}
+	}
+	if r.Adaptive {
+		b.WriteString("; adaptive: admits less while the protected service is under pressure")
 	}
 	if rv := r.Reserve; rv != nil {
 		fmt.Fprintf(&b, "; reserves %d up front and settles at the real cost", rv.Estimate)
@@ -62,10 +93,10 @@ func (r *Rule) Summary() string {
 		case rv.ActualJSON != nil:
 			fmt.Fprintf(&b, " (response field %s)", strings.Join(rv.ActualJSON, "."))
 		}
-		fmt.Fprintf(&b, " within %s", periodWords(rv.Deadline))
+		fmt.Fprintf(&b, " within %s", amountWords(rv.Deadline))
 	}
 	if r.Penalty != nil {
-		fmt.Fprintf(&b, "; locked for %s after %d rejections", periodWords(r.Penalty.Block), r.Penalty.After)
+		fmt.Fprintf(&b, "; locked for %s after %d rejections", amountWords(r.Penalty.Block), r.Penalty.After)
 	}
 	if r.FailClosed {
 		b.WriteString("; fails closed")
@@ -100,7 +131,7 @@ func SharingBound(sh sluice.Sharing, l sluice.Limit) string {
 	case sluice.SyncLease:
 		s = fmt.Sprintf("lease (batches of up to %d units, returned after %s; never over the limit, under it by at most the units out on leases)", sh.Batch, sh.Interval)
 	case sluice.SyncPeriodic:
-		s = fmt.Sprintf("sync (local counts flushed every %s; may pass the limit by about rate x %s x (gateways - 1))", sh.Interval, sh.Interval)
+		s = fmt.Sprintf("sync (local counts flushed every %s; may pass the limit by about rate x %s x (gateways - 1) in steady traffic, and in a flood by up to what each gateway admits between flushes, up to the limit on each: 1,867 of 1,000 measured with 3 gateways)", sh.Interval, sh.Interval)
 	case sluice.SyncSplit:
 		s = "split (limit / live gateways on each, no store call; exact only if traffic is balanced and the gateway count right)"
 	case sluice.SyncLocal:
@@ -150,10 +181,53 @@ func (m *Match) String() string {
 	if len(m.Hosts) > 0 {
 		parts = append(parts, "on "+strings.Join(m.Hosts, "|"))
 	}
+	if len(m.Values) > 0 {
+		parts = append(parts, "with "+valueSetsWords(m.Values, " and "))
+	}
 	if len(parts) == 0 {
 		return "every request"
 	}
 	return strings.Join(parts, " ")
+}
+
+// valueSetsWords names value sets: "plan gold|silver", "ip 10.0.0.0/8";
+// a hashed source's values (secrets, such as API keys) by their count.
+func valueSetsWords(sets []ValueSet, join string) string {
+	out := make([]string, 0, len(sets))
+	for _, v := range sets {
+		name := "(a key source)"
+		hashed := false
+		if v.Source != nil {
+			name, hashed = v.Source.Name, v.Source.Hash
+		}
+		n := len(v.Values) + len(v.Prefixes)
+		if hashed {
+			out = append(out, fmt.Sprintf("%s in %d listed values", name, n))
+			continue
+		}
+		vals := make([]string, 0, n)
+		for x := range v.Values {
+			vals = append(vals, x)
+		}
+		sort.Strings(vals)
+		for _, p := range v.Prefixes {
+			vals = append(vals, p.String())
+		}
+		if len(vals) > 5 {
+			vals = append(vals[:5], fmt.Sprintf("(%d more)", len(vals)-5))
+		}
+		out = append(out, name+" "+strings.Join(vals, "|"))
+	}
+	return strings.Join(out, join)
+}
+
+// amountWords writes a duration as an amount: "1 second", "15 minutes".
+func amountWords(d time.Duration) string {
+	w := periodWords(d)
+	if w != "" && w[0] >= 'a' && w[0] <= 'z' {
+		return "1 " + w
+	}
+	return w
 }
 
 // Ceiling states a limit's burst ceiling in words: "at most 20 at once, then

@@ -129,7 +129,17 @@ func (d *decoder) envoyFile(c *Config, root *yaml.Node) {
 	}
 }
 
+// MaxEnvoyDepth bounds how deeply descriptors nest. Envoy sends a few
+// entries per descriptor; a file (or an xDS resource) nested thousands
+// deep would cost memory in the square of its depth, each level's rules
+// holding their whole path.
+const MaxEnvoyDepth = 64
+
 func (d *decoder) envoyDescriptors(c *Config, domain string, path []EnvoyEntry, n *yaml.Node, field string, ids map[string]bool) {
+	if len(path) >= MaxEnvoyDepth {
+		d.fail(n, field, "descriptors nested deeper than %d levels", MaxEnvoyDepth)
+		return
+	}
 	if n.Kind != yaml.SequenceNode {
 		d.fail(n, field, "want a list of descriptors, got %s", describe(n))
 		return

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,21 @@ func TestOneDomainOneFileUnlessMerged(t *testing.T) {
 	other, _ := Parse("c.yaml", []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
 	if _, err := (LoadOptions{MergeDomains: true}).Merge(a, other); err == nil || !strings.Contains(err.Error(), "duplicate id") {
 		t.Fatalf("one descriptor in two merged files: %v, want a duplicate id", err)
+	}
+}
+
+// Descriptors nested deeper than MaxEnvoyDepth are refused at their field.
+func TestEnvoyDescriptorsNestAtMost64Deep(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	indent := ""
+	for i := range MaxEnvoyDepth + 1 {
+		fmt.Fprintf(&b, "%s  - key: k%d\n%s    descriptors:\n", indent, i, indent)
+		indent += "    "
+	}
+	fmt.Fprintf(&b, "%s  - key: leaf\n%s    rate_limit: {unit: second, requests_per_unit: 1}\n", indent, indent)
+	_, err := Parse("deep.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 64") {
+		t.Fatalf("65 levels: %v", err)
 	}
 }

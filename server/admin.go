@@ -145,8 +145,8 @@ type StateJSON struct {
 	// the fact: /v1/charge, a settle, an Envoy usage report), so nothing
 	// passes, not even a request of cost 0, until the debt is paid off, in
 	// DebtPaidInMs. Remaining is then 0.
-	InDebt       bool  `json:"inDebt,omitempty"`
-	DebtPaidInMs int64 `json:"debtPaidInMs,omitempty"`
+	InDebt       bool  `json:"inDebt"`
+	DebtPaidInMs int64 `json:"debtPaidInMs"`
 }
 
 // stateKey reads the key a state request names: ?rule=R and the values of

@@ -48,7 +48,7 @@ func hostileServe(t *testing.T, extra ...string) (string, rlsv3.RateLimitService
 }
 
 type answer struct {
-	Status  int
+	Status  int `json:"-"` // the HTTP status (the body's "status" is the gateway's)
 	Allowed bool
 	Reason  string
 	Rule    string

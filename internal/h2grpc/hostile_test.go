@@ -409,3 +409,33 @@ func TestShutdownBeforeTheClientsSettingsDrains(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
+
+// Clients stuck in their handshake (nothing sent; the preface alone; half a
+// SETTINGS frame) do not hold Shutdown for the handshake timeout (10 s):
+// they have no call to finish.
+func TestShutdownDoesNotWaitForStalledHandshakes(t *testing.T) {
+	f := newFixture(t, nil)
+	for i := range 9 {
+		nc, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		switch i % 3 {
+		case 1:
+			io.WriteString(nc, http2.ClientPreface)
+		case 2:
+			io.WriteString(nc, http2.ClientPreface+"\x00\x00")
+		}
+	}
+	cc := f.client(t)
+	if _, err := invoke(context.Background(), cc, "/t.T/Echo", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the stalled ones accepted and read
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	if err := f.s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with stalled handshakes: %v (waited for them)", err)
+	}
+}

@@ -295,12 +295,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.drain()
 	}
+	start := time.Now()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		busy := 0
+		// A client still in its handshake a second after the first
+		// GOAWAY (its SETTINGS not come) has no call in flight: closed,
+		// rather than waited for up to handshakeTimeout.
+		late := time.Since(start) >= drainPingTimeout
 		for _, c := range conns {
-			if c.drained() && c.idle() {
+			if c.drained() && c.idle() || late && !c.ready.Load() {
 				c.close()
 			} else {
 				busy++

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,27 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// renackEvery paces the NACKs of a response sent again unchanged.
+// renackEvery paces NACKs: a server may answer each at once.
 const renackEvery = time.Second
+
+// maxFaultText bounds a NACK's error_detail and its log line: thousands of
+// bad resources would otherwise make a message past the management
+// server's receive limit, and a NACK it cannot read breaks the stream.
+const maxFaultText = 4 << 10
+
+// faultText is err's text, cut to maxFaultText with the count of what was
+// left out.
+func faultText(err error) string {
+	s := err.Error()
+	if len(s) <= maxFaultText {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:maxFaultText], '\n')
+	if cut <= 0 {
+		cut = maxFaultText
+	}
+	return fmt.Sprintf("%s\n... and %d more faults (%d bytes)", s[:cut], strings.Count(s[cut:], "\n"), len(s)-cut)
+}
 
 // TypeURL is the type of the resources the client subscribes to.
 const TypeURL = resource.RateLimitConfigType
@@ -201,6 +221,7 @@ func (c *Client) subscribe(ctx context.Context, cc *grpc.ClientConn, log *slog.L
 		return false, err
 	}
 	var refusedVersion *string // the version last refused, while no other came
+	var lastNACK time.Time
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -213,28 +234,32 @@ func (c *Client) subscribe(ctx context.Context, cc *grpc.ClientConn, log *slog.L
 		c.connected.Store(true)
 		next := &discovery.DiscoveryRequest{Node: node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		if fault := c.take(resp); fault != nil {
+			text := faultText(fault)
 			next.VersionInfo, _ = c.Version()
-			next.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: fault.Error()}
-			if refusedVersion != nil && *refusedVersion == resp.GetVersionInfo() {
-				// The same version again: a server that answers every
-				// request whose version is not its own (go-control-plane's
-				// snapshot cache does) sends it back at once on each NACK.
-				// Refused once, counted and logged once; NACKed again at
-				// most once every renackEvery, not in a tight loop.
+			next.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: text}
+			// A server that answers every request whose version is not its
+			// own (go-control-plane's snapshot cache does) sends a refused
+			// version back at once on each NACK, or alternates bad ones:
+			// NACKs go at most once every renackEvery, never in a tight
+			// loop.
+			if wait := time.Until(lastNACK.Add(renackEvery)); wait > 0 {
 				select {
 				case <-ctx.Done():
 					return got, ctx.Err()
-				case <-time.After(renackEvery):
+				case <-time.After(wait):
 				}
-			} else {
+			}
+			lastNACK = time.Now()
+			if refusedVersion == nil || *refusedVersion != resp.GetVersionInfo() {
+				// Counted and logged once per version.
 				v := resp.GetVersionInfo()
 				refusedVersion = &v
 				c.refused.Add(1)
 				c.lastErr.Lock()
-				c.lastFault = fault.Error()
+				c.lastFault = text
 				c.lastErr.Unlock()
 				log.Error("sluice: xDS configuration refused (NACK); the rules last applied keep serving",
-					"version", v, "error", fault)
+					"version", v, "error", text)
 			}
 		} else {
 			refusedVersion = nil

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -273,3 +274,37 @@ func TestBackoffGrowsToItsMaxWithJitter(t *testing.T) {
 }
 
 func structOf(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }
+
+// A resource nested thousands deep is refused at once (its YAML would grow
+// in the square of its depth), and thousands of bad resources make a NACK
+// of bounded size (the management server must be able to read it).
+func TestHostileResourcesAreNACKedCheaply(t *testing.T) {
+	deep := &rlsconf.RateLimitDescriptor{Key: "leaf", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1}}
+	for i := range 9000 {
+		deep = &rlsconf.RateLimitDescriptor{Key: fmt.Sprintf("k%d", i), Descriptors: []*rlsconf.RateLimitDescriptor{deep}}
+	}
+	_, err := load(&rlsconf.RateLimitConfig{Name: "deep", Domain: "d", Descriptors: []*rlsconf.RateLimitDescriptor{deep}})
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 64") {
+		t.Fatalf("9000 levels: %v", err)
+	}
+	s := xdstest.Start(t, "127.0.0.1:0")
+	var bad []*rlsconf.RateLimitConfig
+	for i := range 20000 {
+		bad = append(bad, xdstest.Limit(fmt.Sprint("r", i), fmt.Sprint("d", i), "k", "", 1, rlsconf.RateLimitUnit_UNKNOWN))
+	}
+	s.Set(t, "node-1", "bad", bad...)
+	run(t, s.Addr, false)
+	var nack string
+	waitFor(t, "a NACK", func() bool {
+		for _, r := range s.Requests() {
+			if r.ErrorDetail != nil {
+				nack = r.ErrorDetail.Message
+				return true
+			}
+		}
+		return false
+	})
+	if len(nack) > maxFaultText+100 || !strings.Contains(nack, "more faults") {
+		t.Fatalf("NACK of 20,000 faults: %d bytes, %.100q...", len(nack), nack)
+	}
+}

@@ -48,6 +48,11 @@ func load(c *rlsconf.RateLimitConfig) (*rules.Config, error) {
 	if c.GetDomain() == "" {
 		return nil, fmt.Errorf("xds:%s: domain: missing: a RateLimitConfig names its domain", c.GetName())
 	}
+	if depth(c.GetDescriptors()) > rules.MaxEnvoyDepth {
+		// Refused before it is written out: the YAML of a deep nest grows
+		// in the square of its depth (each level indented further).
+		return nil, fmt.Errorf("xds:%s: descriptors nested deeper than %d levels", c.GetName(), rules.MaxEnvoyDepth)
+	}
 	b, err := yaml.Marshal(fileYAML{Domain: c.GetDomain(), Descriptors: descriptors(c.GetDescriptors())})
 	if err != nil {
 		return nil, fmt.Errorf("xds:%s: %v", c.GetName(), err)
@@ -84,4 +89,30 @@ func descriptors(ds []*rlsconf.RateLimitDescriptor) []descriptorYAML {
 		out = append(out, y)
 	}
 	return out
+}
+
+// depth is how deeply ds nest (1 for a flat list, 0 for none), without
+// recursion, so that no nest can exhaust the stack.
+func depth(ds []*rlsconf.RateLimitDescriptor) int {
+	type level struct {
+		ds []*rlsconf.RateLimitDescriptor
+		d  int
+	}
+	deepest := 0
+	stack := []level{{ds, 1}}
+	for len(stack) > 0 {
+		l := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if len(l.ds) == 0 {
+			continue
+		}
+		deepest = max(deepest, l.d)
+		if l.d > rules.MaxEnvoyDepth {
+			return l.d
+		}
+		for _, d := range l.ds {
+			stack = append(stack, level{d.GetDescriptors(), l.d + 1})
+		}
+	}
+	return deepest
 }
