@@ -33,6 +33,7 @@ func commands() []command {
 		{"serve", "serve the decision API, Envoy's gRPC service, forward-auth and metrics", runServe},
 		{"gateway", "a reverse proxy that applies the rules in front of a service", runGateway},
 		{"check", "validate rule files and describe their rules", runCheck},
+		{"test", "run requests through rules and compare the decisions with those expected", runTest},
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
 		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},

@@ -265,3 +265,41 @@ func TestReplayTakesEveryConfig(t *testing.T) {
 		t.Fatalf("exit %d: the report names not both files' rules:\n%.400s\n%s", code, out, errs)
 	}
 }
+
+// sluice test: the shipped example passes; a wrong expectation fails with
+// the request's line, got and want; a misspelt field is refused at its
+// line (an expectation nobody checks would pass silently).
+func TestRuleTestsPassAndFailByLine(t *testing.T) {
+	code, out, errs := runCLI("test", "../../examples/shop.yaml", "../../examples/shop.test.yaml")
+	if code != 0 || !strings.Contains(out, "3 of 3 cases passed") {
+		t.Fatalf("the example: exit %d\n%s%s", code, out, errs)
+	}
+	dir := t.TempDir()
+	wrong := filepath.Join(dir, "wrong.yaml")
+	os.WriteFile(wrong, []byte(`cases:
+  - name: otp
+    requests:
+      - {method: POST, path: /otp, attributes: {phone: "1"}, count: 4, expect: {allowed: true}}
+      - {method: POST, path: /otp, attributes: {phone: "1"}, expect: {rule: login, retryAfter: 1s}}
+`), 0o600)
+	code, out, _ = runCLI("test", "../../examples/shop.yaml", wrong)
+	for _, want := range []string{
+		"FAIL  otp",
+		"wrong.yaml:4: request 1 (4 of 4): allowed: got false, want true",
+		"wrong.yaml:5: request 2: rule: got otp-sms, want login",
+		"wrong.yaml:5: request 2: retryAfter: got 3m20s, want 1s",
+		"0 of 1 case passed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	misspelt := filepath.Join(dir, "misspelt.yaml")
+	os.WriteFile(misspelt, []byte("cases:\n  - name: x\n    requests:\n      - {path: /, expect: {alowed: true}}\n"), 0o600)
+	if code, _, errs := runCLI("test", "../../examples/shop.yaml", misspelt); code != 1 || !strings.Contains(errs, `misspelt.yaml:4: unknown field "alowed" in expect`) {
+		t.Errorf("a misspelt field: exit %d, %s", code, errs)
+	}
+}
