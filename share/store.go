@@ -231,8 +231,11 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if !ok {
 		s.undo(ctx, takes, plans)
 	}
+	// The answer names the limit enforced here: a region's share of the
+	// rule's limit (Options.Scale), so that the RateLimit fields and the
+	// JSON API advertise what this gateway admits, not the whole.
 	for i := range takes {
-		out[i].Rule, out[i].Limit = takes[i].Rule, takes[i].Limit
+		out[i].Rule, out[i].Limit = takes[i].Rule, plans[i].limit
 	}
 	return nil
 }

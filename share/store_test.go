@@ -410,3 +410,35 @@ func TestExactTakesDoNotAllocate(t *testing.T) {
 		t.Errorf("decisions = %+v", out)
 	}
 }
+
+// A region's share is what the answer names: a gateway enforcing half of a
+// limit says so (its RateLimit fields and the JSON API advertise it), in
+// every mode.
+func TestARegionsShareIsTheLimitAnswered(t *testing.T) {
+	for _, mode := range []sluice.SyncMode{sluice.SyncExact, sluice.SyncLease, sluice.SyncPeriodic, sluice.SyncSplit, sluice.SyncLocal} {
+		clock := sluice.NewManualClock(epoch)
+		remote := memory.New(memory.WithClock(clock))
+		g := New(remote, Options{
+			Local: memory.New(memory.WithClock(clock)), Clock: clock,
+			Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: mode} },
+			Scale:   func(string) float64 { return 0.5 }, Gateways: func() int { return 1 },
+		})
+		l := sluice.Limit{Rate: 300, Period: time.Hour}
+		admitted := 0
+		var last sluice.Decision
+		for range 400 {
+			var out [1]sluice.Decision
+			if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1}}, out[:]); err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Allowed {
+				admitted++
+			}
+			last = out[0]
+		}
+		g.Close()
+		if admitted != 150 || last.Limit.Rate != 150 {
+			t.Errorf("%s: admitted %d of a half share of 300, answering a limit of %d; want 150 and 150", mode, admitted, last.Limit.Rate)
+		}
+	}
+}
