@@ -149,10 +149,13 @@ func TestDetailSaysTheWaitInPlainWords(t *testing.T) {
 	if got := about(20 * time.Second); got != "20 seconds" {
 		t.Fatal(got)
 	}
-	if got := limitWords(sluice.Limit{Rate: 100, Period: time.Minute}); got != "100 requests per minute" {
+	if got := limitWords(sluice.Limit{Rate: 100, Period: time.Minute}, "requests"); got != "100 requests per minute" {
 		t.Fatal(got)
 	}
-	if got := limitWords(sluice.Limit{Rate: 3, Period: 10 * time.Minute}); got != "3 requests per 10 minutes" {
+	if got := limitWords(sluice.Limit{Rate: 3, Period: 10 * time.Minute}, "requests"); got != "3 requests per 10 minutes" {
+		t.Fatal(got)
+	}
+	if got := limitWords(sluice.Limit{Rate: 1, Period: time.Minute}, "tokens"); got != "1 token per minute" {
 		t.Fatal(got)
 	}
 	if got := about(15 * time.Minute); got != "15 minutes" {
@@ -531,5 +534,35 @@ func TestClientIPAtDepth(t *testing.T) {
 	}
 	if codes != "200 429 200 " { // the first two share 203.0.113.5 at depth 2
 		t.Fatalf("codes %s", codes)
+	}
+}
+
+// A refusal's detail names what the rule counts: its unit, "units" for a
+// rule whose requests cost more than one, else requests.
+func TestDetailNamesWhatTheRuleCounts(t *testing.T) {
+	for _, c := range []struct{ rule, want string }{
+		{"{id: t, key: [user], rate: 1000, per: 1m, unit: tokens, cost: 600}", "Limit is 1000 tokens per minute."},
+		{"{id: t, key: [user], rate: 1000, per: 1m, cost: 600}", "Limit is 1000 units per minute."},
+		{"{id: t, key: [user], rate: 1, per: 1m}", "Limit is 1 request per minute."},
+	} {
+		cfg, err := rules.Parse("u.yaml", []byte("rules:\n  - "+c.rule+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(cfg, engine.Options{Store: memory.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res engine.Result
+		req := &rules.Request{Attributes: map[string]string{"user": "u"}}
+		for range 2 {
+			e.Check(context.Background(), req, engine.CheckOptions{}, &res)
+		}
+		if res.Allowed || !strings.HasPrefix(ProblemFor(&res).Detail, c.want) {
+			t.Errorf("%s: %q, want it to start %q", c.rule, ProblemFor(&res).Detail, c.want)
+		}
+	}
+	if _, err := rules.Parse("u.yaml", []byte("rules:\n  - {id: t, key: [user], rate: 1, per: 1m, unit: \"tokens; drop\"}\n")); err == nil {
+		t.Error("a unit with punctuation loaded")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,12 +80,12 @@ func FillProblem(p *Problem, res *engine.Result) {
 	case sluice.ReasonLimited:
 		if res.Reduced { // only the service's pressure refused it
 			p.Type, p.Title, p.Status = ProblemReducedCapacity, titleReducedCapacity, http.StatusServiceUnavailable
-			p.Detail = "The service is under load: the limit is " + limitWords(d.Limit) + " for now. Try again in about " + about(d.RetryAfter) + "."
+			p.Detail = "The service is under load: the limit is " + limitWords(d.Limit, unitsOf(res)) + " for now. Try again in about " + about(d.RetryAfter) + "."
 			break
 		}
 		fallthrough
 	default:
-		p.Detail = "Limit is " + limitWords(d.Limit) + ". Try again in about " + about(d.RetryAfter) + "."
+		p.Detail = "Limit is " + limitWords(d.Limit, unitsOf(res)) + ". Try again in about " + about(d.RetryAfter) + "."
 	}
 	if len(p.ViolatedPolicies) == 0 {
 		p.ViolatedPolicies = nil // omitted, as a fresh Problem's
@@ -100,26 +101,44 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// limitWords writes a limit as "100 requests per minute". The words of a
-// limit never change, and every rejection writes them: they are kept, for
-// a bounded number of limits (rules and Envoy overrides are bounded too).
-func limitWords(l sluice.Limit) string {
-	if w, ok := wordsOf.Load(l); ok {
+// unitsOf is what the deciding rule counts ("requests", "tokens").
+func unitsOf(res *engine.Result) string {
+	for i := range res.Statuses {
+		if st := &res.Statuses[i]; st.Rule == res.Decision.Rule {
+			if r := st.RuleDef(); r != nil {
+				return r.Units()
+			}
+		}
+	}
+	return "requests"
+}
+
+// limitWords writes a limit as "100 requests per minute" (units names what
+// is counted, in the plural). The words of a limit never change, and every
+// rejection writes them: they are kept, for a bounded number of limits
+// (rules and Envoy overrides are bounded too).
+func limitWords(l sluice.Limit, units string) string {
+	k := wordsKey{l, units}
+	if w, ok := wordsOf.Load(k); ok {
 		return w.(string)
 	}
-	unit := "requests"
-	if l.Rate == 1 {
-		unit = "request"
+	if l.Rate == 1 && strings.HasSuffix(units, "s") {
+		units = units[:len(units)-1]
 	}
-	w := strconv.FormatInt(l.Rate, 10) + " " + unit + " per " + periodWords(l.Period)
+	w := strconv.FormatInt(l.Rate, 10) + " " + units + " per " + periodWords(l.Period)
 	if wordsKept.Add(1) <= maxWordsKept {
-		wordsOf.Store(l, w)
+		wordsOf.Store(k, w)
 	}
 	return w
 }
 
+type wordsKey struct {
+	l     sluice.Limit
+	units string
+}
+
 var (
-	wordsOf   sync.Map // sluice.Limit -> string
+	wordsOf   sync.Map // wordsKey -> string
 	wordsKept atomic.Int64
 )
 

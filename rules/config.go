@@ -103,6 +103,10 @@ type Rule struct {
 	Limit sluice.Limit
 	// Cost is what one request takes (default 1).
 	Cost int64
+	// Unit names what the rule counts, in the answers' words ("Limit is
+	// 10000 tokens per minute"): the file's unit, else "requests", or
+	// "units" for a rule whose requests cost more than one (Units).
+	Unit string
 	// Shadow rules are evaluated and reported but never reject.
 	Shadow bool
 	// FailClosed rejects when the store fails; the default fails open.
@@ -462,3 +466,15 @@ const (
 	// out, and flagged by sluice check.
 	MissingSkip
 )
+
+// Units is the plural word for what r counts: its Unit, "units" when a
+// request may cost other than 1 (a cost, a reservation), else "requests".
+func (r *Rule) Units() string {
+	switch {
+	case r.Unit != "":
+		return r.Unit
+	case r.Cost != 1 || r.Reserve != nil:
+		return "units"
+	}
+	return "requests"
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluice-rl/sluice"
 	"go.yaml.in/yaml/v3"
@@ -529,6 +530,14 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 					d.fail(v, f, "%s", strings.TrimPrefix(err.Error(), "sluice: "))
 				}
 				r.Limit.Algorithm = a
+			}
+		},
+		"unit": func(v *yaml.Node, f string) {
+			if s, ok := d.str(v, f); ok {
+				if s == "" || len(s) > 32 || strings.ContainsFunc(s, func(c rune) bool { return !unicode.IsLetter(c) && c != ' ' && c != '-' }) {
+					d.fail(v, f, "%q: want a word for what the rule counts, such as tokens (letters, at most 32)", s)
+				}
+				r.Unit = s
 			}
 		},
 		"cost": func(v *yaml.Node, f string) {
