@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/tracing"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -129,6 +130,7 @@ func New(o Options) (*Server, error) {
 	// reaches a server or a log.
 	s.mux.HandleFunc("GET /ui", s.livePage)
 	s.mux.HandleFunc("GET /v1/ui/state", s.admin(s.liveState))
+	s.mux.HandleFunc("GET /{$}", index)
 	s.handler = s.Recover(s.mux)
 	return s, nil
 }
@@ -142,12 +144,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // rules when the store does not answer. The body says which state holds,
 // the store's error, each store node's breaker and the gateway count.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	err := s.e.Ping(r.Context())
-	var b strings.Builder
-	status := http.StatusOK
-	if err == nil {
-		b.WriteString("ready\n")
-	} else {
+	// The first lines are the verdict, "ready" or each reason it is not;
+	// the details follow.
+	var notReady []string
+	var b strings.Builder // the details
+	degraded := false
+	if err := s.e.Ping(r.Context()); err != nil {
 		var closed []string
 		for _, rule := range s.e.Config().Rules {
 			if rule.FailClosed && !rule.Shadow {
@@ -159,13 +161,11 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 			// Never answered since start: as likely a wrong address as an
 			// outage, and a gateway that would share nothing. Not ready,
 			// so that a deployment with a typo in its store URL stops.
-			status = http.StatusServiceUnavailable
-			b.WriteString("not ready: the store has not answered since sluice started (is its URL right?); meanwhile every rule fails open within its share, or closed\n")
+			notReady = append(notReady, "the store has not answered since sluice started (is its URL right?); meanwhile every rule fails open within its share, or closed")
 		case len(closed) > 0:
-			status = http.StatusServiceUnavailable
-			fmt.Fprintf(&b, "not ready: degraded: the store does not answer, and these rules fail closed: %s\n", strings.Join(closed, ", "))
+			notReady = append(notReady, "degraded: the store does not answer, and these rules fail closed: "+strings.Join(closed, ", "))
 		default:
-			b.WriteString("ready (degraded: the store does not answer; every rule fails open within its share)\n")
+			degraded = true
 		}
 		fmt.Fprintf(&b, "store error: %v\n", err)
 	}
@@ -185,8 +185,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&b, "gateways sharing the store: %d\n", s.e.Gateways())
 	if s.o.Rules != nil {
 		if v, ok := s.o.Rules.Version(); !ok {
-			status = http.StatusServiceUnavailable
-			b.WriteString("not ready: no configuration has come from the xDS management server yet\n")
+			notReady = append(notReady, "no configuration has come from the xDS management server yet")
 		} else if !s.o.Rules.Connected() {
 			fmt.Fprintf(&b, "rules: version %q from xDS, kept while the management server cannot be reached\n", v)
 		} else {
@@ -196,15 +195,27 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.o.Upstream != nil {
 		name, uerr := s.o.Upstream(r.Context())
 		if uerr != nil {
-			status = http.StatusServiceUnavailable
-			fmt.Fprintf(&b, "not ready: the upstream %s cannot be reached: %v\n", name, uerr)
+			notReady = append(notReady, fmt.Sprintf("the upstream %s cannot be reached: %v", name, uerr))
 		} else {
 			fmt.Fprintf(&b, "upstream %s: reachable\n", name)
 		}
 	}
+	var head strings.Builder
+	status := http.StatusOK
+	switch {
+	case len(notReady) > 0:
+		status = http.StatusServiceUnavailable
+		for _, why := range notReady {
+			fmt.Fprintf(&head, "not ready: %s\n", why)
+		}
+	case degraded:
+		head.WriteString("ready (degraded: the store does not answer; every rule fails open within its share)\n")
+	default:
+		head.WriteString("ready\n")
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write([]byte(b.String()))
+	w.Write([]byte(head.String() + b.String()))
 }
 
 // IsLoopback reports whether a listen address is on a loopback interface.
@@ -235,4 +246,22 @@ func (s *Server) traceHeaders() []string {
 		return nil
 	}
 	return []string{"traceparent", "tracestate"}
+}
+
+// index names what the listener serves, for whoever opens it in a browser
+// or curls it first.
+func index(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, `sluice: a rate limiter for HTTP and gRPC APIs. This listener serves:
+
+  GET  /ui                the live page (admin: a token in /ui#token=... beyond loopback)
+  GET  /metrics           Prometheus metrics
+  GET  /healthz, /readyz  liveness, readiness (why, when not ready)
+  POST /v1/check          a decision: {"request":{"method":"POST","path":"/login","ip":"203.0.113.7"},"attributes":{"user":"u42"}}
+  POST /v1/check:batch, /v1/charge, /v1/reserve, /v1/settle
+  GET  /v1/auth           forward-auth for nginx, Traefik, Caddy, Envoy
+  GET  /v1/rules, /v1/state, /v1/pressure   admin
+
+https://github.com/sluice-rl/sluice
+`)
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -670,5 +672,32 @@ func TestStateShowsADebt(t *testing.T) {
 	f.clock.Advance(30 * time.Second)
 	if st := state(); st.InDebt || st.Remaining != 0 {
 		t.Fatalf("paid off: %+v, want out of debt with nothing left yet", st)
+	}
+}
+
+// /readyz's first line is the verdict: "not ready" and why, never "ready"
+// followed by a reason it is not.
+func TestReadyzSaysItsVerdictFirst(t *testing.T) {
+	down := newFixture(t, Options{Loopback: true, Upstream: func(context.Context) (string, error) {
+		return "127.0.0.1:9", errors.New("connection refused")
+	}})
+	w := down.do("GET", "/readyz", "")
+	if w.Code != 503 || !strings.HasPrefix(w.Body.String(), "not ready: the upstream 127.0.0.1:9 cannot be reached") || strings.Contains(w.Body.String(), "\nready") {
+		t.Fatalf("upstream down: %d %q", w.Code, w.Body)
+	}
+	up := newFixture(t, Options{Loopback: true})
+	if w := up.do("GET", "/readyz", ""); w.Code != 200 || !strings.HasPrefix(w.Body.String(), "ready\n") {
+		t.Fatalf("ready: %d %q", w.Code, w.Body)
+	}
+}
+
+// GET / names what the listener serves; any other unknown path is a 404.
+func TestTheRootNamesTheEndpoints(t *testing.T) {
+	f := newFixture(t, Options{Loopback: true})
+	if w := f.do("GET", "/", ""); w.Code != 200 || !strings.Contains(w.Body.String(), "/v1/check") || !strings.Contains(w.Body.String(), "/ui") {
+		t.Fatalf("GET /: %d %q", w.Code, w.Body)
+	}
+	if w := f.do("GET", "/nowhere", ""); w.Code != 404 {
+		t.Fatalf("GET /nowhere: %d", w.Code)
 	}
 }

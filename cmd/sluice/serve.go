@@ -534,6 +534,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
 	}
+	base := s.scheme("http") + "://" + l.ln.Addr().String()
+	fmt.Fprintf(stdout, "sluice live page %s/ui, metrics %s/metrics, readiness %s/readyz\n", base, base, base)
 	servers := []*listening{l}
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)
