@@ -278,6 +278,14 @@ func Parse(name string, data []byte) (*Config, error) {
 	d := &decoder{file: name}
 	c := d.config(data)
 	if len(d.errs) > 0 {
+		// In the file's order, as an editor lists them, whatever order the
+		// sections were checked in.
+		slices.SortStableFunc(d.errs, func(a, b *Error) int {
+			if a.Line != b.Line {
+				return a.Line - b.Line
+			}
+			return a.Column - b.Column
+		})
 		return nil, d.errs
 	}
 	c.Version = digest(data)

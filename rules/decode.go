@@ -383,7 +383,15 @@ type window struct {
 // one closest to its limit.
 func (d *decoder) windows(r *Rule, field string) []*Rule {
 	var out []*Rule
+	periods := map[time.Duration]bool{r.Limit.Period: true}
 	for _, w := range r.also {
+		if periods[w.limit.Period] {
+			// Each window is counted under the rule's id and its period:
+			// two of one period would be one count.
+			d.fail(w.node, w.field+".per", "a second window of %s: each window of a rule needs its own period", sluice.FormatPeriod(w.limit.Period))
+			continue
+		}
+		periods[w.limit.Period] = true
 		x := *r
 		x.also, x.overrides = nil, nil
 		x.Limit, x.Fallback = w.limit, w.limit

@@ -699,3 +699,22 @@ func TestVersionNamesTheContents(t *testing.T) {
 		t.Fatalf("merged versions: %q (of %q, %q), %q", ac.Version, a1.Version, c.Version, bc.Version)
 	}
 }
+
+// Faults are listed in the file's order, whatever order the sections are
+// checked in; a second `also` window of one period is named as such.
+func TestFaultsComeInLineOrder(t *testing.T) {
+	src := "rules:\n  - {id: a, key: [ip], rate: 10, per: 1s, also: [{rate: 100, per: 1m}, {rate: 200, per: 1m}]}\n  - {id: b, key: [nosuch], rate: 1, per: 1s}\npriority: {levels: []}\n"
+	_, err := Parse("o.yaml", []byte(src))
+	var es Errors
+	if !errors.As(err, &es) || len(es) < 3 {
+		t.Fatalf("want 3 faults or more, got %v", err)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].Line < es[i-1].Line {
+			t.Fatalf("fault %d (line %d) after line %d:\n%v", i, es[i].Line, es[i-1].Line, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "a second window of 1m") {
+		t.Fatalf("the duplicate window: %v", err)
+	}
+}
