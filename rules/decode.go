@@ -107,10 +107,25 @@ func (d *decoder) integer(n *yaml.Node, field string) (int64, bool) {
 	}
 	v, err := strconv.ParseInt(n.Value, 10, 64)
 	if err != nil {
+		if num, per, ok := strings.Cut(n.Value, "/"); ok && strings.HasSuffix(field, "rate") {
+			// "rate: 100/m": the limit written as sluice.ParseLimit takes it.
+			if _, e := strconv.ParseInt(strings.TrimSpace(num), 10, 64); e == nil {
+				d.fail(n, field, "want an integer, got %q: write rate: %s and per: %s", n.Value, strings.TrimSpace(num), periodHint(strings.TrimSpace(per)))
+				return 0, false
+			}
+		}
 		d.fail(n, field, "want an integer, got %q", n.Value)
 		return 0, false
 	}
 	return v, true
+}
+
+// periodHint writes a period as per: takes it ("m" is "1m").
+func periodHint(p string) string {
+	if p != "" && (p[0] < '0' || p[0] > '9') {
+		return "1" + p
+	}
+	return p
 }
 
 func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {

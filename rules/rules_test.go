@@ -718,3 +718,11 @@ func TestFaultsComeInLineOrder(t *testing.T) {
 		t.Fatalf("the duplicate window: %v", err)
 	}
 }
+
+// "rate: 100/m" is refused with the two fields to write instead.
+func TestARateWrittenAsALimitGetsAHint(t *testing.T) {
+	_, err := Parse("r.yaml", []byte("rules:\n  - {id: a, key: [ip], rate: 100/m, per: 1m}\n"))
+	if err == nil || !strings.Contains(err.Error(), "write rate: 100 and per: 1m") {
+		t.Fatalf("%v", err)
+	}
+}
