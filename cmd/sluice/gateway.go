@@ -131,13 +131,13 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		servers = append(servers, al)
 	}
 	s.log.Info("sluice: gateway", "listen", front.ln.Addr().String(), "upstream", u.String(), "rules", s.rules)
-	fmt.Fprintf(stdout, "sluice gateway on %s://%s -> %s (%s)\n", s.scheme("http"), front.ln.Addr(), u, plural(s.rules, "rule"))
+	s.say(stdout, "sluice gateway on %s://%s -> %s (%s)", s.scheme("http"), front.ln.Addr(), u, plural(s.rules, "rule"))
 	if len(servers) > 1 {
 		admin := s.scheme("http") + "://" + servers[1].ln.Addr().String()
 		s.log.Info("sluice: admin listener", "listen", servers[1].ln.Addr().String())
-		fmt.Fprintf(stdout, "sluice admin on %s: live page %s/ui, metrics %s/metrics, readiness %s/readyz\n", admin, admin, admin, admin)
+		s.say(stdout, "sluice admin on %s: live page %s/ui, metrics %s/metrics, readiness %s/readyz", admin, admin, admin, admin)
 	} else {
-		fmt.Fprintln(stdout, "sluice admin: none (--admin-listen ADDR serves the live page, metrics and readiness)")
+		s.say(stdout, "sluice admin: none (--admin-listen ADDR serves the live page, metrics and readiness)")
 	}
 	return c.serveUntilDone(ctx, s, servers...)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -117,6 +118,19 @@ type setup struct {
 	metrics *server.Metrics
 	tracer  *tracing.Tracer // nil: tracing off
 	rules   int
+	json    bool // --log-format json: the start-up lines on stdout are JSON too
+}
+
+// say writes a start-up line to stdout: plain text, or with --log-format
+// json one JSON object ({"banner": ...}), so that a log shipper reading
+// stdout reads JSON only.
+func (s *setup) say(stdout io.Writer, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	if s.json {
+		b, _ := json.Marshal(map[string]string{"banner": line})
+		line = string(b)
+	}
+	fmt.Fprintln(stdout, line)
 }
 
 func (c *common) build(stderr io.Writer) (*setup, error) {
@@ -134,7 +148,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	case len(c.configs) == 0 && !c.fromXDS:
 		return nil, errUsage{errors.New("want at least one --config")}
 	}
-	s := &setup{}
+	s := &setup{json: *c.logFormat == "json"}
 	switch *c.logFormat {
 	case "text":
 		s.log = slog.New(slog.NewTextHandler(stderr, nil))
@@ -525,17 +539,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	s.log.Info("sluice: serving", "listen", l.ln.Addr().String(), "tls", s.tls != nil, "rules", s.rules, "store", redactedURL(*c.store))
 	if sub != nil {
 		s.log.Info("sluice: taking the rules from xDS", "server", sub.Server, "node", sub.NodeID, "tls", sub.TLS != nil)
-		fmt.Fprintf(stdout, "sluice serving on %s://%s (rules from the xDS server %s, node %s)\n", s.scheme("http"), l.ln.Addr(), sub.Server, sub.NodeID)
+		s.say(stdout, "sluice serving on %s://%s (rules from the xDS server %s, node %s)", s.scheme("http"), l.ln.Addr(), sub.Server, sub.NodeID)
 		go func() {
 			if err := sub.Run(ctx); err != nil {
 				s.log.Error("sluice: no xDS subscription", "error", err)
 			}
 		}()
 	} else {
-		fmt.Fprintf(stdout, "sluice serving on %s://%s (%s)\n", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
+		s.say(stdout, "sluice serving on %s://%s (%s)", s.scheme("http"), l.ln.Addr(), plural(s.rules, "rule"))
 	}
 	base := s.scheme("http") + "://" + l.ln.Addr().String()
-	fmt.Fprintf(stdout, "sluice live page %s/ui, metrics %s/metrics, readiness %s/readyz\n", base, base, base)
+	s.say(stdout, "sluice live page %s/ui, metrics %s/metrics, readiness %s/readyz", base, base, base)
 	servers := []*listening{l}
 	if *grpcListen != "" {
 		gl, err := net.Listen("tcp", *grpcListen)
@@ -558,7 +572,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		servers = append(servers, &listening{ln: server.PatientListener(gl, s.log), srv: g})
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
-		fmt.Fprintf(stdout, "sluice Envoy rate limit service on %s://%s\n", s.scheme("grpc"), gl.Addr())
+		s.say(stdout, "sluice Envoy rate limit service on %s://%s", s.scheme("grpc"), gl.Addr())
 	}
 	return c.serveUntilDone(ctx, s, servers...)
 }

@@ -483,3 +483,25 @@ func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
 		}
 	}
 }
+
+// With --log-format json, stdout is JSON too: the start-up lines are
+// objects ({"banner": ...}) that still name the listener.
+func TestJSONLogsMakeJSONStartUpLinesEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	cmd := exec.Command(proctest.Sluice(t), "serve", "--config", "../../examples/shop.yaml", "--listen", "127.0.0.1:0", "--log-format", "json")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	r := bufio.NewReader(out)
+	for i := range 2 {
+		line, err := r.ReadString('\n')
+		var v struct{ Banner string }
+		if err != nil || json.Unmarshal([]byte(line), &v) != nil || !strings.Contains(v.Banner, "http://127.0.0.1:") {
+			t.Fatalf("stdout line %d: %q %v", i+1, line, err)
+		}
+	}
+}
