@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -35,7 +36,11 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	for _, path := range positional {
 		c, err := rules.Load(path)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			if es := (rules.Errors)(nil); errors.As(err, &es) {
+				fmt.Fprintln(stderr, err) // one fault per line, file:line:column first
+			} else {
+				fmt.Fprintf(stderr, "sluice check: %s\n", strings.TrimPrefix(err.Error(), "rules: "))
+			}
 			failed++
 			continue
 		}

@@ -39,18 +39,19 @@ func runEstimate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if *keys == "" || *limit == "" || len(positional) > 0 {
 		return errUsage{errors.New("want --keys and --limit")}
 	}
+	// A bad value is the command given wrong: exit status 2.
 	n, err := sim.ParseCount(*keys)
 	if err != nil {
-		return err
+		return errUsage{fmt.Errorf("--keys: %w", err)}
 	}
 	l, err := sluice.ParseLimit(*limit)
 	if err != nil {
-		return err
+		return errUsage{fmt.Errorf("--limit: %s", strings.TrimPrefix(err.Error(), "sluice: "))}
 	}
 	l.Burst = *burst
 	share, err := strconv.ParseFloat(strings.TrimSuffix(*active, "%"), 64)
 	if err != nil || share <= 0 || share > 100 {
-		return fmt.Errorf("--active %q: want a share such as 5%%", *active)
+		return errUsage{fmt.Errorf("--active %q: want a share such as 5%%", *active)}
 	}
 	spec := sim.EstimateSpec{Keys: n, Active: share / 100, Limit: l}
 	if *redisURL != "" {

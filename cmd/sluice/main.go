@@ -69,7 +69,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				if errors.As(err, &exit) {
 					return exit.code
 				}
-				fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+				// A library error names its package ("sluice: limit ...",
+				// "rules: open ..."): the command's name says it here.
+				msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "sluice: "), "rules: ")
+				fmt.Fprintf(stderr, "sluice %s: %s\n", c.name, msg)
 				if _, ok := err.(errUsage); ok {
 					fmt.Fprintf(stderr, "Run 'sluice %s --help' for its flags and an example.\n", c.name)
 					return 2 // the command was given wrong: nothing was done

@@ -60,6 +60,9 @@ func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
 		{[]string{"check"}, "no file"},
 		{[]string{"simulate"}, "gcra-vs-token-bucket"},
 		{[]string{"serve", "--config", "../../examples/shop.yaml", "--tls-cert", "c.pem"}, "--tls-key"},
+		{[]string{"estimate", "--keys", "1M", "--limit", "bad"}, "sluice estimate: --limit: limit \"bad\""},
+		{[]string{"estimate", "--keys", "10x", "--limit", "1/1s"}, "--keys"},
+		{[]string{"test", "../../examples/shop.yaml"}, "a test file"},
 	} {
 		code, _, errs := runCLI(tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") > 2 || strings.Contains(errs, "Usage:") {
@@ -71,9 +74,12 @@ func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
 		{"replay", "--config", "../../examples/shop.yaml", "missing.log"},
 		{"serve", "--config", "missing.yaml", "--listen", "127.0.0.1:0"},
 	} {
-		if code, _, errs := runCLI(args...); code != 1 {
-			t.Errorf("sluice %v: exit %d, stderr %q; want 1", args, code, errs)
+		if code, _, errs := runCLI(args...); code != 1 || strings.Contains(errs, "sluice: sluice:") || strings.Contains(errs, "rules: ") {
+			t.Errorf("sluice %v: exit %d, stderr %q; want 1, and the command's name, not a package's", args, code, errs)
 		}
+	}
+	if _, _, errs := runCLI("check", "missing.yaml"); !strings.HasPrefix(errs, "sluice check: open missing.yaml") {
+		t.Errorf("check of a missing file: %q", errs)
 	}
 }
 

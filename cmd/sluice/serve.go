@@ -179,8 +179,10 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if err != nil {
 		if *c.logFormat == "json" {
 			s.log.Error("sluice: rule files refused", "files", []string(c.configs), "faults", faults(err))
-		} else {
+		} else if es := (rules.Errors)(nil); errors.As(err, &es) {
 			fmt.Fprintln(stderr, err) // one fault per line, file:line:column first
+		} else {
+			fmt.Fprintf(stderr, "sluice: %s\n", strings.TrimPrefix(err.Error(), "rules: ")) // a file that cannot be read
 		}
 		return nil, errExit{1}
 	}
