@@ -94,6 +94,20 @@ rules:
 		}
 		limited, topRows, lockedRows = state.Limited, state.Top, state.Locked
 	}
+	// The shadow series only on the shadow rule; the limited one only on
+	// enforced rules; each sparkline writes its scale.
+	lines, err := chromedp.Run(bctx, chromedp.Evaluate[struct{ UserShadow, TrialShadow, TrialLimited, Scales int }](`({
+		userShadow: document.querySelectorAll('#rules tr[data-rule="per-user"] polyline[data-series="shadowLimited"]').length,
+		trialShadow: document.querySelectorAll('#rules tr[data-rule="trial"] polyline[data-series="shadowLimited"]').length,
+		trialLimited: document.querySelectorAll('#rules tr[data-rule="trial"] polyline[data-series="limited"]').length,
+		scales: [...document.querySelectorAll('#rules svg text.scale')].filter(t => /\/s$/.test(t.textContent)).length,
+	})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines.UserShadow != 0 || lines.TrialShadow != 1 || lines.TrialLimited != 0 || lines.Scales != 3 {
+		t.Fatalf("sparklines: %+v; want the shadow line on the shadow rule only, and a scale on each of 3", lines)
+	}
 	topText, err := chromedp.Run(bctx, chromedp.Text(`#top tbody`))
 	if err != nil {
 		t.Fatal(err)
@@ -164,5 +178,41 @@ func TestLivePageFollowsTheAdminRule(t *testing.T) {
 	f := newFixture(t, Options{AdminToken: "t0k"})
 	if w := f.do("GET", "/v1/ui/state", "", "Authorization", "Bearer t0k"); w.Code != 200 {
 		t.Errorf("with the token: %d", w.Code)
+	}
+}
+
+// Without the admin token the page says how to give it, not a raw 401.
+func TestLivePageAsksForTheToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	cfg, _ := rules.Parse("rules.yaml", []byte("rules:\n  - {id: a, key: [ip], rate: 1, per: 1h}\n"))
+	e, err := engine.New(cfg, engine.Options{Store: memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Engine: e, Loopback: false, AdminToken: "t0k", Live: NewLive()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	br := browsertest.Start(t)
+	var status string
+	for end := time.Now().Add(20 * time.Second); !strings.Contains(status, "#token="); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the page says %q without the token", status)
+		}
+		if status == "" {
+			if err := chromedp.Do(br.Ctx, chromedp.Navigate(ts.URL+"/ui")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if status, err = chromedp.Run(br.Ctx, chromedp.Text("#status")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(status, "{") {
+		t.Fatalf("the page shows the raw answer: %q", status)
 	}
 }
