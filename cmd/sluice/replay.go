@@ -26,7 +26,7 @@ func runReplay(_ context.Context, args []string, stdout, stderr io.Writer) error
 	top := fs.Int("top", 5, "keys to list per rule")
 	htmlOut := fs.String("html", "", "also write the report as one self-contained HTML `FILE` (the per-minute chart, the rules, the top keys)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice replay --config RULES ACCESS_LOG [--format table|json|csv]")
+		fmt.Fprintln(stderr, "Usage: sluice replay --config RULES [--config RULES...] ACCESS_LOG [--format "+strings.Join(sim.Formats, "|")+"]")
 		fmt.Fprintln(stderr, "       (ACCESS_LOG: a file, gzipped or not, or - for standard input)")
 		fmt.Fprintln(stderr, "\nReplays an access log (nginx/Apache combined format, or JSON lines) in")
 		fmt.Fprintln(stderr, "timestamp order through the rules, on the embedded store and a simulated")

@@ -29,7 +29,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&bursts, "burst", "custom: a burst AT:SIZE:SPREAD, such as 2s:35:200ms (repeatable)")
 	fs.Var(&limits, "limit", "custom: a limit ALGORITHM:RATE/PERIOD[:BURST], such as token-bucket:10/1s:20 (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice simulate SCENARIO [--format table|json|csv]")
+		fmt.Fprintln(stderr, "Usage: sluice simulate SCENARIO [--format "+strings.Join(sim.Formats, "|")+"]")
 		fmt.Fprintln(stderr, "       sluice simulate custom [--file FILE | --background N --burst AT:SIZE:SPREAD --limit ALG:RATE/PERIOD[:BURST]... | --rules FILE]")
 		fmt.Fprintln(stderr, "\nExamples:\n  sluice simulate gcra-vs-token-bucket --format json")
 		fmt.Fprintln(stderr, "  sluice simulate custom --seed 7 --background 6 --burst 2s:35:200ms --limit token-bucket:10/1s:20 --limit leaky-queue:10/1s:20")
