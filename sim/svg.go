@@ -80,8 +80,61 @@ func (r *Report) writeSVG(w io.Writer) error {
 	if len(ys) == 0 || len(r.Rows) == 0 {
 		return fmt.Errorf("sim: %q has nothing to draw", r.Title)
 	}
-	const width, height, left, right, top, bottom = 900.0, 420.0, 64.0, 16.0, 40.0, 90.0
-	plotW, plotH := width-left-right, height-top-bottom
+	// The layout: a plot 820 px wide, wider for many bar groups (each at
+	// least minGroup, so that every group's label fits beside the next);
+	// the title wrapped to the width; under the axis, each group's label
+	// (wrapped for a few groups, turned upright for many), the axis name
+	// and the legend, each in its own band, so that no two texts overlap.
+	const left, right, plotH = 64.0, 16.0, 290.0
+	plotW := 820.0
+	var labels []string
+	upright, labelLines := false, 1
+	if !ch.Lines {
+		for _, row := range r.Rows {
+			labels = append(labels, rowLabel(r, row, ys))
+		}
+		plotW = max(plotW, float64(len(r.Rows))*minGroup)
+		group := plotW / float64(len(r.Rows))
+		perLine := int(group * 0.95 / charW)
+		for _, l := range labels {
+			lines := wrapWords(l, perLine)
+			if len(lines) > maxLabelLines || perLine < 4 {
+				upright = true
+			}
+			for _, line := range lines {
+				upright = upright || len(line) > perLine // a word wider than its group
+			}
+			labelLines = max(labelLines, len(lines))
+		}
+	}
+	width := left + plotW + right
+	titleLines := wrapWords(r.Title, int((width-left-right)/titleCharW))
+	top := 22 + 18*float64(len(titleLines)-1) + 18.0
+	band := 20.0 // the labels under the axis
+	switch {
+	case ch.Lines:
+	case upright:
+		longest := 0
+		for _, l := range labels {
+			longest = max(longest, len(l))
+		}
+		band = float64(longest)*charW + 10
+	default:
+		band = float64(labelLines)*14 + 6
+	}
+	// The legend's rows, as wide as the chart.
+	type key struct{ x, y float64 }
+	var keys []key
+	lx, ly := left, top+plotH+band+30
+	for _, i := range ys {
+		wide := 24 + charW*float64(len(r.Columns[i]))
+		if lx+wide > width-right && lx > left {
+			lx, ly = left, ly+16
+		}
+		keys = append(keys, key{lx, ly})
+		lx += wide
+	}
+	height := ly + 24
 	hi := 0.0
 	for _, row := range r.Rows {
 		for _, i := range ys {
@@ -95,12 +148,14 @@ func (r *Report) writeSVG(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(r.Title))
+	for k, line := range titleLines {
+		fmt.Fprintf(&b, `<text class="title" x="%.0f" y="%.0f" font-size="14" font-weight="bold">%s</text>`+"\n", left, 22+18*float64(k), html.EscapeString(line))
+	}
 	// The y axis: five ticks from 0 to hi.
 	for k := 0; k <= 5; k++ {
 		v := hi * float64(k) / 5
 		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#e5e5e5"/>`+"\n", left, left+plotW, y(v), y(v))
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", left-6, y(v)+4, strconv.FormatFloat(v, 'g', 4, 64))
+		fmt.Fprintf(&b, `<text class="tick" x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", left-6, y(v)+4, strconv.FormatFloat(v, 'g', 4, 64))
 	}
 	if ch.YLabel != "" {
 		fmt.Fprintf(&b, `<text transform="translate(14 %.0f) rotate(-90)" text-anchor="middle" fill="#555">%s</text>`+"\n", top+plotH/2, html.EscapeString(ch.YLabel))
@@ -123,9 +178,9 @@ func (r *Report) writeSVG(w io.Writer) error {
 		}
 		for k := 0; k <= 5; k++ {
 			v := lo + (xhi-lo)*float64(k)/5
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", x(v), top+plotH+16, strconv.FormatFloat(v, 'g', 4, 64))
+			fmt.Fprintf(&b, `<text class="tick" x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", x(v), top+plotH+16, strconv.FormatFloat(v, 'g', 4, 64))
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", left+plotW/2, top+plotH+34, html.EscapeString(ch.X))
+		fmt.Fprintf(&b, `<text class="axis" x="%.0f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", left+plotW/2, top+plotH+band+14, html.EscapeString(ch.X))
 		for s, i := range ys {
 			pts := make([]string, 0, len(r.Rows))
 			for _, row := range r.Rows {
@@ -146,23 +201,38 @@ func (r *Report) writeSVG(w io.Writer) error {
 					x0+float64(s)*bar, y(v), max(bar-1, 0.5), top+plotH-y(v), palette[s%len(palette)],
 					html.EscapeString(row[0]), html.EscapeString(r.Columns[i]), html.EscapeString(row[i]))
 			}
-			if len(r.Rows) <= 24 {
-				fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", x0+group*0.4, top+plotH+16, html.EscapeString(rowLabel(r, row, ys)))
+			// Every group has its label: upright (reading upwards) for
+			// many groups, else wrapped to the group's width.
+			cx := x0 + group*0.4
+			if upright {
+				fmt.Fprintf(&b, `<text class="label" transform="translate(%.1f %.0f) rotate(-90)" text-anchor="end" dominant-baseline="middle" fill="#555">%s</text>`+"\n", cx, top+plotH+6, html.EscapeString(labels[g]))
+			} else {
+				fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%.0f" text-anchor="middle" fill="#555">`, cx, top+plotH+16)
+				for k, line := range wrapWords(labels[g], int(group*0.95/charW)) {
+					fmt.Fprintf(&b, `<tspan x="%.1f" dy="%d">%s</tspan>`, cx, min(k, 1)*14, html.EscapeString(line))
+				}
+				b.WriteString("</text>\n")
+			}
+			// A refused request shows: a red cross over its group (its
+			// bars may be 0, and would not show at all).
+			var refusedBy []string
+			for i, c := range row {
+				if c == "rejected" {
+					refusedBy = append(refusedBy, r.Columns[i])
+				}
+			}
+			if len(refusedBy) > 0 {
+				fmt.Fprintf(&b, `<text class="mark" x="%.1f" y="%.1f" text-anchor="middle" font-size="13" font-weight="bold" fill="#c0392b">&#x2715;<title>%s: rejected by %s</title></text>`+"\n",
+					cx, top+plotH-4, html.EscapeString(row[0]), html.EscapeString(strings.Join(refusedBy, ", ")))
 			}
 		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", left+plotW/2, top+plotH+34, html.EscapeString(r.Columns[0]))
+		fmt.Fprintf(&b, `<text class="axis" x="%.0f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n", left+plotW/2, top+plotH+band+14, html.EscapeString(r.Columns[0]))
 	}
 	fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, left+plotW, top+plotH, top+plotH)
-	// The legend, under the axis, in rows as wide as the chart.
-	lx, ly := left, height-38.0
 	for s, i := range ys {
-		wide := 24 + 7*float64(len(r.Columns[i]))
-		if lx+wide > width-right && lx > left {
-			lx, ly = left, ly+16
-		}
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
-			lx, ly, palette[s%len(palette)], lx+14, ly+9, html.EscapeString(r.Columns[i]))
-		lx += wide
+		k := keys[s]
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text class="legend" x="%.0f" y="%.0f">%s</text>`+"\n",
+			k.x, k.y, palette[s%len(palette)], k.x+14, k.y+9, html.EscapeString(r.Columns[i]))
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
@@ -197,4 +267,37 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// The text metrics the layout assumes: an upper bound on the advance of a
+// character of 12 px sans-serif (and of 14 px bold, for the title), so that
+// texts laid out apart do not meet in any common font (TestSVGTextsDoNotOverlap
+// measures them in a browser).
+const (
+	charW         = 7.2
+	titleCharW    = 8.6
+	minGroup      = 16.0 // an upright label's height, and room
+	maxLabelLines = 3
+)
+
+// wrapWords breaks s into lines of at most n characters, at spaces (a
+// longer word has a line of its own).
+func wrapWords(s string, n int) []string {
+	if n < 1 {
+		n = 1
+	}
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case len(line)+1+len(w) <= n:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = w
+		}
+	}
+	return append(lines, line)
 }
