@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The outputs the docs quote are what the commands print: each block of
+// docs/simulator.md that starts with "$ sluice ..." is run, and the block
+// must be its output, line for line (trailing spaces aside). The
+// deterministic commands only: estimate's measured columns vary from run
+// to run, so of its block only the first line is held. A doc may abridge:
+// a line "..." stands for the rest, and a line ending in "...)" for any
+// line that starts as it does.
+func TestQuotedOutputsAreWhatTheCommandsPrint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every simulation")
+	}
+	runs := 0
+	for _, doc := range []string{"../../docs/simulator.md", "../../README.md", "../../docs/service.md", "../../docs/adaptive.md", "../../docs/rules.md"} {
+		for _, b := range quotedRuns(t, doc) {
+			runs++
+			args := strings.Fields(strings.TrimPrefix(b.command, "$ sluice "))
+			for i, a := range args {
+				if strings.HasPrefix(a, "examples/") || strings.HasPrefix(a, "rules/") {
+					args[i] = "../../" + a // the docs run from the repository's root
+				}
+			}
+			_, out, errs := runCLI(args...) // a terminal shows both streams
+			got := trimLines(strings.NewReplacer("../../examples/", "examples/", "../../rules/", "rules/").Replace(out + errs))
+			want := b.output
+			if args[0] == "estimate" { // measured: the first line only
+				got, want = got[:min(1, len(got))], want[:min(1, len(want))]
+			}
+			if !abridged(got, want) {
+				t.Errorf("%s:%d: %s prints\n%s\nbut the doc quotes\n%s", doc, b.line, b.command, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		}
+	}
+	if runs < 10 { // 8 in docs/simulator.md, 2 in docs/rules.md
+		t.Fatalf("%d quoted runs found: the parser misses blocks", runs)
+	}
+}
+
+type quotedRun struct {
+	command string
+	line    int
+	output  []string
+}
+
+// quotedRuns finds the fenced blocks whose first line is "$ sluice ...".
+func quotedRuns(t *testing.T, path string) []quotedRun {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []quotedRun
+	var cur *quotedRun
+	inBlock, first := false, false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			if inBlock && cur != nil {
+				cur.output = trimLines(strings.Join(cur.output, "\n"))
+				out = append(out, *cur)
+			}
+			inBlock, first, cur = !inBlock, true, nil
+			continue
+		}
+		if !inBlock {
+			continue
+		}
+		if first {
+			first = false
+			if strings.HasPrefix(line, "$ sluice ") {
+				cur = &quotedRun{command: line, line: n}
+			}
+			continue
+		}
+		if cur != nil {
+			cur.output = append(cur.output, line)
+		}
+	}
+	return out
+}
+
+// trimLines splits s into lines without trailing spaces or trailing empty
+// lines.
+func trimLines(s string) []string {
+	lines := strings.Split(s, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	for len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// abridged reports whether want quotes got, abridged as the test's doc
+// comment says.
+func abridged(got, want []string) bool {
+	for i, w := range want {
+		if w == "..." {
+			return true
+		}
+		if i >= len(got) {
+			return false
+		}
+		if head, ok := strings.CutSuffix(w, "...)"); ok {
+			if !strings.HasPrefix(got[i], head) {
+				return false
+			}
+			continue
+		}
+		if got[i] != w {
+			return false
+		}
+	}
+	return len(got) == len(want)
+}
