@@ -26,6 +26,15 @@ type raw struct {
 
 func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
 	t.Helper()
+	r := dialPreface(t, addr)
+	r.fr.WriteSettings(settings...)
+	return r
+}
+
+// dialPreface connects and sends the client preface's magic string only,
+// without the SETTINGS frame that ends it.
+func dialPreface(t *testing.T, addr string) *raw {
+	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +46,6 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *raw {
 	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
-	r.fr.WriteSettings(settings...)
 	return r
 }
 
@@ -353,18 +361,9 @@ func TestPingIsAnswered(t *testing.T) {
 // wrong; a contract test saw it as "connection reset by peer".)
 func TestShutdownBeforeTheClientsSettingsDrains(t *testing.T) {
 	f := newFixture(t, nil)
-	nc, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	r := &raw{t: t, nc: nc, fr: http2.NewFramer(nc, nc)}
-	r.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	r.enc = hpack.NewEncoder(&r.hbuf)
 	// The preface alone: the server waits for the SETTINGS that ends it.
-	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
+	r := dialPreface(t, f.addr)
+	nc := r.nc
 	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if f, err := r.fr.ReadFrame(); err != nil {
 		t.Fatal(err)
