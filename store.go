@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -62,6 +63,29 @@ type Take struct {
 	// it answers. The decision is allowed and reports the key as it stands
 	// after the charge.
 	Charge bool
+}
+
+// SendBy is implemented by the context of a store call that its caller
+// follows past the time it answers its own client without the call: the
+// context lasts as long as the caller listens for the reply (to learn what
+// the call applied), and SendBy is when the caller stopped waiting for it.
+// A store that queues calls before sending them does not send one still
+// queued, or to be sent again, after SendBy: it answers ErrNotSent. So a
+// backlog of calls no one waits for is not piled on a store already slow,
+// and the caller knows the call applied nothing.
+type SendBy interface {
+	SendBy() time.Time
+}
+
+// ErrNotSent is a store's answer to a call it did not send (see SendBy):
+// the call applied nothing.
+var ErrNotSent = errors.New("sluice: store call not sent: its caller had stopped waiting")
+
+// PastSendBy reports whether ctx is a call's context whose SendBy has
+// passed: a store that queues calls sends it no more.
+func PastSendBy(ctx context.Context) bool {
+	sb, ok := ctx.(SendBy)
+	return ok && time.Now().After(sb.SendBy())
 }
 
 // MaxHoldLen bounds a reservation id ([Take.Hold]).

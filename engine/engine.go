@@ -99,6 +99,13 @@ type Engine struct {
 	onLock    func(rule, key string, d time.Duration)
 	pressure  func() float64
 
+	// Store calls run graced (see late.go): calls, and calls whose caller
+	// answers a failure for the store.
+	calls, owingCalls graced
+	lateGrace         time.Duration
+	workers           workers
+	reaper            reaper
+
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
 	// SIGHUP loads (and logs, and counts) once.
@@ -142,6 +149,8 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 			o.OnBreakerChange(from, to)
 		}
 	})
+	e.calls, e.owingCalls = graced{e: e}, graced{e: e, owes: true}
+	e.lateGrace, e.workers.work = lateGrace, make(chan *storeCall)
 	e.set.Store(compile(cfg))
 	return e, nil
 }
@@ -685,6 +694,12 @@ func counts(statuses []int, status int) bool {
 // use for the request's values, and wrapping ctx would be an allocation on
 // every check.
 func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	return e.callVia(ctx, &e.calls, takes, out)
+}
+
+// callVia is call through s: e.calls, or e.owingCalls for a caller that
+// answers a failed call from the gateway's share (see late.go).
+func (e *Engine) callVia(ctx context.Context, s *graced, takes []sluice.Take, out []sluice.Decision) error {
 	if e.local {
 		return e.store.Take(context.Background(), takes, out)
 	}
@@ -694,7 +709,7 @@ func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 		partition = e.parts.Partition(&takes[0])
 	}
 	start := time.Now()
-	err := e.guard.call(ctx, e.store, partition, takes, out)
+	err := e.guard.call(ctx, s, partition, takes, out)
 	if e.onCall != nil {
 		e.onCall(time.Since(start), err)
 	}

@@ -39,8 +39,11 @@ func mustRules(t testing.TB, src string) *rules.Config {
 // waits for its context, as a slow network call would.
 type faultyStore struct {
 	inner sluice.Store
-	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall, 3 stall then apply
+	mode  atomic.Int32 // 0 ok, 1 fail, 2 stall, 3 stall then apply, 4 hold until released, 5 queue until released
 	calls atomic.Int64
+	// release, in mode 4, is closed by the test to let the held calls
+	// through: applied and answered, after their deadline.
+	release atomic.Pointer[chan struct{}]
 	// before, if set, sees each call's takes before the store does: a
 	// test's way to act while a call is in flight.
 	before atomic.Pointer[func([]sluice.Take)]
@@ -53,7 +56,7 @@ func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluic
 	if b := f.before.Load(); b != nil {
 		(*b)(takes)
 	}
-	switch f.mode.Load() {
+	switch mode := f.mode.Load(); mode {
 	case 1:
 		return errDown
 	case 2:
@@ -63,6 +66,15 @@ func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluic
 		<-ctx.Done()
 		f.inner.Take(context.Background(), takes, make([]sluice.Decision, len(takes)))
 		return ctx.Err()
+	case 4, 5: // a slow store: the call applies and answers once released
+		select {
+		case <-*f.release.Load():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if mode == 5 && sluice.PastSendBy(ctx) { // 5: a store that queued the call
+			return sluice.ErrNotSent
+		}
 	}
 	return f.inner.Take(ctx, takes, out)
 }

@@ -35,8 +35,10 @@ import (
 // marked late, and a late debt does not ride on calls made while the store
 // is not answering (its last call failed): a store waking from a hang
 // applies it once, not once per call queued meanwhile. Once the store
-// answers, late debts ride and are written back again: a debt the waking
-// store had applied is then charged twice (under, never over).
+// answers, late debts ride and are written back again; a late call whose
+// reply comes within its grace credits what it applied (late.go), so a debt
+// the waking store had applied is refunded, and only one whose reply was
+// lost is charged twice (under, never over).
 //
 // The ledger is bounded: at most maxOwed keys (rule and key) are owed at
 // once, the units of one key adding up; past the bound an admission is
@@ -59,6 +61,8 @@ type owed struct {
 	last     atomic.Int64        // when the last flush started, ns
 
 	written, expired, overflow, shutdown atomic.Int64 // units
+	refunded, creditsLost                atomic.Int64 // units (see late.go)
+	lateAnswered, lateLost, lateUnsent   atomic.Int64 // calls (see late.go)
 }
 
 // maxOwed bounds the keys owed at once.
@@ -73,6 +77,9 @@ const maxChargeBatch = 64
 
 type owedKey struct{ rule, key string }
 
+// A debt's units are negative when the store counted more than this
+// gateway admitted (a late reply's credit, see late.go): the write-back
+// gives them back.
 type debt struct {
 	limit sluice.Limit
 	units int64
@@ -105,8 +112,15 @@ func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.T
 	case ok && d.limit == limit:
 		d.units += units
 		d.late = d.late || late
+		if d.units == 0 { // a debt and its credit (see late.go)
+			delete(o.debts, k)
+			o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+		}
 		return
 	case ok: // the rule changed (a reload): a new debt under the new limit
+	case len(o.debts) >= maxOwed && units < 0:
+		o.creditsLost.Add(-units) // the store keeps them: under, never over
+		return
 	case len(o.debts) >= maxOwed:
 		o.overflow.Add(units)
 		return
@@ -121,7 +135,11 @@ func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.T
 func (o *owed) settle(err error, charges []sluice.Take, firsts []time.Time) {
 	if err == nil {
 		for _, c := range charges {
-			o.written.Add(c.Cost)
+			if c.Cost > 0 {
+				o.written.Add(c.Cost)
+			} else {
+				o.refunded.Add(-c.Cost)
+			}
 		}
 		return
 	}
@@ -180,11 +198,13 @@ func (o *owed) board(e *Engine, now time.Time) ([]sluice.Take, []time.Time, chan
 	part, chosen := "", false
 	for k, d := range o.debts {
 		if now.Sub(d.first) >= d.limit.Period {
-			o.expired.Add(d.units)
+			o.expired.Add(max(d.units, 0)) // a credit's units have emptied from the store too
 			delete(o.debts, k)
 			continue
 		}
-		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true}
+		// A credit goes back as a refund, which the store applies
+		// whatever the other takes of the call decide, as a charge.
+		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: d.units > 0}
 		if e.parts != nil {
 			p := e.parts.Partition(&tk)
 			if chosen && p != part {
@@ -230,24 +250,41 @@ func (o *owed) land(takes []sluice.Take, landed chan struct{}) {
 // OwedStats are the units admitted while the store did not answer: still
 // owed to it (in flight included), written back, and dropped unwritten
 // because their period passed first, the ledger was full or the gateway
-// stopped.
+// stopped. Beside them, what late replies told (see late.go): the calls
+// answered after their deadline, those whose reply never came and those
+// the store never sent, and the
+// units the store counted that this gateway did not admit: to give back
+// (Credit), given back (Refunded), and kept by the store because the
+// ledger was full (CreditsLost).
 type OwedStats struct {
 	Owed, Written, Expired, Overflow, Shutdown int64
+	Credit, Refunded, CreditsLost              int64
+	LateAnswered, LateLost, LateUnsent         int64
 }
 
 // Owed returns the ledger of degraded admissions (see owed).
 func (e *Engine) Owed() OwedStats {
 	o := &e.owed
+	var st OwedStats
+	add := func(units int64) {
+		if units > 0 {
+			st.Owed += units
+		} else {
+			st.Credit -= units
+		}
+	}
 	o.mu.Lock()
-	var n int64
 	for _, d := range o.debts {
-		n += d.units
+		add(d.units)
 	}
 	for _, f := range o.inflight {
-		n += f.units
+		add(f.units)
 	}
 	o.mu.Unlock()
-	return OwedStats{Owed: n, Written: o.written.Load(), Expired: o.expired.Load(), Overflow: o.overflow.Load(), Shutdown: o.shutdown.Load()}
+	st.Written, st.Expired, st.Overflow, st.Shutdown = o.written.Load(), o.expired.Load(), o.overflow.Load(), o.shutdown.Load()
+	st.Refunded, st.CreditsLost = o.refunded.Load(), o.creditsLost.Load()
+	st.LateAnswered, st.LateLost, st.LateUnsent = o.lateAnswered.Load(), o.lateLost.Load(), o.lateUnsent.Load()
+	return st
 }
 
 // StoreAnswered tells the engine that the store answered a call made
@@ -282,11 +319,11 @@ func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
 	}
 	o.mu.Lock()
 	for k, d := range o.debts {
-		dropped += d.units
+		dropped += max(d.units, 0) // a credit dropped is a refund the store misses: under
 		delete(o.debts, k)
 	}
 	for k, f := range o.inflight {
-		dropped += f.units
+		dropped += max(f.units, 0)
 		delete(o.inflight, k)
 	}
 	o.pending.Store(false)
@@ -315,15 +352,15 @@ func (e *Engine) callOwing(ctx context.Context, res *Result, takes []sluice.Take
 
 func (e *Engine) callWithDebts(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	if !e.owed.pending.Load() {
-		return e.call(ctx, takes, out)
+		return e.callVia(ctx, &e.owingCalls, takes, out)
 	}
 	charges, firsts := e.owed.claim(takes, e.answering.Load())
 	if len(charges) == 0 {
-		return e.call(ctx, takes, out)
+		return e.callVia(ctx, &e.owingCalls, takes, out)
 	}
 	all := append(charges, takes...)
 	decs := make([]sluice.Decision, len(all))
-	err := e.call(ctx, all, decs)
+	err := e.callVia(ctx, &e.owingCalls, all, decs)
 	e.owed.settle(err, charges, firsts)
 	if err != nil {
 		return err
@@ -355,7 +392,7 @@ func (o *owed) claim(takes []sluice.Take, answering bool) ([]sluice.Take, []time
 				break
 			}
 			d, ok := o.debts[k]
-			if !ok || d.limit != tk.Limit || (d.late && !answering) {
+			if !ok || d.limit != tk.Limit || d.units < 0 || (d.late && !answering) {
 				continue
 			}
 			charges = append(charges, sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: true})

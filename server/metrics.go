@@ -147,6 +147,12 @@ var (
 		"Units admitted while the store did not answer, charged to it once it answered.", nil, nil)
 	descUnwritten = prometheus.NewDesc("sluice_degraded_unwritten_units_total",
 		"Units admitted while the store did not answer and never charged to it: their limit's period passed first (expired) or the ledger of owed keys was full (overflow).", []string{"reason"}, nil)
+	descLateReplies = prometheus.NewDesc("sluice_store_late_replies_total",
+		"Store calls that missed their deadline (answered from the gateway's share) and were followed for 5 s more: answered (what the store counted was credited, so nothing is counted twice), lost (no reply, or an error: what they carried stays owed) or unsent (still queued when their caller stopped waiting: they applied nothing).", []string{"outcome"}, nil)
+	descCredit = prometheus.NewDesc("sluice_degraded_credit_units",
+		"Units the store counted in late-answered calls that this gateway did not admit, not yet given back to it.", nil, nil)
+	descRefunded = prometheus.NewDesc("sluice_degraded_refunded_units_total",
+		"Units given back to the store: counted by a late-answered call, not admitted by this gateway.", nil, nil)
 	descGateways = prometheus.NewDesc("sluice_gateways",
 		"Gateways sharing the store, as this one counts them (live heartbeats, or --gateways).", nil, nil)
 	descOverrides = prometheus.NewDesc("sluice_envoy_overrides",
@@ -183,7 +189,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -239,6 +245,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descUnwritten, uint64(owed.Expired), "expired")
 	counter(descUnwritten, uint64(owed.Overflow), "overflow")
 	counter(descUnwritten, uint64(owed.Shutdown), "shutdown")
+	if c.e.Guarded() {
+		counter(descLateReplies, uint64(owed.LateAnswered), "answered")
+		counter(descLateReplies, uint64(owed.LateLost), "lost")
+		counter(descLateReplies, uint64(owed.LateUnsent), "unsent")
+		ch <- prometheus.MustNewConstMetric(descCredit, prometheus.GaugeValue, float64(owed.Credit))
+		counter(descRefunded, uint64(owed.Refunded))
+	}
 	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
 	if c.e.Guarded() {

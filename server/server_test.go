@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -699,5 +700,54 @@ func TestTheRootNamesTheEndpoints(t *testing.T) {
 	}
 	if w := f.do("GET", "/nowhere", ""); w.Code != 404 {
 		t.Fatalf("GET /nowhere: %d", w.Code)
+	}
+}
+
+// remoteStore hides the embedded store's NonBlocking: the engine guards it
+// as it would Redis (deadline, breakers, late replies).
+type remoteStore struct{ sluice.Store }
+
+// With a remote store every guarded series is served, each once, and the
+// exposition passes the Prometheus linter: a series collected twice makes
+// the whole page an error, and a scrape then sees nothing.
+func TestMetricsOfAGuardedStoreAreServed(t *testing.T) {
+	cfg, err := rules.Parse("test.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := NewMetrics("test")
+	e, err := engine.New(cfg, engine.Options{Store: remoteStore{memory.New()}, Logger: quiet, OnStoreCall: m.ObserveStoreCall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Engine: e, Logger: quiet, Metrics: m, Loopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: s}
+	f.do("POST", "/v1/check", `{"attributes":{"phone":"8801700000000"}}`)
+	w := f.do("GET", "/metrics", "")
+	if w.Code != 200 {
+		t.Fatalf("/metrics: %d %s", w.Code, w.Body)
+	}
+	for _, want := range []string{
+		`sluice_store_late_replies_total{outcome="answered"} 0`,
+		`sluice_store_late_replies_total{outcome="lost"} 0`,
+		`sluice_store_late_replies_total{outcome="unsent"} 0`,
+		`sluice_degraded_credit_units 0`,
+		`sluice_degraded_refunded_units_total 0`,
+		`sluice_store_deadline_seconds`,
+	} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sluice-rl/sluice"
 )
 
 // Concurrent decisions on one Redis go to it together.
@@ -32,8 +33,10 @@ import (
 // Not batched: on a cluster (a script call must keep to one hash slot, and
 // concurrent calls rarely share one), and with a fixed Clock (each call
 // sends its own time). A queued call whose context ends before its batch
-// leaves is answered with the context's error and not sent; once sent, as
-// for any call, its outcome is what Redis decided.
+// leaves is answered with the context's error and not sent, as is one past
+// its sluice.SendBy (answered sluice.ErrNotSent): a backlog of calls whose
+// callers stopped waiting is not piled on a Redis that is already slow.
+// Once sent, as for any call, its outcome is what Redis decided.
 const (
 	maxFlights = 2
 	maxBatch   = 128
@@ -105,6 +108,11 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
 			q.err = err // gave up before it was sent
+			close(q.done)
+			continue
+		}
+		if sluice.PastSendBy(q.ctx) {
+			q.err = sluice.ErrNotSent // followed, but no longer waited for
 			close(q.done)
 			continue
 		}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -79,4 +80,67 @@ func TestBatchedCallsGetTheirOwnDecisions(t *testing.T) {
 		t.Fatal("no call went in a batch: the test did not exercise batching")
 	}
 	t.Logf("%d calls went in batches", s.batched.Load())
+}
+
+// sendByCtx is a followed call's context (see sluice.SendBy).
+type sendByCtx struct {
+	context.Context
+	by time.Time
+}
+
+func (c sendByCtx) SendBy() time.Time { return c.by }
+
+// A call still queued for a batch when its caller stopped waiting for it
+// (its SendBy passed) is not sent: it is answered sluice.ErrNotSent and
+// applies nothing, though its context goes on (its caller listens for a
+// late reply). Redis is hung while the call queues behind two calls in
+// flight, then resumed.
+func TestAQueuedCallPastItsSendByIsNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	take := func(ctx context.Context, key string) error {
+		return s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
+	}
+	if err := take(context.Background(), "warm"); err != nil { // scripts loaded
+		t.Fatal(err)
+	}
+	srv.Pause()
+	var wg sync.WaitGroup
+	for i := range 2 { // the two flights, held by the hung Redis
+		wg.Go(func() { take(context.Background(), fmt.Sprint("flight-", i)) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		flights := 0
+		for _, b := range s.batchers {
+			b.mu.Lock()
+			flights += b.flights
+			b.mu.Unlock()
+		}
+		if flights == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Resume()
+			t.Fatalf("%d flights after 5 s", flights)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	followed := make(chan error, 1)
+	go func() { followed <- take(sendByCtx{ctx, time.Now().Add(20 * time.Millisecond)}, "late") }()
+	time.Sleep(100 * time.Millisecond) // queued, and past its SendBy
+	srv.Resume()
+	if err := <-followed; !errors.Is(err, sluice.ErrNotSent) {
+		t.Fatalf("a queued call past its SendBy: %v, want ErrNotSent", err)
+	}
+	wg.Wait()
+	out := make([]sluice.Decision, 1)
+	if err := s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "late", Limit: l}}, out); err != nil || out[0].Remaining != 10 {
+		t.Fatalf("the unsent call's key: %+v %v, want untouched (10 left)", out[0], err)
+	}
 }

@@ -543,6 +543,9 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 			return fmt.Errorf("redis: %w", err)
 		case <-time.After(wait):
 		}
+		if sluice.PastSendBy(ctx) {
+			return fmt.Errorf("redis: %w (%w)", err, sluice.ErrNotSent)
+		}
 		vals, err = s.run(ctx, c, script, sent, args)
 	}
 	if err != nil {

@@ -179,8 +179,13 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	if promoted.IsZero() {
 		t.Fatal("the checks ended before the replica was promoted")
 	}
-	t.Logf("failover: %d users on the killed master admitted %d over their limits in all (worst %d of 100); %d users on the live masters %d under; %d degraded answers; the replica was promoted %v after the kill",
-		deadUsers, overDead, worst, liveUsers, underLive, degraded, promoted.Sub(killed).Round(time.Millisecond))
+	var answered, lost float64
+	for _, b := range bases {
+		answered += proctest.Metric(t, b, `sluice_store_late_replies_total{outcome="answered"}`)
+		lost += proctest.Metric(t, b, `sluice_store_late_replies_total{outcome="lost"}`)
+	}
+	t.Logf("failover: %d users on the killed master admitted %d over their limits in all (worst %d of 100); %d users on the live masters %d under; %d degraded answers; the replica was promoted %v after the kill; calls past their deadline: %v answered late, %v lost",
+		deadUsers, overDead, worst, liveUsers, underLive, degraded, promoted.Sub(killed).Round(time.Millisecond), answered, lost)
 	if deadUsers == 0 || float64(overDead) > 0.05*float64(100*deadUsers) {
 		t.Errorf("users on the killed master: %d over their limits (%d users): want at most 5%%", overDead, deadUsers)
 	}
@@ -198,15 +203,39 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	for i := range 30 {
 		fresh = append(fresh, fmt.Sprint("fo-after-", i))
 	}
+	errsBefore := storeErrors(t, bases)
 	after, degradedAfter, allowedAfter := manyKeys(t, bases, fresh, 150, nil)
+	errs := storeErrors(t, bases)
+	for kind := range errs {
+		errs[kind] -= errsBefore[kind]
+	}
 	for u, n := range after {
 		if n < 100 || n > allowedAfter[u] {
 			t.Errorf("after the failover, %s: admitted %d, want exactly 100 (%d in the time its checks took)", u, n, allowedAfter[u])
 		}
 	}
-	if degradedAfter != 0 {
-		t.Errorf("after the failover, %d answers were degraded", degradedAfter)
+	// Once the cluster is whole, no call fails: none meets a dead node,
+	// a stale slot map or an open breaker. Idle, none misses its deadline
+	// either. Under three busy loops a starved Redis may answer a call
+	// after its deadline (as in TestServeProcessesOnHealthyRedisAreExactUnderLoad):
+	// answered degraded, and its late reply credited, so its user is
+	// still exact. At most 10 such, and nothing else.
+	t.Logf("after the failover: %d degraded answers in 4,500 checks; store errors since the cluster was whole: %v", degradedAfter, errs)
+	if errs["error"] != 0 || errs["breaker_open"] != 0 || degradedAfter > 10 || float64(degradedAfter) > errs["deadline"] {
+		t.Errorf("after the failover, %d answers were degraded, store errors %v: want none but a few calls past their deadline", degradedAfter, errs)
 	}
+}
+
+// storeErrors sums sluice_store_errors_total by kind over the processes.
+func storeErrors(t *testing.T, bases []string) map[string]float64 {
+	t.Helper()
+	m := map[string]float64{}
+	for _, kind := range []string{"deadline", "breaker_open", "error"} {
+		for _, b := range bases {
+			m[kind] += proctest.Metric(t, b, `sluice_store_errors_total{kind="`+kind+`"}`)
+		}
+	}
+	return m
 }
 
 // One Redis with its append-only file, two `sluice serve` processes, 200

@@ -1,0 +1,225 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// slowStore puts f's store in mode 4: calls wait for release.
+func slowStore(f *fixture) (release func()) {
+	ch := make(chan struct{})
+	f.store.release.Store(&ch)
+	f.store.mode.Store(4)
+	return func() { f.store.mode.Store(0); close(ch) }
+}
+
+// waitLate waits until n late replies have been handled (10 s at most).
+func waitLate(t *testing.T, f *fixture, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		o := f.e.Owed()
+		if o.LateAnswered+o.LateLost+o.LateUnsent >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s, %d late replies handled, want %d", o.LateAnswered+o.LateLost+o.LateUnsent, n)
+		}
+	}
+}
+
+// stored is what the store counts for key v of rule r (100 per hour).
+func stored(t *testing.T, f *fixture, key string) int64 {
+	t.Helper()
+	d, _, err := f.e.Inspect(context.Background(), "r", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 100 - d.Remaining
+}
+
+// A store that is only slow applies a call that missed its deadline. The
+// gateway answered it from its share and owed what it admitted; the late
+// reply credits what the store counted, so each admission is counted once
+// (before, twice: once applied, once written back). The charges a late
+// call carried are credited too: written once, not owed again. Nothing
+// else is credited: a shadow rule's count (its failure owed nothing) and a
+// local rule's (its count is not the store's) stand as the reply left them.
+func TestALateReplyIsNotCountedTwice(t *testing.T) {
+	src := "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n" +
+		"  - {id: s, key: [user], rate: 100, per: 1h, mode: shadow}\n" +
+		"  - {id: local, key: [user], rate: 100, per: 1h, sync: local}\n"
+	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true) // this test flushes by itself
+	defer f.e.owed.flowing.Store(false)
+	for range 10 {
+		f.check(t, userReq("v"))
+	}
+	f.store.mode.Store(1) // down: 5 admitted on the share, owed
+	for range 5 {
+		if !f.check(t, userReq("v")).Allowed {
+			t.Fatal("refused on the share")
+		}
+	}
+	f.e.answering.Store(true) // as if a call of another key had just succeeded: debts ride
+	release := slowStore(f)
+	for i := range 3 { // late: each admitted on the share and owed; the first carries the 5
+		res := f.check(t, userReq("v"))
+		if !res.Allowed || res.StoreError == nil {
+			t.Fatalf("late call %d: %+v, want admitted on the share", i, res.Decision)
+		}
+	}
+	if o := f.e.Owed(); o.Owed != 8 {
+		t.Fatalf("owed %+v, want 8 while the late calls are out", o)
+	}
+	release()
+	waitLate(t, f, 6) // 3 calls of the enforced rules, 3 of the shadow rule
+	o := f.e.Owed()
+	if o.Owed != 0 || o.Credit != 0 || o.LateAnswered != 6 {
+		t.Fatalf("after the late replies: %+v, want nothing owed: each applied its take and the first its 5", o)
+	}
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	// 10 + 5 + 3 admitted; the store counts each once.
+	if got := stored(t, f, "v"); got != 18 {
+		t.Fatalf("the store counts %d, want 18 (26 when the late calls are counted twice)", got)
+	}
+}
+
+// A late reply for a key whose degraded answer was a refusal (here a
+// fail-closed rule) gives back what the store counted: a refund, written
+// back like a debt. So is a credit that comes after its debt was charged.
+func TestALateReplyRefundsWhatTheGatewayRefused(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, failMode: closed}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true)
+	defer f.e.owed.flowing.Store(false)
+	for range 10 {
+		f.check(t, userReq("w"))
+	}
+	release := slowStore(f)
+	for range 4 {
+		if res := f.check(t, userReq("w")); res.Allowed || res.Decision.Reason != sluice.ReasonUnavailable {
+			t.Fatalf("fail-closed while the store is slow: %+v", res.Decision)
+		}
+	}
+	release()
+	waitLate(t, f, 4)
+	if o := f.e.Owed(); o.Credit != 4 || o.Owed != 0 {
+		t.Fatalf("after the late replies: %+v, want 4 units to give back", o)
+	}
+	if got := stored(t, f, "w"); got != 14 {
+		t.Fatalf("before the refund the store counts %d, want 14", got)
+	}
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	if o := f.e.Owed(); o.Credit != 0 || o.Refunded != 4 {
+		t.Fatalf("after the write-back: %+v, want the 4 refunded", o)
+	}
+	if got := stored(t, f, "w"); got != 10 {
+		t.Fatalf("the store counts %d, want the 10 admitted", got)
+	}
+}
+
+// A debt and a credit of one key net out in either order, and the entry
+// goes when they do; a lone credit is written back as a refund.
+func TestACreditAndItsDebtNetInEitherOrder(t *testing.T) {
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	var o owed
+	now := time.Now()
+	o.owe("r", "a", l, 3, now, true)
+	o.owe("r", "a", l, -3, now, false)
+	o.owe("r", "b", l, -2, now, false)
+	o.owe("r", "b", l, 2, now, false)
+	o.owe("r", "c", l, -1, now, false)
+	if len(o.debts) != 1 || o.debts[owedKey{"r", "c"}] == nil || !o.pending.Load() {
+		t.Fatalf("ledger %v, want only c's credit, pending", o.debts)
+	}
+	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "c", Limit: l, Cost: 1}}, true); len(charges) != 0 {
+		t.Fatalf("a request rode a credit: %+v", charges)
+	}
+}
+
+// Graced calls are bounded: past maxGraced at once, a call ends at its
+// deadline as before, and the count of running calls goes back to zero.
+func TestGracedCallsAreBounded(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1 << 20})
+	f.e.workers.n.Store(maxGraced) // as if maxGraced workers were busy
+	release := slowStore(f)
+	res := f.check(t, userReq("x"))
+	release()
+	if res.StoreError == nil || f.e.Owed().LateAnswered != 0 {
+		t.Fatalf("a call past the bound: %+v", f.e.Owed())
+	}
+	time.Sleep(10 * time.Millisecond)
+	if o := f.e.Owed(); o.LateAnswered+o.LateLost != 0 {
+		t.Fatalf("a call past the bound was graced: %+v", o)
+	}
+	f.e.workers.n.Store(0)
+	for range 5 {
+		f.check(t, userReq("x"))
+	}
+	if n := f.e.workers.n.Load(); n != 1 {
+		t.Fatalf("%d workers after 5 calls one after another, want 1", n)
+	}
+}
+
+// A late reply that refused (the key was at its limit) counted nothing,
+// and a reply that never comes within the grace (or an error) tells
+// nothing: the ledger stays as the deadline left it, and the debts the
+// call carried are owed again.
+func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true)
+	defer f.e.owed.flowing.Store(false)
+	for range 100 {
+		f.check(t, userReq("full"))
+	}
+	release := slowStore(f)
+	if res := f.check(t, userReq("full")); res.Allowed || res.StoreError == nil {
+		t.Fatalf("a full key while the store is slow: %+v", res.Decision) // its share is spent by the mirror
+	}
+	release()
+	waitLate(t, f, 1)
+	if o := f.e.Owed(); o.Credit != 0 || o.Owed != 0 || o.LateAnswered != 1 {
+		t.Fatalf("after a late refusal: %+v, want nothing credited", o)
+	}
+
+	f.e.lateGrace = 30 * time.Millisecond
+	f.store.mode.Store(1) // down: 5 admitted on the share, owed
+	for range 5 {
+		f.check(t, userReq("v"))
+	}
+	f.e.answering.Store(true)
+	f.store.mode.Store(2) // hung past the grace: the reply never comes
+	if res := f.check(t, userReq("v")); !res.Allowed {
+		t.Fatalf("refused on the share: %+v", res.Decision)
+	}
+	waitLate(t, f, 2)
+	if o := f.e.Owed(); o.Owed != 6 || o.Credit != 0 || o.LateLost != 1 {
+		t.Fatalf("after a lost reply: %+v, want the 5 carried and 1 admitted owed", o)
+	}
+}
+
+// A call a store queued and did not send once its caller stopped waiting
+// (sluice.SendBy) applied nothing: no credit, and what it carried stays
+// owed.
+func TestAnUnsentCallIsNotCredited(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true)
+	defer f.e.owed.flowing.Store(false)
+	f.store.mode.Store(1)
+	for range 5 {
+		f.check(t, userReq("v"))
+	}
+	f.e.answering.Store(true)
+	release := slowStore(f)
+	f.store.mode.Store(5)
+	if res := f.check(t, userReq("v")); !res.Allowed {
+		t.Fatalf("refused on the share: %+v", res.Decision)
+	}
+	release()
+	waitLate(t, f, 1)
+	if o := f.e.Owed(); o.LateUnsent != 1 || o.Owed != 6 || o.Credit != 0 {
+		t.Fatalf("after an unsent call: %+v, want it counted unsent, and the 5 it carried and 1 admitted owed", o)
+	}
+}
