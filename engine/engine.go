@@ -171,6 +171,12 @@ func (e *Engine) StoreDeadline() (deadline, scheduling time.Duration) {
 	return e.guard.deadline() + ext, ext
 }
 
+// StoreWorkers returns how many goroutines run store calls (see late.go),
+// and how many of them wait for work.
+func (e *Engine) StoreWorkers() (running, idle int64) {
+	return e.workers.n.Load(), e.workers.idle.Load()
+}
+
 // BreakerStates returns the state of each store node's circuit breaker, by
 // node ("" for a store of one node).
 func (e *Engine) BreakerStates() map[string]string { return e.guard.states() }

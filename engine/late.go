@@ -58,11 +58,13 @@ import (
 // lateGrace is how long a call may answer after its deadline.
 const lateGrace = 5 * time.Second
 
-// maxGraced bounds the workers, and so the store calls followed at once.
-const maxGraced = 1024
+// maxGraced bounds the workers, and so the store calls followed at once:
+// as many as a plane's call workers (internal/h2grpc runs 256), so that a
+// flood of calls does not double the goroutines it may start.
+const maxGraced = 256
 
 // workerIdle is how long a worker waits for a call before it ends.
-const workerIdle = 10 * time.Second
+const workerIdle = 2 * time.Second
 
 // graced is the store as the guard calls it: each call runs on a worker
 // and is followed past its deadline (see above). owes says whether the
@@ -208,19 +210,31 @@ func (c *storeCall) run(s sluice.Store) {
 	c.err = s.Take(c, c.takes, c.out)
 }
 
-// workers runs graced calls.
+// workers runs graced calls. Their number follows the calls in flight: a
+// call goes to an idle worker if there is one, and only otherwise starts a
+// new one. A worker counts itself idle before it waits for work, and a
+// dispatcher claims an idle worker (idle - 1) before handing it a call, so
+// a worker just finishing is reused, not doubled by a new one; a worker
+// whose wait times out must claim itself the same way to end, and if a
+// dispatcher claimed it first, it takes the call on its way.
 type workers struct {
-	n    atomic.Int64
-	work chan *storeCall // unbuffered: a send finds an idle worker or fails
+	n    atomic.Int64    // running
+	idle atomic.Int64    // waiting for work, not claimed
+	work chan *storeCall // unbuffered
 }
 
 // dispatch hands c to an idle worker, or starts one; false when maxGraced
 // workers are busy.
 func (w *workers) dispatch(e *Engine, c *storeCall) bool {
-	select {
-	case w.work <- c:
-		return true
-	default:
+	for {
+		k := w.idle.Load()
+		if k == 0 {
+			break
+		}
+		if w.idle.CompareAndSwap(k, k-1) {
+			w.work <- c // a claimed worker is waiting, or about to
+			return true
+		}
 	}
 	if w.n.Add(1) > maxGraced {
 		w.n.Add(-1)
@@ -237,10 +251,21 @@ func (w *workers) run(e *Engine, c *storeCall) {
 	for {
 		e.serve(c)
 		idle.Reset(workerIdle)
+		w.idle.Add(1)
 		select {
 		case c = <-w.work:
+			continue
 		case <-idle.C:
-			return
+		}
+		for { // time to go, unless claimed meanwhile
+			k := w.idle.Load()
+			if k == 0 {
+				c = <-w.work
+				break
+			}
+			if w.idle.CompareAndSwap(k, k-1) {
+				return
+			}
 		}
 	}
 }

@@ -121,6 +121,8 @@ var (
 		"The deadline a store call gets now: the store's adaptive deadline plus sluice_scheduling_delay_seconds.", nil, nil)
 	descSchedDelay = prometheus.NewDesc("sluice_scheduling_delay_seconds",
 		"What this process's own scheduling latency adds to a store call's deadline now (four times the recent 99th percentile of Go's /sched/latencies:seconds, at most 2 s): a busy gateway is given the time its goroutines wait to run.", nil, nil)
+	descStoreWorkers = prometheus.NewDesc("sluice_store_call_workers",
+		"Goroutines that run store calls (one per call in flight, or a call followed past its deadline), by state: busy, idle (ended after 2 s without work).", []string{"state"}, nil)
 	descRulesVersion = prometheus.NewDesc("sluice_rules_version_info",
 		"Always 1; the label is the version of the rules serving: sha256: and the start of the rule files' digest, or the xDS response's version_info.", []string{"version"}, nil)
 	descXDSUpdates = prometheus.NewDesc("sluice_xds_updates_total",
@@ -189,7 +191,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -258,6 +260,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		deadline, sched := c.e.StoreDeadline()
 		ch <- prometheus.MustNewConstMetric(descStoreDeadline, prometheus.GaugeValue, deadline.Seconds())
 		ch <- prometheus.MustNewConstMetric(descSchedDelay, prometheus.GaugeValue, sched.Seconds())
+		running, idle := c.e.StoreWorkers()
+		ch <- prometheus.MustNewConstMetric(descStoreWorkers, prometheus.GaugeValue, float64(running-idle), "busy")
+		ch <- prometheus.MustNewConstMetric(descStoreWorkers, prometheus.GaugeValue, float64(idle), "idle")
 	}
 	if c.share != nil {
 		st := c.share.Stats()
