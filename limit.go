@@ -84,6 +84,21 @@ func (l Limit) Share(n int) Limit {
 	return s
 }
 
+// Part returns the limit that a fraction f of l admits, for a region's
+// share: its rate and burst times f, rounded down, at least 1. f outside
+// (0, 1) leaves l whole.
+func (l Limit) Part(f float64) Limit {
+	if f <= 0 || f >= 1 {
+		return l
+	}
+	s := l
+	s.Rate = max(int64(float64(l.Rate)*f), 1)
+	if l.Burst > 0 {
+		s.Burst = max(int64(float64(l.Burst)*f), 1)
+	}
+	return s
+}
+
 // Interval returns the emission interval T = Period/Rate rounded up to a whole
 // nanosecond: the time the bucket family takes to refill one unit. It is 0 for
 // a limit that does not validate.

@@ -11,7 +11,11 @@ import (
 
 // Summary describes the rule in one line, for `sluice check`: what it
 // matches, its key, and its limit in words.
-func (r *Rule) Summary() string {
+func (r *Rule) Summary() string { return r.SummaryIn("") }
+
+// SummaryIn is Summary as a gateway of region describes the rule: a rule
+// with regions names the share that gateway enforces.
+func (r *Rule) SummaryIn(region string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: ", r.ID)
 	if r.Shadow {
@@ -115,6 +119,9 @@ func (r *Rule) Summary() string {
 			parts[i] = fmt.Sprintf("%s %.4g%%", n, r.Regions[n]*100)
 		}
 		fmt.Fprintf(&b, "; regions %s", strings.Join(parts, ", "))
+		if f, ok := r.Regions[region]; ok {
+			fmt.Fprintf(&b, ": this gateway (%s) enforces %s", region, Ceiling(r.Limit.Part(f)))
+		}
 	}
 	fmt.Fprintf(&b, " (%s)", r.Limit.Algorithm)
 	return b.String()

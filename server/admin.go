@@ -115,18 +115,18 @@ func (s *Server) listRules(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Sluice-Rules-Version", cfg.Version)
 	out := make([]RuleJSON, 0, len(cfg.Rules))
 	for _, rule := range cfg.Rules {
-		out = append(out, ruleJSON(rule))
+		out = append(out, ruleJSON(rule, s.o.Region))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func ruleJSON(r *rules.Rule) RuleJSON {
+func ruleJSON(r *rules.Rule, region string) RuleJSON {
 	names := make([]string, len(r.Key))
 	for i, src := range r.Key {
 		names[i] = src.Name
 	}
 	return RuleJSON{
-		ID: r.ID, Summary: r.Summary(), Key: names, Algorithm: r.Limit.Algorithm.String(),
+		ID: r.ID, Summary: r.SummaryIn(region), Key: names, Algorithm: r.Limit.Algorithm.String(),
 		Rate: r.Limit.Rate, PeriodSeconds: r.Limit.Period.Seconds(), Burst: r.Limit.Capacity(),
 		Cost: r.Cost, Shadow: r.Shadow, FailClosed: r.FailClosed,
 	}

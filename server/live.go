@@ -200,7 +200,7 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 		return LiveKey{Rule: rule, KeyHash: hex.EncodeToString(sum[:8])}
 	}
 	for _, r := range cfg.Rules {
-		out.Rules = append(out.Rules, LiveRule{ID: r.ID, Summary: r.Summary(), Source: cfg.File + ":" + strconv.Itoa(r.Line), Shadow: r.Shadow})
+		out.Rules = append(out.Rules, LiveRule{ID: r.ID, Summary: r.SummaryIn(s.o.Region), Source: cfg.File + ":" + strconv.Itoa(r.Line), Shadow: r.Shadow})
 		out.Series[r.ID] = &LiveSeries{Allowed: []float64{}, Limited: []float64{}, ShadowLimited: []float64{}}
 	}
 	for n, st := range s.e.BreakerStates() {

@@ -24,6 +24,9 @@ import (
 // Options configure a Server.
 type Options struct {
 	Engine *engine.Engine
+	// Region is this gateway's region (--region): rule descriptions name
+	// the share of a rule with regions that it enforces.
+	Region string
 	// Memory, when the engine's store is the embedded one, lets /metrics
 	// report its keys and evictions.
 	Memory *memory.Store

@@ -751,3 +751,17 @@ func TestMetricsOfAGuardedStoreAreServed(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// A gateway of a region describes a rule with regions by the share it
+// enforces, on /v1/rules and the live page alike.
+func TestRuleDescriptionsNameThisGatewaysRegionalShare(t *testing.T) {
+	f := newFixtureOf(t, "rules:\n  - {id: search, key: [user], rate: 300, per: 1m, regions: {eu: 50%, us: 50%}}\n", Options{Loopback: true, Region: "eu", Live: NewLive()})
+	const want = "regions eu 50%, us 50%: this gateway (eu) enforces at most 150 at once, then 150 per minute"
+	if w := f.do("GET", "/v1/rules", ""); !strings.Contains(w.Body.String(), want) {
+		t.Errorf("/v1/rules: %s, want %q", w.Body, want)
+	}
+	f.srv.o.Live.Attach(f.srv.e)
+	if w := f.do("GET", "/v1/ui/state", ""); !strings.Contains(w.Body.String(), want) {
+		t.Errorf("/v1/ui/state: %d %s, want %q", w.Code, w.Body, want)
+	}
+}

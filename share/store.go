@@ -285,9 +285,7 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 		p.mode = p.sh.Mode
 	}
 	if s.o.Scale != nil {
-		if f := s.o.Scale(tk.Rule); f > 0 && f < 1 {
-			p.limit = scale(p.limit, f)
-		}
+		p.limit = p.limit.Part(s.o.Scale(tk.Rule))
 	}
 	if p.mode == sluice.SyncAuto {
 		p.mode = sluice.SyncExact
@@ -316,17 +314,6 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 // hotSample is the sampling of decisions for the hot-key list outside
 // sync: auto rules.
 const hotSample = 8
-
-// scale returns l times f (0 < f < 1): rate and burst, rounded down but at
-// least 1.
-func scale(l sluice.Limit, f float64) sluice.Limit {
-	s := l
-	s.Rate = max(int64(float64(l.Rate)*f), 1)
-	if l.Burst > 0 {
-		s.Burst = max(int64(float64(l.Burst)*f), 1)
-	}
-	return s
-}
 
 // localLimit is where a split or local rule counts in the embedded store:
 // its own namespace, under the whole limit (local) or this gateway's share

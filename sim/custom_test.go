@@ -56,6 +56,19 @@ func TestCustomFromAFileWithRules(t *testing.T) {
 	if tot[1].Allowed+tot[1].Rejected != 0 {
 		t.Fatalf("login never applies to GET /: %+v", tot[1])
 	}
+	// Limits and rules together run side by side, the rules first: each
+	// sees the same arrivals.
+	os.WriteFile(path, []byte("seed: 3\nduration: 2s\nbursts:\n  - {at: 0s, size: 12, spread: 0s}\nlimits:\n  - {algorithm: sliding-log, rate: 3, per: 1s}\nrules: "+rulesPath+"\n"), 0o600)
+	if spec, err = LoadCustom(path); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = Custom(spec); err != nil {
+		t.Fatal(err)
+	}
+	tot = rep.JSON.(*CustomResult).Totals
+	if len(tot) != 3 || tot[0].Name != "per-user" || tot[0].Allowed != 5 || tot[2].Allowed != 3 || tot[2].Rejected != 9 {
+		t.Fatalf("limits beside rules: %+v, want per-user 5 of 12, login, then the sliding log 3 of 12", tot)
+	}
 	// A relative rules path is the scenario file's neighbour, whatever the
 	// working directory.
 	os.WriteFile(path, []byte("seed: 3\nduration: 2s\nrules: rules.yaml\n"), 0o600)

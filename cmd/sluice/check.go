@@ -15,9 +15,10 @@ import (
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	region := fs.String("region", "", "describe rules with regions as a gateway of this region enforces them")
 	merge := fs.Bool("merge-domains", os.Getenv("MERGE_DOMAIN_CONFIG") == "true" || os.Getenv("SLUICE_MERGE_DOMAINS") == "true", "as serve's: several envoyproxy/ratelimit files may declare one domain")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice check [--merge-domains] FILE...")
+		fmt.Fprintln(stderr, "Usage: sluice check [--region NAME] [--merge-domains] FILE...")
 		fmt.Fprintln(stderr, "\nValidates rule files, each alone and together as serve loads them (rule ids")
 		fmt.Fprintln(stderr, "unique across the files). Prints every fault with its file, line, column and")
 		fmt.Fprintln(stderr, "field and exits 1; or prints each rule: what it matches, its key, and its")
@@ -47,7 +48,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		cfgs = append(cfgs, c)
 		fmt.Fprintf(stdout, "%s: %s\n", path, plural(len(c.Rules), "rule"))
 		for _, r := range c.Rules {
-			fmt.Fprintf(stdout, "  %s\n", r.Summary())
+			fmt.Fprintf(stdout, "  %s\n", r.SummaryIn(*region))
 		}
 		for _, w := range c.Warnings() {
 			fmt.Fprintf(stderr, "warning: %s\n", w)

@@ -12,8 +12,8 @@ import (
 // must be its output, line for line (trailing spaces aside). The
 // deterministic commands only: estimate's measured columns vary from run
 // to run, so of its block only the first line is held. A doc may abridge:
-// a line "..." stands for the rest, and a line ending in "...)" for any
-// line that starts as it does.
+// a line "..." stands for any number of lines (at the end, for the rest),
+// and a line ending in "...)" for any line that starts as it does.
 func TestQuotedOutputsAreWhatTheCommandsPrint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every simulation")
@@ -104,22 +104,49 @@ func trimLines(s string) []string {
 // abridged reports whether want quotes got, abridged as the test's doc
 // comment says.
 func abridged(got, want []string) bool {
-	for i, w := range want {
-		if w == "..." {
-			return true
-		}
-		if i >= len(got) {
-			return false
-		}
-		if head, ok := strings.CutSuffix(w, "...)"); ok {
-			if !strings.HasPrefix(got[i], head) {
-				return false
+	if len(want) == 0 {
+		return len(got) == 0
+	}
+	if want[0] == "..." { // any number of lines, then the rest of want
+		for k := 0; k <= len(got); k++ {
+			if abridged(got[k:], want[1:]) {
+				return true
 			}
-			continue
 		}
-		if got[i] != w {
+		return false
+	}
+	if len(got) == 0 {
+		return false
+	}
+	if head, ok := strings.CutSuffix(want[0], "...)"); ok {
+		if !strings.HasPrefix(got[0], head) {
 			return false
+		}
+	} else if got[0] != want[0] {
+		return false
+	}
+	return abridged(got[1:], want[1:])
+}
+
+func TestAbridgedQuotes(t *testing.T) {
+	got := []string{"a", "b", "c", "d"}
+	for _, c := range []struct {
+		want []string
+		ok   bool
+	}{
+		{[]string{"a", "b", "c", "d"}, true},
+		{[]string{"a", "..."}, true},
+		{[]string{"a", "...", "d"}, true},
+		{[]string{"...", "c", "..."}, true},
+		{[]string{"a", "...", "c"}, false}, // c is not the last line
+		{[]string{"a", "b...)", "c", "d"}, true},
+		{[]string{"a", "x...)", "c", "d"}, false},
+		{[]string{"a", "b", "c"}, false},
+		{[]string{"a", "b", "c", "d", "e"}, false},
+		{[]string{"...", "e"}, false},
+	} {
+		if abridged(got, c.want) != c.ok {
+			t.Errorf("abridged(%q, %q) = %v", got, c.want, !c.ok)
 		}
 	}
-	return len(got) == len(want)
 }

@@ -116,7 +116,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	servers := []*listening{front}
 	if *adminListen != "" {
 		adm, err := server.New(server.Options{
-			Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
+			Engine: s.eng, Region: *c.region, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen), AdminHosts: c.allowedHosts(),
 			Upstream: server.UpstreamCheck(u), Live: s.live, Pressure: c.pressure,
 		})

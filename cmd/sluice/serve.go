@@ -523,7 +523,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		s.metrics.WatchRules(sub)
 	}
 	srv, err := server.New(server.Options{
-		Rules: rulesSource, Tracer: s.tracer,
+		Rules: rulesSource, Tracer: s.tracer, Region: *c.region,
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
 		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
