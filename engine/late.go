@@ -21,7 +21,9 @@ import (
 // reply comes, what the store counted is credited against the key's debt:
 //
 //   - A charge the call carried was applied: it had been owed again when
-//     the call missed its deadline, and the credit cancels that.
+//     the call missed its deadline, and the credit cancels that. So is a
+//     refund a write-back carried (a credit given back): it had been owed
+//     back again, and is not given back twice.
 //   - The call's takes were admitted (a store applies a call's takes all or
 //     none, see sluice.Store): each take of a rule whose count lives in
 //     the store (writesBack) is credited its cost. If the rule failed open
@@ -68,7 +70,10 @@ const workerIdle = 2 * time.Second
 
 // graced is the store as the guard calls it: each call runs on a worker
 // and is followed past its deadline (see above). owes says whether the
-// caller answers a failed call for the store (callWithDebts).
+// caller keeps the ledger of what a failed call leaves owed: a request's
+// call, whose failure is answered from the share (callWithDebts), or a
+// write-back (flush). Only the ledger's charges and refunds, and a
+// request's takes, are credited.
 type graced struct {
 	e    *Engine
 	owes bool
@@ -346,7 +351,9 @@ func (e *Engine) lateReply(c *storeCall) {
 	for i := range c.takes {
 		tk := &c.takes[i]
 		switch {
-		case tk.Charge:
+		case tk.Charge, c.owes && tk.Cost < 0:
+			// A debt (a charge) or a credit (a refund) from the ledger:
+			// applied, so what the failed call owed again is cancelled.
 			e.owed.owe(tk.Rule, tk.Key, tk.Limit, -tk.Cost, now, false)
 		case !c.owes || !admitted || !consumes(tk) || tk.Hold != "":
 		default:

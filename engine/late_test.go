@@ -223,3 +223,32 @@ func TestAnUnsentCallIsNotCredited(t *testing.T) {
 		t.Fatalf("after an unsent call: %+v, want it counted unsent, and the 5 it carried and 1 admitted owed", o)
 	}
 }
+
+// A write-back that gives a credit back (a refund) and misses its deadline
+// owes it back again; if its late reply shows it applied, that is
+// cancelled: the store is refunded once, not twice (twice would let the key
+// admit more than its limit).
+func TestALateRefundIsNotGivenTwice(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true)
+	defer f.e.owed.flowing.Store(false)
+	for range 10 {
+		f.check(t, userReq("w"))
+	}
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	f.e.owed.owe("r", "w", l, -3, time.Now(), false) // 3 the store counted and the gateway refused
+	release := slowStore(f)
+	f.e.owed.flush(context.Background(), f.e, time.Now()) // misses its deadline: owed back again
+	if o := f.e.Owed(); o.Credit != 3 {
+		t.Fatalf("after a refund that missed its deadline: %+v, want 3 to give back still", o)
+	}
+	release()
+	waitLate(t, f, 1)
+	if o := f.e.Owed(); o.Credit != 0 || o.Owed != 0 {
+		t.Fatalf("after the refund's late reply: %+v, want nothing left to give back", o)
+	}
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	if got := stored(t, f, "w"); got != 7 {
+		t.Fatalf("the store counts %d, want 7 (10 less 3, refunded once)", got)
+	}
+}

@@ -178,7 +178,7 @@ func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
 			return
 		}
 		out := make([]sluice.Decision, len(takes))
-		err := e.call(ctx, takes, out)
+		err := e.callVia(ctx, &e.owingCalls, takes, out) // its late reply settles what it carried
 		o.land(takes, landed)
 		o.settle(err, takes, firsts)
 		close(landed)

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,14 +49,19 @@ type batcher struct {
 	queue   []*queued
 }
 
-// queued is a call waiting for a batch.
+// queued is a call waiting for a batch. What the batch needs of the
+// call's context is read when it queues: the context may be reused once
+// its caller has gone (a followed call's is, see sluice.SendBy), so the
+// batch never reads it.
 type queued struct {
-	ctx  context.Context
-	keys []string
-	args []string // the call's hold flag and its takes' arguments
-	vals []int64
-	err  error
-	done chan struct{}
+	ctx      context.Context // for the caller only
+	deadline time.Time       // zero: none
+	sendBy   time.Time       // zero: none
+	keys     []string
+	args     []string // the call's hold flag and its takes' arguments
+	vals     []int64
+	err      error
+	done     chan struct{}
 }
 
 // run sends one script call (keys, args as take.lua reads them), batched
@@ -74,6 +80,10 @@ func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, ar
 		return vals, err
 	}
 	q := &queued{ctx: ctx, keys: keys, args: args[1:], done: make(chan struct{})}
+	q.deadline, _ = ctx.Deadline()
+	if sb, ok := ctx.(sluice.SendBy); ok {
+		q.sendBy = sb.SendBy()
+	}
 	s.batched.Add(1)
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
@@ -81,6 +91,12 @@ func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, ar
 	case <-q.done:
 		return q.vals, q.err
 	case <-ctx.Done():
+		// Not sent unless its batch has left already.
+		b.mu.Lock()
+		if i := slices.Index(b.queue, q); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.mu.Unlock()
 		return nil, ctx.Err()
 	}
 }
@@ -105,19 +121,20 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	defer s.landed(c, name, b)
 	live := batch[:0]
 	var last time.Time
+	now := time.Now()
 	for _, q := range batch {
-		if err := q.ctx.Err(); err != nil {
-			q.err = err // gave up before it was sent
+		if !q.deadline.IsZero() && !now.Before(q.deadline) {
+			q.err = context.DeadlineExceeded // gave up before it was sent
 			close(q.done)
 			continue
 		}
-		if sluice.PastSendBy(q.ctx) {
+		if !q.sendBy.IsZero() && now.After(q.sendBy) {
 			q.err = sluice.ErrNotSent // followed, but no longer waited for
 			close(q.done)
 			continue
 		}
-		if d, ok := q.ctx.Deadline(); ok && d.After(last) {
-			last = d
+		if q.deadline.After(last) {
+			last = q.deadline
 		}
 		live = append(live, q)
 	}

@@ -144,3 +144,77 @@ func TestAQueuedCallPastItsSendByIsNotSent(t *testing.T) {
 		t.Fatalf("the unsent call's key: %+v %v, want untouched (10 left)", out[0], err)
 	}
 }
+
+// reusedCtx is a followed call's context that its engine reuses once the
+// caller has gone.
+type reusedCtx struct {
+	context.Context
+	by time.Time
+}
+
+func (c *reusedCtx) SendBy() time.Time { return c.by }
+
+// A queued call whose caller gave up is taken out of the queue, and a
+// batch never reads a call's context: the engine reuses a followed call's
+// context once its caller is gone (under -race, a read shows as a race
+// with the reuse below).
+func TestACallThatGaveUpIsNotSentAndItsContextNotRead(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	take := func(ctx context.Context, key string) error {
+		return s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
+	}
+	if err := take(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { take(context.Background(), fmt.Sprint("flight-", i)) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		flights := 0
+		for _, b := range s.batchers {
+			b.mu.Lock()
+			flights += b.flights
+			b.mu.Unlock()
+		}
+		if flights == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Resume()
+			t.Fatalf("%d flights after 5 s", flights)
+		}
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	c := &reusedCtx{Context: parent, by: time.Now().Add(time.Hour)}
+	gave := make(chan error, 1)
+	go func() { gave <- take(c, "gave-up") }()
+	time.Sleep(50 * time.Millisecond) // queued
+	cancel()
+	if err := <-gave; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call whose caller gave up: %v", err)
+	}
+	c.by = time.Now().Add(2 * time.Hour) // reused for another call
+	srv.Resume()
+	wg.Wait()
+	out := make([]sluice.Decision, 1)
+	if err := s.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "gave-up", Limit: l}}, out); err != nil || out[0].Remaining != 10 {
+		t.Fatalf("the call that gave up: %+v %v, want its key untouched (10 left)", out[0], err)
+	}
+	queued := 0
+	for _, b := range s.batchers {
+		b.mu.Lock()
+		queued += len(b.queue)
+		b.mu.Unlock()
+	}
+	if queued != 0 {
+		t.Fatalf("%d calls left in the queues", queued)
+	}
+}
