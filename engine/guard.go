@@ -33,7 +33,9 @@ import (
 //     calls at once for BreakerOpenFor (1 s), then lets one probe through. A
 //     dead store (connection refused) therefore opens the breaker after 20
 //     calls; a hung one after 20 calls that each waited one deadline (with 64
-//     callers, about one deadline).
+//     callers, about one deadline) on a quiet gateway. On a busy one the
+//     window's earlier successes count too, and a hang of a few seconds may
+//     never reach half: each request then waits its deadline, no more.
 //   - Breakers are per partition of the store (see Partitioner): on Redis
 //     Cluster a stopped master opens only its own breaker, and only the keys
 //     it owns are degraded.
