@@ -161,6 +161,17 @@ func TestGracedCallsAreBounded(t *testing.T) {
 	if n := f.e.workers.n.Load(); n != 1 {
 		t.Fatalf("%d workers after 5 calls one after another, want 1", n)
 	}
+	// The one worker, done, counts itself idle once: a dispatcher's claim
+	// takes exactly one idle worker, so idle never drifts from the truth.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		running, idle := f.e.StoreWorkers()
+		if running == 1 && idle == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 calls: %d workers, %d idle; want 1 and 1", running, idle)
+		}
+	}
 }
 
 // A late reply that refused (the key was at its limit) counted nothing,
