@@ -8,6 +8,16 @@ import (
 	"github.com/sluice-rl/sluice"
 )
 
+// lateFixture is a fixture on src whose store calls have a 20 ms deadline
+// and whose breaker never opens; the test flushes the ledger itself.
+func lateFixture(t *testing.T, src string) *fixture {
+	t.Helper()
+	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f.e.owed.flowing.Store(true)
+	t.Cleanup(func() { f.e.owed.flowing.Store(false) })
+	return f
+}
+
 // slowStore puts f's store in mode 4: calls wait for release.
 func slowStore(f *fixture) (release func()) {
 	ch := make(chan struct{})
@@ -51,9 +61,7 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 	src := "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n" +
 		"  - {id: s, key: [user], rate: 100, per: 1h, mode: shadow}\n" +
 		"  - {id: local, key: [user], rate: 100, per: 1h, sync: local}\n"
-	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true) // this test flushes by itself
-	defer f.e.owed.flowing.Store(false)
+	f := lateFixture(t, src)
 	for range 10 {
 		f.check(t, userReq("v"))
 	}
@@ -91,9 +99,7 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 // fail-closed rule) gives back what the store counted: a refund, written
 // back like a debt. So is a credit that comes after its debt was charged.
 func TestALateReplyRefundsWhatTheGatewayRefused(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, failMode: closed}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true)
-	defer f.e.owed.flowing.Store(false)
+	f := lateFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, failMode: closed}\n")
 	for range 10 {
 		f.check(t, userReq("w"))
 	}
@@ -179,9 +185,7 @@ func TestGracedCallsAreBounded(t *testing.T) {
 // nothing: the ledger stays as the deadline left it, and the debts the
 // call carried are owed again.
 func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true)
-	defer f.e.owed.flowing.Store(false)
+	f := lateFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n")
 	for range 100 {
 		f.check(t, userReq("full"))
 	}
@@ -215,9 +219,7 @@ func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
 // (sluice.SendBy) applied nothing: no credit, and what it carried stays
 // owed.
 func TestAnUnsentCallIsNotCredited(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true)
-	defer f.e.owed.flowing.Store(false)
+	f := lateFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n")
 	f.store.mode.Store(1)
 	for range 5 {
 		f.check(t, userReq("v"))
@@ -240,9 +242,7 @@ func TestAnUnsentCallIsNotCredited(t *testing.T) {
 // cancelled: the store is refunded once, not twice (twice would let the key
 // admit more than its limit).
 func TestALateRefundIsNotGivenTwice(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true)
-	defer f.e.owed.flowing.Store(false)
+	f := lateFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n")
 	for range 10 {
 		f.check(t, userReq("w"))
 	}

@@ -109,26 +109,7 @@ func TestAQueuedCallPastItsSendByIsNotSent(t *testing.T) {
 	if err := take(context.Background(), "warm"); err != nil { // scripts loaded
 		t.Fatal(err)
 	}
-	srv.Pause()
-	var wg sync.WaitGroup
-	for i := range 2 { // the two flights, held by the hung Redis
-		wg.Go(func() { take(context.Background(), fmt.Sprint("flight-", i)) })
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		flights := 0
-		for _, b := range s.batchers {
-			b.mu.Lock()
-			flights += b.flights
-			b.mu.Unlock()
-		}
-		if flights == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			srv.Resume()
-			t.Fatalf("%d flights after 5 s", flights)
-		}
-	}
+	wg := holdTwoFlights(t, s, srv, take)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	followed := make(chan error, 1)
@@ -172,26 +153,7 @@ func TestACallThatGaveUpIsNotSentAndItsContextNotRead(t *testing.T) {
 	if err := take(context.Background(), "warm"); err != nil {
 		t.Fatal(err)
 	}
-	srv.Pause()
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() { take(context.Background(), fmt.Sprint("flight-", i)) })
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		flights := 0
-		for _, b := range s.batchers {
-			b.mu.Lock()
-			flights += b.flights
-			b.mu.Unlock()
-		}
-		if flights == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			srv.Resume()
-			t.Fatalf("%d flights after 5 s", flights)
-		}
-	}
+	wg := holdTwoFlights(t, s, srv, take)
 	parent, cancel := context.WithCancel(context.Background())
 	c := &reusedCtx{Context: parent, by: time.Now().Add(time.Hour)}
 	gave := make(chan error, 1)
@@ -216,5 +178,32 @@ func TestACallThatGaveUpIsNotSentAndItsContextNotRead(t *testing.T) {
 	}
 	if queued != 0 {
 		t.Fatalf("%d calls left in the queues", queued)
+	}
+}
+
+// holdTwoFlights hangs srv (SIGSTOP) and makes two calls with take, which
+// fill both flights of the store's batcher and wait on the hung Redis: the
+// next call queues. Resume srv, then wait for the group.
+func holdTwoFlights(t *testing.T, s *Store, srv *redistest.Server, take func(context.Context, string) error) *sync.WaitGroup {
+	t.Helper()
+	srv.Pause()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { take(context.Background(), fmt.Sprint("flight-", i)) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		flights := 0
+		for _, b := range s.batchers {
+			b.mu.Lock()
+			flights += b.flights
+			b.mu.Unlock()
+		}
+		if flights == 2 {
+			return &wg
+		}
+		if time.Now().After(deadline) {
+			srv.Resume()
+			t.Fatalf("%d flights after 5 s", flights)
+		}
 	}
 }
