@@ -85,3 +85,24 @@ func TestDenyCacheAnswersUntilTheRetryInstant(t *testing.T) {
 	take("d", 1)
 	calls(1, 1)
 }
+
+// The deny cache is bounded: a refusal with no wait (it would answer
+// nothing) takes no entry, and at the bound an entry whose retry instant
+// has come is swept to make room, to the nanosecond.
+func TestDenyCacheKeepsOnlyEntriesThatAnswer(t *testing.T) {
+	c := newDenyCache(1)
+	now := epoch.UnixNano()
+	tk := func(key string) *sluice.Take {
+		return &sluice.Take{Rule: "r", Key: key, Limit: sluice.Limit{Rate: 2, Period: time.Hour}, Cost: 1}
+	}
+	c.learn(tk("a"), &sluice.Decision{Reason: sluice.ReasonLimited}, now)
+	if len(c.m) != 0 {
+		t.Fatalf("a refusal with no wait was kept: %d entries", len(c.m))
+	}
+	c.learn(tk("a"), &sluice.Decision{Reason: sluice.ReasonLimited, RetryAfter: time.Second}, now)
+	now += int64(time.Second) // a's retry instant: a answers nothing now
+	c.learn(tk("b"), &sluice.Decision{Reason: sluice.ReasonLimited, RetryAfter: time.Second}, now)
+	if _, hit := c.check(tk("b"), now); !hit {
+		t.Fatalf("at the bound, b was not kept though a's entry had come to its retry instant (%d entries)", len(c.m))
+	}
+}

@@ -99,3 +99,24 @@ func TestTickGivesBackExpiredLeases(t *testing.T) {
 		t.Fatalf("the store has %d after the tick, want 99 (1 spent, %d given back)", out[0].Remaining, held)
 	}
 }
+
+// A lease spent to its last unit has nothing to give back when it
+// expires: the tick makes no store call for it, and its next batch is not
+// halved as an unspent lease's is.
+func TestTickLeavesASpentLeaseAlone(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour}
+	clock, remote, gws := leaseFleet(t, 1, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Second})
+	for range 25 { // the first lease, a quarter of the burst, spent
+		leaseTake(t, gws[0], lim)
+	}
+	remote.since()
+	clock.Advance(2 * time.Second)
+	gws[0].Tick(context.Background())
+	if calls := remote.since(); len(calls) != 0 {
+		t.Fatalf("the tick after a spent lease expired called the store for %v", calls)
+	}
+	le := gws[0].leases.get(&sluice.Take{Rule: "r", Key: "k"}, lim, 0)
+	if le.batch != 25 {
+		t.Fatalf("a spent lease's batch after its expiry: %d, want 25 (not halved)", le.batch)
+	}
+}

@@ -1,7 +1,8 @@
 package share
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,8 +89,8 @@ func (h *HotKeys) ObserveN(rule, key string, now int64, n64 int64) float64 {
 	h.up(i) // a new leaf may be smaller than its parent
 	h.down(i)
 	rate := float64(n) / float64(max(now-h.start, int64(time.Second))) * float64(time.Second)
-	if p := h.prev[k]; p > 0 && h.span > 0 {
-		rate = max(rate, float64(p)/float64(h.span)*float64(time.Second))
+	if h.span > 0 { // a window has rolled: the last one's count holds too
+		rate = max(rate, float64(h.prev[k])/float64(h.span)*float64(time.Second))
 	}
 	return rate
 }
@@ -132,10 +133,8 @@ func (h *HotKeys) Top(n int, minRate float64, now int64) []Hot {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	rates := map[hotKey]float64{}
-	if h.span > 0 {
-		for k, c := range h.prev {
-			rates[k] = float64(c) / float64(h.span) * float64(time.Second)
-		}
+	for k, c := range h.prev { // empty until a window rolls, which sets span >= window
+		rates[k] = float64(c) / float64(h.span) * float64(time.Second)
 	}
 	elapsed := max(now-h.start, int64(time.Second))
 	for _, c := range h.cur {
@@ -147,9 +146,10 @@ func (h *HotKeys) Top(n int, minRate float64, now int64) []Hot {
 			out = append(out, Hot{Rule: k.rule, Key: k.key, Rate: r})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rate > out[j].Rate })
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
+	// Hottest first; equal rates by rule and key, so that the list reads
+	// the same from one call to the next.
+	slices.SortFunc(out, func(a, b Hot) int {
+		return cmp.Or(cmp.Compare(b.Rate, a.Rate), strings.Compare(a.Rule, b.Rule), strings.Compare(a.Key, b.Key))
+	})
+	return out[:min(n, len(out))]
 }

@@ -104,3 +104,18 @@ func TestHotKeysWindowEdgeAndTop(t *testing.T) {
 		t.Fatalf("Top(1, 0): %+v, want the hottest only", top)
 	}
 }
+
+// Windows are measured from their start, whatever the clock reads: at a
+// wall-clock instant, decisions in the same second add up.
+func TestHotKeysAtAWallClockInstant(t *testing.T) {
+	h := NewHotKeys(4, 10*time.Second)
+	now := epoch.UnixNano()
+	for i := range 3 {
+		if got := h.Observe("r", "a", now); got != float64(i+1) {
+			t.Fatalf("observation %d at %v: rate %v, want %d", i+1, epoch, got, i+1)
+		}
+	}
+	if top := h.Top(2, 0, now); len(top) != 1 || top[0].Rate != 3 {
+		t.Fatalf("Top: %+v, want a at 3/s", top)
+	}
+}

@@ -138,7 +138,7 @@ func (ls *leases) take(ctx context.Context, tk *sluice.Take, p *plan, now int64,
 				// The key is at its limit: the store refills slower than this
 				// gateway spends. Rather than one store call per unit as it
 				// refills, wait for a batch to build up, as after a refusal.
-				wait := min(le.batch, max(p.limit.Capacity()/int64(2*n), 1)) * int64(p.limit.Interval())
+				wait := refillWait(le.batch, p.limit, n)
 				le.deniedUntil = now + wait
 				le.denied = sluice.Decision{Reason: sluice.ReasonLimited, ResetAfter: out[0].ResetAfter}
 			}
@@ -154,14 +154,22 @@ func (ls *leases) take(ctx context.Context, tk *sluice.Take, p *plan, now int64,
 				// per unit. A wait of at most capacity / (2N) units of refill
 				// lets the store hold what refills meanwhile (under its
 				// burst), so nothing is lost to the wait.
-				wait := min(le.batch, max(p.limit.Capacity()/int64(2*n), 1)) * int64(p.limit.Interval())
+				wait := refillWait(le.batch, p.limit, n)
 				le.deniedUntil, le.denied = now+max(int64(out[0].RetryAfter), wait), out[0]
+				d.RetryAfter = time.Duration(le.deniedUntil - now) // the answer names the wait it starts
 			}
 			return false, nil
 		}
 		// Take what the store has, if it serves this request.
 		batch = max(need, min(out[0].Remaining, batch-1))
 	}
+}
+
+// refillWait is how long a gateway at a key's limit waits before asking the
+// store again, in nanoseconds: the refill of its batch, or of capacity / 2N
+// units if that is less (at least one unit's).
+func refillWait(batch int64, l sluice.Limit, n int) int64 {
+	return min(batch, max(l.Capacity()/int64(2*n), 1)) * int64(l.Interval())
 }
 
 // decision reports a lease's state: the store's remaining units plus the

@@ -17,12 +17,20 @@ type recording struct {
 	sluice.Store
 	mu    sync.Mutex
 	costs []int64
+	keys  []string // the key of every take
+	calls int      // the calls made
+	empty int      // calls that carried no take
 }
 
 func (r *recording) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
 	r.mu.Lock()
 	for _, tk := range takes {
 		r.costs = append(r.costs, tk.Cost)
+		r.keys = append(r.keys, tk.Key)
+	}
+	r.calls++
+	if len(takes) == 0 {
+		r.empty++
 	}
 	r.mu.Unlock()
 	return r.Store.Take(ctx, takes, out)
@@ -35,6 +43,16 @@ func (r *recording) since() []int64 {
 	c := r.costs
 	r.costs = nil
 	return c
+}
+
+// made returns the calls made, those that carried no take and the keys
+// taken, since the last call.
+func (r *recording) made() (calls, empty int, keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	calls, empty, keys = r.calls, r.empty, r.keys
+	r.calls, r.empty, r.keys = 0, 0, nil
+	return calls, empty, keys
 }
 
 // leaseFleet is n gateways leasing from one recording remote store on a
@@ -330,5 +348,45 @@ func TestLeaseAnswersCostsBoundAndRetries(t *testing.T) {
 	}
 	if got := remote3.since(); !slices.Equal(got, []int64{25, 5}) {
 		t.Fatalf("5 left in the store: calls %v, want a lease of 25 refused, then one of 5", got)
+	}
+}
+
+// A gateway whose lease grew large and which then finds the store empty
+// (other gateways took the rest) waits for the refill of capacity / 2N
+// units (N = 3 gateways: 16 units, 16 x 36 s), not of its whole batch (32
+// units): what refills meanwhile stays under the burst, and the gateway is
+// back as soon as a fair share is there. The refusal says so.
+func TestARefusedBigLeaseWaitsForCapacityOverTwoN(t *testing.T) {
+	lim := sluice.Limit{Rate: 100, Period: time.Hour} // a unit refills every 36 s
+	_, remote, gws := leaseFleet(t, 3, sluice.Sharing{Mode: sluice.SyncLease, Batch: 50, Interval: time.Hour})
+	for range 8 + 16 { // leases of 8 (a quarter of the burst over 3) and 16, spent before they expire
+		if d := leaseTake(t, gws[0], lim); !d.Allowed {
+			t.Fatalf("gateway 0 refused under the limit: %+v", d)
+		}
+	}
+	// The other gateways take the rest.
+	var out [1]sluice.Decision
+	look := []sluice.Take{{Rule: "r", Key: "k", Limit: lim}}
+	if err := remote.Store.Take(context.Background(), look, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	look[0].Cost = out[0].Remaining
+	if err := remote.Store.Take(context.Background(), look, out[:]); err != nil || !out[0].Allowed || out[0].Remaining != 0 {
+		t.Fatalf("the rest taken elsewhere: %+v, %v", out[0], err)
+	}
+	remote.since()
+	le := gws[0].leases.get(&sluice.Take{Rule: "r", Key: "k"}, lim, 0)
+	if le.units != 0 || le.batch != 16 || le.expires <= le.used {
+		t.Fatalf("gateway 0's lease: %d units held, batch %d; want 0 and 16, spent before it expired (so 32 next)", le.units, le.batch)
+	}
+	d := leaseTake(t, gws[0], lim)
+	if d.Allowed || d.RetryAfter != 16*36*time.Second {
+		t.Fatalf("gateway 0 on an empty store: %+v, want refused for 16 units' refill (576 s)", d)
+	}
+	if calls := remote.since(); len(calls) == 0 || calls[len(calls)-1] != 1 {
+		t.Fatalf("gateway 0's calls %v: want the last for the one unit it needs", calls)
+	}
+	if d := leaseTake(t, gws[0], lim); d.Allowed || d.RetryAfter != 16*36*time.Second || len(remote.since()) != 0 {
+		t.Fatalf("gateway 0 asking again at once: %+v, want the same wait, without a store call", d)
 	}
 }

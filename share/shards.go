@@ -26,7 +26,8 @@ var rotor atomic.Uint64
 // remoteTakes makes the remote call for the exact takes of one request:
 // the unsharded ones in one atomic call, then each sharded one; if a
 // sharded take is refused after the rest were admitted, what was taken is
-// given back, so the request stays all or nothing.
+// given back, so the request stays all or nothing. No call carries no take:
+// each is a round trip to the store.
 func (s *Store) remoteTakes(ctx context.Context, takes []sluice.Take, decs []sluice.Decision, plans []plan, idx []int) error {
 	var pbuf, sbuf [8]int
 	plain, sharded := pbuf[:0], sbuf[:0]
@@ -37,14 +38,11 @@ func (s *Store) remoteTakes(ctx context.Context, takes []sluice.Take, decs []slu
 			plain = append(plain, j)
 		}
 	}
+	if len(sharded) == 0 {
+		return s.call(ctx, takes, decs)
+	}
 	allowed := true
 	if len(plain) > 0 {
-		if len(sharded) == 0 {
-			if err := s.call(ctx, takes, decs); err != nil {
-				return err
-			}
-			return nil
-		}
 		pt := make([]sluice.Take, len(plain))
 		pd := make([]sluice.Decision, len(plain))
 		for n, j := range plain {
@@ -58,21 +56,18 @@ func (s *Store) remoteTakes(ctx context.Context, takes []sluice.Take, decs []slu
 			allowed = allowed && pd[n].Allowed
 		}
 	}
-	taken := make([]int, len(takes)) // the shard each admitted sharded take used, plus one
+	taken := make([]int, len(takes)) // the shard each sharded take took units from, plus one; 0 for none
 	for _, j := range sharded {
 		tk := takes[j]
 		if !allowed {
 			tk.DryRun = true // report only
 		}
-		d, shard, err := s.shardTake(ctx, &tk, plans[idx[j]].sh.Shards)
+		d, used, err := s.shardTake(ctx, &tk, plans[idx[j]].sh.Shards)
 		if err != nil {
 			s.giveBackRemote(ctx, takes, decs, plain, sharded, taken, plans, idx)
 			return err
 		}
-		decs[j] = d
-		if d.Allowed && shard >= 0 && !tk.DryRun && tk.Cost > 0 {
-			taken[j] = shard + 1
-		}
+		decs[j], taken[j] = d, used
 		if !d.Allowed && allowed {
 			allowed = false
 			s.giveBackRemote(ctx, takes, decs, plain, sharded, taken, plans, idx)
@@ -108,7 +103,8 @@ func (s *Store) giveBackRemote(ctx context.Context, takes []sluice.Take, decs []
 
 // shardTake takes from the shards of one key, trying each in turn from a
 // rotating start. Peeks, dry runs and refunds see every shard in one call
-// (a refund goes to the first shard). It returns the shard used, or -1.
+// (a refund goes to the first shard). It returns, beside the decision, the
+// shard that units were taken from plus one: 0 when none were.
 func (s *Store) shardTake(ctx context.Context, tk *sluice.Take, k int) (sluice.Decision, int, error) {
 	l := shardLimit(tk.Limit, k)
 	if tk.Cost <= 0 || tk.DryRun {
@@ -117,11 +113,9 @@ func (s *Store) shardTake(ctx context.Context, tk *sluice.Take, k int) (sluice.D
 		for i := range all {
 			all[i] = sluice.Take{Rule: tk.Rule, Key: shardKey(tk.Key, i), Limit: l}
 		}
-		if tk.Cost < 0 {
-			all[0].Cost = tk.Cost
-		}
+		all[0].Cost = min(tk.Cost, 0) // a refund; a peek or dry run takes nothing
 		if err := s.call(ctx, all, outs); err != nil {
-			return sluice.Decision{}, -1, err
+			return sluice.Decision{}, 0, err
 		}
 		d := sluice.Decision{Allowed: true, Rule: tk.Rule, Limit: tk.Limit}
 		for _, o := range outs {
@@ -131,7 +125,7 @@ func (s *Store) shardTake(ctx context.Context, tk *sluice.Take, k int) (sluice.D
 		if tk.Cost > 0 && !anyFits(outs, tk.Cost) {
 			d.Allowed, d.Reason = false, sluice.ReasonLimited
 		}
-		return d, -1, nil
+		return d, 0, nil
 	}
 	start := int(rotor.Add(1) % uint64(k))
 	var best sluice.Decision
@@ -140,19 +134,19 @@ func (s *Store) shardTake(ctx context.Context, tk *sluice.Take, k int) (sluice.D
 		one := [1]sluice.Take{{Rule: tk.Rule, Key: shardKey(tk.Key, i), Limit: l, Cost: tk.Cost}}
 		var out [1]sluice.Decision
 		if err := s.call(ctx, one[:], out[:]); err != nil {
-			return sluice.Decision{}, -1, err
+			return sluice.Decision{}, 0, err
 		}
 		if out[0].Allowed {
-			return out[0], i, nil
+			return out[0], i + 1, nil
 		}
 		if out[0].Reason == sluice.ReasonTooLarge {
-			return out[0], -1, nil // no shard can ever take it
+			return out[0], 0, nil // no shard can ever take it
 		}
 		if n == 0 || out[0].RetryAfter < best.RetryAfter {
 			best = out[0]
 		}
 	}
-	return best, -1, nil
+	return best, 0, nil
 }
 
 func anyFits(outs []sluice.Decision, cost int64) bool {

@@ -217,3 +217,35 @@ func TestAFailingStoreIsAnError(t *testing.T) {
 		g.Close()
 	}
 }
+
+// Each store call is a round trip: none carries no take. A request of
+// sharded takes only makes no call for its (absent) plain ones; a refused
+// request whose admitted takes took nothing (a look) gives nothing back;
+// one shard is no sharding: the key is the rule's own, not a sub-key.
+func TestNoStoreCallCarriesNoTake(t *testing.T) {
+	lim := sluice.Limit{Rate: 4, Period: time.Hour}
+	_, r, g := shardedStore(t, map[string]int{"s": 2, "one": 1})
+
+	if ds := request(t, g, sluice.Take{Rule: "s", Key: "k", Limit: lim, Cost: 1}); !allowed(ds) {
+		t.Fatalf("a sharded take under its limit: %+v", ds)
+	}
+	if calls, empty, _ := r.made(); calls != 1 || empty != 0 {
+		t.Fatalf("one sharded take admitted by its first shard: %d calls, %d empty; want 1 call", calls, empty)
+	}
+
+	// A look at a plain rule and a sharded take too large for any shard: the
+	// look took nothing, so there is nothing to give back.
+	ds := request(t, g, sluice.Take{Rule: "p", Key: "k", Limit: lim}, sluice.Take{Rule: "s", Key: "k", Limit: lim, Cost: 3})
+	if ds[1].Allowed {
+		t.Fatalf("3 units from shards of 2: %+v", ds[1])
+	}
+	calls, empty, keys := r.made()
+	if empty != 0 || calls != 2 {
+		t.Fatalf("a look and a refused sharded take: %d calls (%d empty), keys %q; want 2 (the look, one shard), no give-back", calls, empty, keys)
+	}
+
+	ds = request(t, g, sluice.Take{Rule: "one", Key: "k", Limit: lim, Cost: 1})
+	if _, _, keys := r.made(); !allowed(ds) || !slices.Equal(keys, []string{"k"}) {
+		t.Fatalf("a rule of one shard took from %q (allowed %v), want the key itself", keys, allowed(ds))
+	}
+}

@@ -258,10 +258,11 @@ var scratches = sync.Pool{New: func() any {
 
 // grown keeps slices that outgrew the scratch, up to a size worth keeping.
 func (sc *scratch) grown(takes []sluice.Take, decs []sluice.Decision) {
-	if cap(takes) > cap(sc.takes) && cap(takes) <= maxScratch {
+	// A slice that did not grow is the scratch's own: keeping it is a no-op.
+	if cap(takes) <= maxScratch {
 		sc.takes = takes[:0]
 	}
-	if cap(decs) > cap(sc.decs) && cap(decs) <= maxScratch {
+	if cap(decs) <= maxScratch {
 		sc.decs = decs[:0]
 	}
 }

@@ -442,3 +442,65 @@ func TestARegionsShareIsTheLimitAnswered(t *testing.T) {
 		}
 	}
 }
+
+// A pooled scratch keeps a slice a big request grew, up to maxScratch
+// entries: a request of thousands of takes (outside input) does not pin
+// thousands of entries in the pool.
+func TestAPooledScratchKeepsAtMostMaxScratch(t *testing.T) {
+	for _, tc := range []struct {
+		grown, kept int
+	}{{maxScratch, maxScratch}, {maxScratch + 1, 8}} {
+		sc := &scratch{takes: make([]sluice.Take, 0, 8), decs: make([]sluice.Decision, 0, 8)}
+		sc.grown(make([]sluice.Take, 0, tc.grown), make([]sluice.Decision, 0, tc.grown))
+		if cap(sc.takes) != tc.kept || cap(sc.decs) != tc.kept {
+			t.Fatalf("a scratch of 8 after a request grew to %d: keeps %d takes and %d decisions, want %d", tc.grown, cap(sc.takes), cap(sc.decs), tc.kept)
+		}
+	}
+}
+
+// sync: auto leases a key from the decision at which its rate reaches
+// HotAbove, not one later.
+func TestAutoLeasesAtExactlyHotAbove(t *testing.T) {
+	f := newFleet(t, 1, sluice.Sharing{Mode: sluice.SyncAuto, HotAbove: 3})
+	tk := sluice.Take{Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Cost: 1}
+	now := f.clock.Now()
+	for i, want := range []sluice.SyncMode{sluice.SyncExact, sluice.SyncExact, sluice.SyncLease} {
+		if p := f.gws[0].plan(&tk, now); p.mode != want {
+			t.Fatalf("decision %d in one second with HotAbove 3: mode %v, want %v", i+1, p.mode, want)
+		}
+	}
+}
+
+// Rules outside sync: auto are sampled one decision in hotSample for the
+// hot-key list, each sample counting hotSample: the rate listed is the
+// rate seen, give or take the sampling's noise.
+func TestHotKeysOfOtherRulesAreSampledAtTheirRate(t *testing.T) {
+	f := newFleet(t, 1, sluice.Sharing{Mode: sluice.SyncExact})
+	lim := sluice.Limit{Rate: 10_000, Period: time.Hour}
+	for range 800 { // 800 decisions in the same second
+		f.take(t, 0, "r", "k", lim, 1)
+	}
+	// The count is hotSample x Binomial(800, 1/hotSample): 800 on average,
+	// with a standard deviation of 75; 400 and 1,600 are more than 5 away.
+	top := f.gws[0].Hot.Top(1, 0, f.clock.Now())
+	if len(top) != 1 || top[0].Key != "k" || top[0].Rate < 400 || top[0].Rate > 1600 {
+		t.Fatalf("800 decisions of one key in a second: hot list %+v, want k at about 800/s", top)
+	}
+}
+
+// A look at a split or local rule's key is answered from this gateway's
+// count, like its takes: it makes no store call.
+func TestALookAtALocalRuleStaysLocal(t *testing.T) {
+	for _, mode := range []sluice.SyncMode{sluice.SyncSplit, sluice.SyncLocal} {
+		f := newFleet(t, 2, sluice.Sharing{Mode: mode})
+		lim := sluice.Limit{Rate: 10, Period: time.Hour}
+		f.take(t, 0, "r", "k", lim, 3)
+		var out [1]sluice.Decision
+		if err := f.gws[0].Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: lim, Cost: 1, DryRun: true}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		if f.calls() != 0 || !out[0].Allowed {
+			t.Fatalf("%v: a look made %d store calls (answer %+v), want none", mode, f.calls(), out[0])
+		}
+	}
+}
