@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,9 +378,9 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 		storeErr = e.call(ctx, res.takes, decs)
 		res.StoreTime += time.Since(start)
 	}
-	var local [maxLocalLocks]sluice.Decision
-	localOK := e.fallback != nil && len(res.takes) <= len(local) &&
-		e.fallback.Take(ctx, res.takes, local[:len(res.takes)]) == nil
+	var buf [maxLocalLocks]sluice.Decision
+	local := slices.Grow(buf[:0], len(res.takes))[:len(res.takes)]
+	localOK := e.fallback != nil && e.fallback.Take(ctx, res.takes, local) == nil
 	if storeErr != nil && !localOK {
 		return false // the lock is unknown: let the rules' own fail modes decide
 	}
@@ -401,8 +402,8 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 	return locked
 }
 
-// maxLocalLocks bounds the penalty rules of one request whose locks are also
-// looked up in the fallback store without allocating.
+// maxLocalLocks is how many penalty rules of one request have their locks
+// looked up in the fallback store without allocating; more allocate.
 const maxLocalLocks = 8
 
 // enforced takes from every matched enforced rule in one store call.

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +102,44 @@ func TestShadowDescriptorsNeverReject(t *testing.T) {
 		if !res.Allowed || !res.Statuses[0].Shadow || res.Statuses[0].Allowed != (i < 10) {
 			t.Fatalf("shadow request %d: %+v", i, res.Statuses[0])
 		}
+	}
+}
+
+// keyRecorder remembers the key of every take it is asked for.
+type keyRecorder struct {
+	sluice.Store
+	mu   sync.Mutex
+	keys []string
+}
+
+func (k *keyRecorder) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	k.mu.Lock()
+	for _, tk := range takes {
+		k.keys = append(k.keys, tk.Key)
+	}
+	k.mu.Unlock()
+	return k.Store.Take(ctx, takes, out)
+}
+
+// A descriptor's count is kept under a key made of its entries, each as
+// its length, a colon, and key=value: a format the store keeps across
+// restarts and upgrades, so a change to it would reset every count. It is
+// pinned here.
+func TestEnvoyStoreKeysKeepTheirFormat(t *testing.T) {
+	cfg, err := rules.Load("../examples/envoy/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &keyRecorder{Store: memory.New(memory.WithClock(sluice.NewManualClock(epoch)))}
+	e, err := New(cfg, Options{Store: rec, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if err := e.CheckDescriptors(context.Background(), "edge", []Descriptor{desc("api_key", "k1", "path", "/items")}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"10:api_key=k111:path=/items"}; !slices.Equal(rec.keys, want) {
+		t.Fatalf("store keys %q, want %q", rec.keys, want)
 	}
 }

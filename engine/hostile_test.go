@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -226,5 +227,56 @@ func TestDistinctEnvoyOverridesAreBounded(t *testing.T) {
 	}
 	if res.Statuses[0].Limit.Rate != 5000 {
 		t.Fatalf("an idle bound did not make room: answered with %v", res.Statuses[0].Limit)
+	}
+}
+
+// A lock placed in the fallback store while the store failed holds when the
+// store is back, however many penalty rules the request matches: up to
+// maxLocalLocks are looked up without allocating, more are looked up all
+// the same.
+func TestLocksPlacedWhileTheStoreFailedHoldForEveryPenaltyRule(t *testing.T) {
+	for _, n := range []int{1, maxLocalLocks, maxLocalLocks + 1} {
+		var src strings.Builder
+		src.WriteString("rules:\n")
+		for i := range n {
+			fmt.Fprintf(&src, "  - {id: r%d, key: [user], rate: 100, per: 1h, penalty: {after: 1, block: 1h}, fallback: {rate: 2, per: 1h}}\n", i)
+		}
+		f := newFixture(t, src.String(), Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond})
+		f.store.mode.Store(1) // the store fails: the fallback counts, and locks
+		for range 3 {
+			f.check(t, userReq("u"))
+		}
+		if res := f.check(t, userReq("u")); res.Allowed || res.Reason != sluice.ReasonLocked {
+			t.Fatalf("%d penalty rules, store down: allowed=%v reason=%v, want locked", n, res.Allowed, res.Reason)
+		}
+		f.store.mode.Store(0)
+		deadline := time.Now().Add(10 * time.Second)
+		for f.e.BreakerState() != "closed" {
+			if time.Now().After(deadline) {
+				t.Fatal("the breaker never closed")
+			}
+			time.Sleep(2 * time.Millisecond)
+			f.check(t, userReq("probe"))
+		}
+		if res := f.check(t, userReq("u")); res.Allowed || res.Reason != sluice.ReasonLocked {
+			t.Fatalf("%d penalty rules, store back: allowed=%v reason=%v, want locked (the store never saw the lock)", n, res.Allowed, res.Reason)
+		}
+	}
+}
+
+// A method in another case is counted as the method: a server that reads
+// "post" as POST must not let it escape a rule on POST.
+func TestMethodCaseDoesNotEscapeARule(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: otp, match: {method: POST, path: /otp}, key: [user], rate: 1, per: 1h}\n", Options{})
+	for i, m := range []string{"POST", "post", "Post", "pOST"} {
+		r := userReq("u")
+		r.Method, r.Path = m, "/otp"
+		res := f.check(t, r)
+		if len(res.Statuses) != 1 || res.Allowed != (i == 0) {
+			t.Fatalf("method %q: %d rules matched, allowed %v; want the rule on POST, and only the first admitted", m, len(res.Statuses), res.Allowed)
+		}
+	}
+	if got := upperMethod("GET"); got != "GET" {
+		t.Fatalf("upperMethod(GET) = %q", got)
 	}
 }

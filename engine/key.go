@@ -62,15 +62,9 @@ func mulCost(a, b int64) int64 {
 
 // upperMethod is the method as rules match it: in upper case. Methods are
 // case-sensitive (RFC 9110 §9.1), but some servers read "post" as POST;
-// counting it as POST is the strictest reading.
-func upperMethod(m string) string {
-	for i := 0; i < len(m); i++ {
-		if 'a' <= m[i] && m[i] <= 'z' {
-			return strings.ToUpper(m)
-		}
-	}
-	return m
-}
+// counting it as POST is the strictest reading. strings.ToUpper returns an
+// upper-case method as it is, without allocating.
+func upperMethod(m string) string { return strings.ToUpper(m) }
 
 // ruleKey appends the key r counts req under, bounded (boundKey): the
 // rule's own, or when a source of it is missing and the rule falls back
