@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,5 +279,37 @@ func TestMethodCaseDoesNotEscapeARule(t *testing.T) {
 	}
 	if got := upperMethod("GET"); got != "GET" {
 		t.Fatalf("upperMethod(GET) = %q", got)
+	}
+}
+
+// A request without the rule's key is counted under its fallback key, bounded
+// as every key is: up to MaxKeyBytes as it is, longer by its digest.
+func TestAFallbackKeyIsBoundedAtMaxKeyBytes(t *testing.T) {
+	// by-ip comes first: the key is bounded from where it starts in the
+	// request's key buffer.
+	f := newFixture(t, "rules:\n  - {id: by-ip, key: [ip], rate: 100, per: 1m}\n  - {id: by-org, key: [header:X-Org], rate: 2, per: 1m, fallbackKey: [header:X-Device]}\n", Options{})
+	var mu sync.Mutex
+	var keys []string
+	see := func(takes []sluice.Take) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tk := range takes {
+			keys = append(keys, tk.Key)
+		}
+	}
+	f.store.before.Store(&see)
+	fit := strings.Repeat("d", MaxKeyBytes-len(missingKeyPrefix))
+	for _, device := range []string{fit, fit + "d"} {
+		keys = nil
+		r := userReq("u")
+		r.Header.Set("X-Device", device)
+		f.check(t, r)
+		want := missingKeyPrefix + device
+		if len(want) > MaxKeyBytes {
+			want = StoreKey(want)
+		}
+		if len(keys) != 2 || keys[1] != want {
+			t.Fatalf("a fallback key of %d bytes stored as %.30q, want %.30q", len(missingKeyPrefix)+len(device), keys, want)
+		}
 	}
 }
