@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,20 +131,14 @@ func (c *storeCall) load(takes []sluice.Take, decisions int) {
 	for i := range takes {
 		n += len(takes[i].Key)
 	}
-	if cap(c.keys) < n {
-		c.keys = make([]byte, 0, n) // never grown below: the views stay put
-	}
-	c.keys = c.keys[:0]
+	c.keys = slices.Grow(c.keys[:0], n) // room for all: never grown below, the views stay put
 	c.takes = append(c.takes[:0], takes...)
 	for i := range c.takes {
 		start := len(c.keys)
 		c.keys = append(c.keys, c.takes[i].Key...)
 		c.takes[i].Key = bufString(c.keys[start:])
 	}
-	if cap(c.out) < decisions {
-		c.out = make([]sluice.Decision, decisions)
-	}
-	c.out = c.out[:decisions]
+	c.out = slices.Grow(c.out[:0], decisions)[:decisions]
 	clear(c.out)
 	c.err, c.panic = nil, nil
 	c.state.Store(callRunning)

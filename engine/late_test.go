@@ -160,6 +160,24 @@ func TestGracedCallsAreBounded(t *testing.T) {
 	if o := f.e.Owed(); o.LateAnswered+o.LateLost != 0 {
 		t.Fatalf("a call past the bound was graced: %+v", o)
 	}
+	if n := f.e.workers.n.Load(); n != maxGraced {
+		t.Fatalf("%d workers counted after a call past the bound, want %d: the count drifts", n, maxGraced)
+	}
+	// One below the bound, a call is still followed: the bound is
+	// maxGraced workers, not one less.
+	f.e.workers.n.Store(maxGraced - 1)
+	release = slowStore(f)
+	f.check(t, userReq("x"))
+	release()
+	waitLate(t, f, 1)
+	if o := f.e.Owed(); o.LateAnswered != 1 {
+		t.Fatalf("the call that made maxGraced workers was not followed: %+v", o)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.e.workers.n.Load() != maxGraced-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers after the followed call ended, want %d", f.e.workers.n.Load(), maxGraced-1)
+		}
+	}
 	f.e.workers.n.Store(0)
 	for range 5 {
 		f.check(t, userReq("x"))
