@@ -55,27 +55,36 @@ func (w *schedWatch) read() {
 		return // not offered by this runtime: no extension
 	}
 	h := w.sample[0].Value.Float64Histogram()
-	if w.prev == nil || len(w.prev) != len(h.Counts) {
-		w.prev = append(w.prev[:0], h.Counts...)
-		w.buckets = h.Buckets
+	w.fold(h.Counts, h.Buckets)
+}
+
+// fold folds a cumulative histogram's counts since the last fold into the
+// delay: four times the upper bound of the bucket that holds their 99th
+// percentile (the count at rank total - total/100), at most
+// maxSchedExtension; 0 when nothing was sampled. The first fold only
+// records the counts. w.mu is held.
+func (w *schedWatch) fold(counts []uint64, buckets []float64) {
+	if w.prev == nil || len(w.prev) != len(counts) {
+		w.prev = append(w.prev[:0], counts...)
+		w.buckets = buckets
 		return
 	}
 	var total uint64
-	for i, c := range h.Counts {
+	for i, c := range counts {
 		total += c - w.prev[i]
 	}
 	p99 := 0.0
 	if total > 0 {
 		rank := total - total/100 // the count at or below the 99th percentile
 		var seen uint64
-		for i, c := range h.Counts {
+		for i, c := range counts {
 			if seen += c - w.prev[i]; seen >= rank {
 				p99 = w.buckets[i+1] // the bucket's upper bound
 				break
 			}
 		}
 	}
-	copy(w.prev, h.Counts)
+	copy(w.prev, counts)
 	if math.IsInf(p99, 0) || math.IsNaN(p99) {
 		p99 = maxSchedExtension.Seconds()
 	}
