@@ -114,7 +114,7 @@ func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.T
 		d.late = d.late || late
 		if d.units == 0 { // a debt and its credit (see late.go)
 			delete(o.debts, k)
-			o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+			o.notePending()
 		}
 		return
 	case ok: // the rule changed (a reload): a new debt under the new limit
@@ -129,6 +129,10 @@ func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.T
 	o.debts[k] = &debt{limit: limit, units: units, first: now, late: late}
 	o.pending.Store(true)
 }
+
+// notePending records whether anything is owed or in flight, for kick.
+// o.mu is held.
+func (o *owed) notePending() { o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0) }
 
 // settle records how a call that carried charges ended: written, or owed
 // again (late if the call missed its deadline, see owed).
@@ -244,7 +248,7 @@ func (o *owed) land(takes []sluice.Take, landed chan struct{}) {
 			delete(o.inflight, k)
 		}
 	}
-	o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+	o.notePending()
 }
 
 // OwedStats are the units admitted while the store did not answer: still
@@ -267,11 +271,8 @@ func (e *Engine) Owed() OwedStats {
 	o := &e.owed
 	var st OwedStats
 	add := func(units int64) {
-		if units > 0 {
-			st.Owed += units
-		} else {
-			st.Credit -= units
-		}
+		st.Owed += max(units, 0)
+		st.Credit += max(-units, 0)
 	}
 	o.mu.Lock()
 	for _, d := range o.debts {
@@ -370,7 +371,8 @@ func (e *Engine) callWithDebts(ctx context.Context, takes []sluice.Take, out []s
 }
 
 // claim removes and returns, as charges, the debts of the keys of takes
-// that take units, and when each was first owed. A key in flight is waited
+// that are neither refunds nor dry runs (a take of cost 0 carries its key's
+// debt too), and when each was first owed. A key in flight is waited
 // for, then looked at again: its write-back may have failed and left it
 // owed. The wait is bounded by the write-back's own call, which has the
 // store's deadline; a request whose client left waits too, since its call
@@ -402,7 +404,7 @@ func (o *owed) claim(takes []sluice.Take, answering bool) ([]sluice.Take, []time
 			for _, c := range charges {
 				delete(o.debts, owedKey{c.Rule, c.Key})
 			}
-			o.pending.Store(len(o.debts) > 0 || len(o.inflight) > 0)
+			o.notePending()
 			o.mu.Unlock()
 			return charges, firsts
 		}

@@ -265,3 +265,71 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 		t.Fatalf("shutdown with the store down: written %d, dropped %d, %+v; want 0, 4 counted", w, d, f.e.Owed())
 	}
 }
+
+// The ledger's edges, step by step: pending says whether anything is owed
+// or in flight (a debt netted to zero by its credit leaves nothing); a debt
+// exactly one period old is dropped; a batch boards at most maxChargeBatch
+// debts; a take of cost 0 carries its key's debt, a dry run does not.
+func TestTheLedgersEdges(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
+	o := &f.e.owed
+	o.flowing.Store(true) // no flush of the engine's own
+	defer o.flowing.Store(false)
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	now := time.Now()
+	o.add("r", "a", l, 1, now)
+	o.add("r", "b", l, 1, now)
+	o.owe("r", "b", l, -1, now, true) // b's credit: b nets to zero
+	if !o.pending.Load() {
+		t.Fatal("a is owed, but nothing is pending")
+	}
+	o.owe("r", "a", l, -1, now, true)
+	if o.pending.Load() || len(o.debts) != 0 {
+		t.Fatalf("everything netted to zero, yet pending (%d debts)", len(o.debts))
+	}
+
+	o.add("r", "old", l, 3, now.Add(-time.Hour))
+	if takes, _, _ := o.board(f.e, now); len(takes) != 0 || f.e.Owed().Expired != 3 {
+		t.Fatalf("a debt of exactly one period: boarded %d, expired %d; want dropped", len(takes), f.e.Owed().Expired)
+	}
+
+	for i := range maxChargeBatch + 1 {
+		o.add("r", fmt.Sprint("k", i), l, 1, now)
+	}
+	takes, _, landed := o.board(f.e, now)
+	if len(takes) != maxChargeBatch || len(o.debts) != 1 {
+		t.Fatalf("boarded %d of %d debts, %d left; want %d", len(takes), maxChargeBatch+1, len(o.debts), maxChargeBatch)
+	}
+	o.land(takes, landed)
+	if !o.pending.Load() {
+		t.Fatal("one debt left after a batch landed, yet nothing pending")
+	}
+	clear(o.debts)
+
+	o.add("r", "z", l, 2, now)
+	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "z", Limit: l, DryRun: true}}, true); len(charges) != 0 {
+		t.Fatalf("a dry run claimed %v", charges)
+	}
+	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "z", Limit: l}}, true); len(charges) != 1 || charges[0].Cost != 2 {
+		t.Fatalf("a take of cost 0 claimed %v, want the key's debt of 2", charges)
+	}
+}
+
+// A flush is started at most every flushEvery.
+func TestKickStartsAFlushAtMostEveryFlushEvery(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
+	o := &f.e.owed
+	o.add("r", "a", sluice.Limit{Rate: 100, Period: time.Hour}, 1, time.Now())
+	just := time.Now().UnixNano()
+	o.last.Store(just)
+	o.kick(f.e)
+	if o.last.Load() != just {
+		t.Fatal("a flush was started just after another")
+	}
+	o.last.Store(just - int64(flushEvery))
+	o.kick(f.e)
+	if o.last.Load() == just-int64(flushEvery) {
+		t.Fatal("no flush was started a flushEvery after the last")
+	}
+	waitOwed(t, f)
+}
