@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/netip"
 	"os"
@@ -821,5 +822,40 @@ rules:
 	}
 	if ids := fmt.Sprint(len(f.e.Config().Rules), " ", f.e.Config().Rules[1].ID); ids != "2 per-user.override-1" {
 		t.Errorf("rules %s", ids)
+	}
+}
+
+// Between rules that answer alike, the first in the file decides: the
+// answer (its RateLimit fields, its rule) is the same from one request to
+// the next. Among those that admit, the least remaining decides; among
+// those that refuse, a cost that can never pass, then the longest wait.
+func TestTiesAreDecidedByTheFirstRule(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: a, key: [user], rate: 2, per: 1m}\n  - {id: b, key: [user], rate: 2, per: 1m}\n", Options{})
+	for i, want := range []struct {
+		allowed bool
+		rule    string
+	}{{true, "a"}, {true, "a"}, {false, "a"}} {
+		if res := f.check(t, userReq("u")); res.Allowed != want.allowed || res.Decision.Rule != want.rule {
+			t.Fatalf("check %d: allowed %v by %q, want %v by %q (a tie)", i+1, res.Allowed, res.Decision.Rule, want.allowed, want.rule)
+		}
+	}
+}
+
+// The pressure factor is read once per check and applies only within
+// (0, 1): 0 (or a broken reading) and 1 leave limits whole. A cost
+// inflated past int64 is the largest, never a wrapped negative one.
+func TestPressureFactorAndInflationEdges(t *testing.T) {
+	for _, tc := range []struct{ pressure, want float64 }{{0, 1}, {-1, 1}, {1, 1}, {0.5, 0.5}, {2, 1}} {
+		var res Result
+		if got := res.factorOf(func() float64 { return tc.pressure }); got != tc.want {
+			t.Errorf("pressure %v: factor %v, want %v", tc.pressure, got, tc.want)
+		}
+	}
+	const big = int64(1) << 56 // x AdaptiveScale (64) = 2^62; / 0.5 = 2^63, one past MaxInt64
+	if got := inflate(big, 0.5); got != math.MaxInt64 {
+		t.Fatalf("inflate(2^56, 0.5) = %d, want MaxInt64", got)
+	}
+	if got := inflate(3, 0.5); got != 3*64*2 {
+		t.Fatalf("inflate(3, 0.5) = %d, want %d", got, 3*64*2)
 	}
 }

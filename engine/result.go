@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,9 @@ type Result struct {
 	Reason sluice.Reason
 	// Decision is the deciding rule's decision: when rejected, the rejecting
 	// rule that asks to wait longest (a cost that can never pass comes
-	// first); when allowed, the enforced rule with the least remaining. Its
-	// Rule is "" when no enforced rule applied.
+	// first); when allowed, the enforced rule with the least remaining;
+	// between rules that answer alike, the first in the file. Its Rule is
+	// "" when no enforced rule applied.
 	Decision sluice.Decision
 	// Delay is how long a leaky-queue rule asks the request to wait.
 	Delay time.Duration
@@ -186,9 +188,7 @@ func (res *Result) add(r *rule, key string, d sluice.Decision) *Status {
 }
 
 func (res *Result) decisions(n int) []sluice.Decision {
-	if cap(res.decs) < n {
-		res.decs = make([]sluice.Decision, n)
-	}
+	res.decs = slices.Grow(res.decs[:0], n)
 	return res.decs[:n]
 }
 
@@ -207,9 +207,7 @@ func (res *Result) combine() {
 			res.Allowed = false
 			continue
 		}
-		if st.Delay > res.Delay {
-			res.Delay = st.Delay
-		}
+		res.Delay = max(res.Delay, st.Delay)
 		if res.Allowed && (decider == nil || st.Remaining < decider.Remaining) {
 			decider = st
 		}
