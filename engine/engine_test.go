@@ -632,6 +632,31 @@ func TestSIGHUPReloadsAndABadFileKeepsTheOldRules(t *testing.T) {
 	}
 }
 
+// The signals named are the ones that reload, SIGHUP is then not.
+func TestReloadOnTheSignalsNamed(t *testing.T) {
+	path, e := engineFromFile(t, "rules:\n  - {id: a, key: [user], rate: 3, per: 1h}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	guard := make(chan os.Signal, 16) // as above: no default action, ever
+	signal.Notify(guard, syscall.SIGHUP, syscall.SIGUSR1)
+	defer signal.Stop(guard)
+	go e.ReloadOnSignal(ctx, []string{path}, syscall.SIGUSR1)
+	os.WriteFile(path, []byte("rules:\n  - {id: b, key: [user], rate: 3, per: 1h}\n"), 0o600)
+	for range 10 {
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if id := e.Config().Rules[0].ID; id != "a" {
+		t.Fatalf("SIGHUP reloaded (rule %q) though only SIGUSR1 was named", id)
+	}
+	for deadline := time.Now().Add(10 * time.Second); e.Config().Rules[0].ID != "b"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGUSR1 did not reload within 10 s")
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+	}
+}
+
 func TestRefundGivesBackWhatACheckTook(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 2, per: 1h}\n  - {id: q, key: [user], rate: 10, per: 1s, burst: 3, algorithm: leaky-queue}\n", Options{})
 	var res Result
