@@ -243,3 +243,48 @@ func TestTheShareFollowsTheGatewayCountAndKeepsWhatWasAdmitted(t *testing.T) {
 		}
 	}
 }
+
+// deadlineStore records how long its call's context had left, after
+// sleeping for its own latency.
+type deadlineStore struct {
+	sleep time.Duration
+	left  time.Duration
+}
+
+func (s *deadlineStore) Take(ctx context.Context, _ []sluice.Take, _ []sluice.Decision) error {
+	if dl, ok := ctx.Deadline(); ok {
+		s.left = time.Until(dl)
+	}
+	time.Sleep(s.sleep)
+	return nil
+}
+
+// The process's own scheduling latency extends a call's deadline, and a
+// quarter of it is taken off the latency the call is measured at (the rest
+// of the wait is the store's, as far as the guard can tell).
+func TestSchedulingLatencyExtendsACallsDeadlineAndDiscountsItsLatency(t *testing.T) {
+	g := newGuard(&Options{}, func(string, string, string) {})
+	g.sched.last.Store(time.Now().Add(time.Hour).UnixNano()) // no read of the runtime's histogram
+	g.sched.delay.Store(int64(time.Second))
+	s := &deadlineStore{}
+	if err := g.call(context.Background(), s, "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.left < 500*time.Millisecond { // the deadline (at most MaxStoreTimeout) plus 1 s
+		t.Fatalf("the call had %v left, want its deadline extended by the scheduling latency (1 s)", s.left)
+	}
+	if p := time.Duration(g.lat.peak.Load()); p >= MaxStoreTimeout {
+		t.Fatalf("a fast call with a 1 s scheduling latency measured at %v, want about 0: the latency is discounted", p)
+	}
+	// A call slower than a quarter of the extension is measured at the rest.
+	g2 := newGuard(&Options{}, func(string, string, string) {})
+	g2.lat.peak.Store(0)
+	g2.sched.last.Store(time.Now().Add(time.Hour).UnixNano())
+	g2.sched.delay.Store(int64(40 * time.Millisecond))
+	if err := g2.call(context.Background(), &deadlineStore{sleep: 20 * time.Millisecond}, "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := time.Duration(g2.lat.peak.Load()); p < 10*time.Millisecond {
+		t.Fatalf("a call of at least 20 ms with 40 ms of scheduling latency measured at %v, want at least 10 ms", p)
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,10 +72,7 @@ type latency struct{ peak atomic.Int64 }
 func (l *latency) observe(d time.Duration) {
 	for {
 		old := l.peak.Load()
-		next := int64(d)
-		if next < old {
-			next = old - (old-next)/64
-		}
+		next := max(int64(d), old-(old-int64(d))/64) // d itself when higher
 		if l.peak.CompareAndSwap(old, next) {
 			return
 		}
@@ -154,10 +152,7 @@ func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
 	st := g.settings
 	st.Name = partition
 	b := gobreaker.NewCircuitBreaker[struct{}](st)
-	next := make(map[string]*gobreaker.CircuitBreaker[struct{}], len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
+	next := maps.Clone(old) // never nil: the first map is made empty
 	next[partition] = b
 	g.breakers.Store(&next)
 	return b
