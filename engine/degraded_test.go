@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // While the store fails, a fail-open rule admits this gateway's share of
@@ -51,8 +52,16 @@ func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
 	if got := envoy("mirrored", 100); got != 15 {
 		t.Fatalf("Envoy, degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
 	}
+	var eres Result
+	d := []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "seen"}}, Hits: 1}}
+	if err := f.e.CheckDescriptors(context.Background(), "edge", d, &eres); err != nil || eres.StoreError == nil || !eres.Statuses[0].FailedOpen {
+		t.Fatalf("Envoy, degraded: store error %v, failed open %v; want the store's error reported", eres.StoreError, eres.Statuses[0].FailedOpen)
+	}
 	if got := count("u", 100); got != 15 {
 		t.Fatalf("degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
+	}
+	if res := f.check(t, userReq("new")); !res.Allowed || res.Decision.Remaining != 24 || !res.Statuses[0].FailedOpen {
+		t.Fatalf("degraded, a new key's first check: %+v, want allowed with 24 of the share of 25 left", res.Decision)
 	}
 	if got := count("fresh", 100); got != 25 {
 		t.Fatalf("degraded, fresh key: %d, want the share 25", got)
@@ -286,5 +295,43 @@ func TestSchedulingLatencyExtendsACallsDeadlineAndDiscountsItsLatency(t *testing
 	}
 	if p := time.Duration(g2.lat.peak.Load()); p < 10*time.Millisecond {
 		t.Fatalf("a call of at least 20 ms with 40 ms of scheduling latency measured at %v, want at least 10 ms", p)
+	}
+}
+
+// partitionedStore is a store of two nodes, "a" (keys starting with a)
+// and "b", whose node b fails. It names a key's node by a view of the key,
+// which the engine reuses for the next request: the guard must keep its own
+// copy. (The embedded store is a field: its NonBlocking mark would take the
+// guard off.)
+type partitionedStore struct{ inner sluice.Store }
+
+func (partitionedStore) Partition(tk *sluice.Take) string { return tk.Key[:1] }
+
+func (p partitionedStore) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if takes[0].Key[:1] == "b" {
+		return errDown
+	}
+	return p.inner.Take(ctx, takes, out)
+}
+
+// A store of independent nodes has a breaker per node: node b failing
+// opens b's, and keys on node a are still decided by the store; the
+// breakers are named by their own copy of the node's name.
+func TestAFailingNodeOpensItsOwnBreaker(t *testing.T) {
+	cfg := mustRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n")
+	e, err := New(cfg, Options{Store: partitionedStore{memory.New()}, Logger: quiet, BreakerFailures: 1, BreakerOpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	for range 3 {
+		e.Check(context.Background(), userReq("b1"), CheckOptions{}, &res)
+	}
+	e.Check(context.Background(), userReq("a1"), CheckOptions{}, &res)
+	if st := e.BreakerStates(); st["b"] != "open" || st["a"] != "closed" {
+		t.Fatalf("breakers %v, want b open and a closed", st)
+	}
+	if !res.Allowed || res.StoreError != nil || res.Statuses[0].FailedOpen {
+		t.Fatalf("a key on the healthy node: %+v, store error %v", res.Decision, res.StoreError)
 	}
 }

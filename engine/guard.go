@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +150,7 @@ func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
 	if b := old[partition]; b != nil {
 		return b
 	}
+	partition = strings.Clone(partition) // it may be a view of a request's reused key buffer
 	st := g.settings
 	st.Name = partition
 	b := gobreaker.NewCircuitBreaker[struct{}](st)

@@ -133,3 +133,16 @@ func TestQuotaDescriptorsWithoutUsageReports(t *testing.T) {
 		}
 	}
 }
+
+// Usage reports for two descriptors in one call: each is answered by the
+// look at its own key after its charge, the second's too.
+func TestEachUsageReportIsAnsweredByItsOwnLook(t *testing.T) {
+	e, _ := quotaEngine(t)
+	res := e.quotaCall(t, hits(1, "service", "service_1"), hits(3, "service", "service_2"))
+	if len(res.Statuses) != 2 || res.Statuses[1].Allowed || res.Statuses[1].Remaining != 0 {
+		t.Fatalf("3 hits reported on a limit of 2: %+v, want over the limit", res.Statuses)
+	}
+	if !res.Statuses[0].Allowed || res.Statuses[0].Remaining != 0 {
+		t.Fatalf("1 hit reported on a limit of 1: %+v, want at the limit, not over", res.Statuses[0])
+	}
+}
