@@ -124,7 +124,7 @@ func TestACostTooLargeOnlyUnderPressureIsRetryable(t *testing.T) {
 	if err := f.e.Check(context.Background(), userReq("u8"), CheckOptions{Cost: 100}, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Allowed || !res.Reduced {
+	if res.Allowed || res.Reason != sluice.ReasonLimited || !res.Reduced || res.Decision.RetryAfter != time.Second {
 		t.Fatalf("cost 100, the whole burst, at half rate: %+v (reduced %v), want the pressure's refusal", res.Decision, res.Reduced)
 	}
 	if err := f.e.Check(context.Background(), userReq("u9"), CheckOptions{Cost: 101}, &res); err != nil {
