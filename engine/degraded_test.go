@@ -335,3 +335,58 @@ func TestAFailingNodeOpensItsOwnBreaker(t *testing.T) {
 		t.Fatalf("a key on the healthy node: %+v, store error %v", res.Decision, res.StoreError)
 	}
 }
+
+// A countOn rule's charge after the response, when the store does not
+// answer, is counted in the gateway's share, as the request's check was,
+// and written back once the store answers: failed logins are counted
+// through an outage, not forgotten.
+func TestACountOnChargeIsCountedWhileTheStoreFails(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
+	f.store.mode.Store(1)
+	for i := range 3 {
+		res := f.check(t, req())
+		if !res.Allowed {
+			t.Fatalf("failed login %d, store down: refused %+v", i+1, res.Decision)
+		}
+		f.e.Charge(context.Background(), res, 401)
+	}
+	if res := f.check(t, req()); res.Allowed {
+		t.Fatal("a fourth login after three failures while the store was down was admitted: the failures were not counted")
+	}
+	if o := f.e.Owed(); o.Owed != 3 {
+		t.Fatalf("owed %d units, want the 3 failures", o.Owed)
+	}
+	f.store.mode.Store(0)
+	for deadline := time.Now().Add(10 * time.Second); f.e.Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still owed after 10 s: %+v", f.e.Owed())
+		}
+		r := req()
+		r.Header.Set("X-User-Id", "traffic") // a store call that kicks the write-back
+		f.check(t, r)
+	}
+	if d, _, _ := f.e.Inspect(context.Background(), "login", "u"); d.Remaining != 0 {
+		t.Fatalf("the store has %d left once it answered, want 0: the failures written back", d.Remaining)
+	}
+}
+
+// A charge the store took is mirrored into the gateway's share, as an
+// admission is: two failures counted by the store leave one for the share
+// of 3 when the store then fails.
+func TestACountOnChargeIsMirroredIntoTheShare(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
+	for range 2 {
+		f.e.Charge(context.Background(), f.check(t, req()), 401)
+	}
+	f.store.mode.Store(1)
+	res := f.check(t, req())
+	if !res.Allowed {
+		t.Fatalf("the third attempt, store down: refused %+v", res.Decision)
+	}
+	f.e.Charge(context.Background(), res, 401)
+	if res := f.check(t, req()); res.Allowed {
+		t.Fatal("a fourth attempt after three failures (two counted by the store) was admitted while the store was down")
+	}
+}

@@ -447,7 +447,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 	}
 	decs := res.decisions(len(res.takes))
 	if err := e.callOwing(ctx, res, res.takes, decs); err != nil {
-		e.failed(ctx, res, err)
+		e.failed(ctx, res, err, dry)
 		return
 	}
 	for j := range decs {
@@ -521,7 +521,7 @@ func (e *Engine) Refund(ctx context.Context, res *Result) {
 
 // failed answers the enforced rules of a request whose store call failed:
 // fail-closed rules reject, fail-open rules fall back to their per-node limit.
-func (e *Engine) failed(ctx context.Context, res *Result, err error) {
+func (e *Engine) failed(ctx context.Context, res *Result, err error, dry bool) {
 	res.StoreError = err
 	for j, tk := range res.takes {
 		m := &res.matched[res.idx[j]]
@@ -539,6 +539,9 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error) {
 		}
 		st := res.add(m.r, m.key, d)
 		st.FailedOpen = true
+		if len(m.r.CountOn) > 0 && d.Allowed && !dry {
+			st.charge = tk.Cost // charged after the response, as when the store answers
+		}
 	}
 }
 
@@ -672,7 +675,15 @@ func (e *Engine) Charge(ctx context.Context, res *Result, status int) {
 			continue
 		}
 		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: st.charge}
-		if e.call(ctx, takes[:], out[:]) == nil {
+		if e.callWithDebts(ctx, takes[:], out[:]) == nil {
+			st.r.stats.charged.Add(1)
+			if out[0].Allowed {
+				e.mirror(ctx, res, st.r, st.r.Limit, &takes[0]) // the share knows what the store counted
+			}
+		} else if d := e.fallbackTake(ctx, st.r, st.r.Limit, takes[0]); d.Allowed {
+			// The store did not take it: counted in this gateway's share, as
+			// the request's own check was, and owed to the store once it
+			// answers (a late reply that took it cancels the debt).
 			st.r.stats.charged.Add(1)
 		}
 		st.charge = 0
