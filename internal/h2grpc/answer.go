@@ -24,8 +24,8 @@ var (
 	okTrailers = []hpack.HeaderField{{Name: "grpc-status", Value: "0"}}
 )
 
-// call runs the method, with the panic boundary. The message is appended
-// after 5 bytes kept for its prefix when the method appends in place.
+// call runs the method, with the panic boundary. The method appends its
+// message after 5 bytes kept for its prefix.
 func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *status) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -47,14 +47,12 @@ func (c *conn) call(st *stream, msg []byte, out []byte) (framed []byte, bad *sta
 		s := grpcstatus.Convert(err)
 		return nil, &status{code: s.Code(), message: s.Message()}
 	}
-	if len(body) > 0 && cap(body) == cap(out)-5 && &body[:1][0] == &out[5:6][0] {
-		framed = out[:5+len(body)] // appended in place, after the prefix
-	} else {
-		framed = append(out[:5], body...)
-	}
 	if len(body) > math.MaxUint32 {
 		return nil, &status{code: codes.ResourceExhausted, message: "response message too large"}
 	}
+	// A body the method appended in place is copied onto itself (a
+	// memmove of its bytes): one path whether or not it grew.
+	framed = append(out[:5], body...)
 	binary.BigEndian.PutUint32(framed[1:5], uint32(len(body)))
 	return framed, nil
 }
