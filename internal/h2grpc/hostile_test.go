@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/metadata"
 )
 
 // raw is an HTTP/2 client that writes frames as the test says, valid or not.
@@ -162,6 +163,7 @@ func TestMalformedCallsAreAnswered(t *testing.T) {
 		{framed([]byte("abc"))[:6], nil, "13", "the request's message is cut short"},
 		{[]byte{}, nil, "13", "the request has no complete message"},
 		{append(message(make([]byte, 101)), 'x'), nil, "8", "request message larger than 100 bytes"},
+		{framed(make([]byte, 100)), nil, "0", ""}, // the largest message taken
 		{framed(nil), []string{":method", "GET"}, ":status 405", ""},
 		{framed(nil), []string{"content-type", "text/plain"}, ":status 415", ""},
 		{framed(nil), []string{"content-type", "application/grpcx"}, ":status 415", ""},
@@ -193,6 +195,16 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 		"even stream id":         {func(r *raw) { r.call(2, "/t.T/Echo", framed(nil)) }, http2.ErrCodeProtocol},
 		"stream id going back":   {func(r *raw) { r.call(5, "/t.T/Echo", framed(nil)); r.call(3, "/t.T/Echo", framed(nil)) }, http2.ErrCodeProtocol},
 		"DATA on an idle stream": {func(r *raw) { r.fr.WriteData(7, true, framed(nil)) }, http2.ErrCodeProtocol},
+		"a stream id used twice": {func(r *raw) {
+			r.call(1, "/t.T/Echo", framed(nil))
+			r.grpcStatus(1)
+			r.call(1, "/t.T/Echo", framed(nil))
+		}, http2.ErrCodeProtocol},
+		"the id of a malformed HEADERS used again": {func(r *raw) {
+			r.call(1, "/t.T/Echo", framed(nil), "X-Upper", "v") // a stream error: the id is used all the same
+			r.next(func(f http2.Frame) bool { rs, ok := f.(*http2.RSTStreamFrame); return ok && rs.StreamID == 1 })
+			r.call(1, "/t.T/Echo", framed(nil))
+		}, http2.ErrCodeProtocol},
 		"PUSH_PROMISE": {func(r *raw) {
 			r.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true})
 		}, http2.ErrCodeProtocol},
@@ -436,5 +448,43 @@ func TestShutdownDoesNotWaitForStalledHandshakes(t *testing.T) {
 	defer cancel()
 	if err := f.s.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown with stalled handshakes: %v (waited for them)", err)
+	}
+}
+
+// TestFlowControlEdges: the server announces a stream window of a largest
+// message, its prefix and a frame, and opens the connection window to
+// connWindow; a client may open the send window to exactly 2^31-1.
+func TestFlowControlEdges(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	sf := r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && !s.IsAck() }).(*http2.SettingsFrame)
+	if v, ok := sf.Value(http2.SettingInitialWindowSize); !ok || int64(v) != int64(f.s.maxRecv())+5+16<<10 {
+		t.Fatalf("INITIAL_WINDOW_SIZE %d (%v), want the largest message, its prefix and a frame: %d", v, ok, f.s.maxRecv()+5+16<<10)
+	}
+	wu := r.next(func(f http2.Frame) bool { w, ok := f.(*http2.WindowUpdateFrame); return ok && w.StreamID == 0 }).(*http2.WindowUpdateFrame)
+	if wu.Increment != connWindow-65535 {
+		t.Fatalf("the connection's WINDOW_UPDATE: %d, want %d", wu.Increment, connWindow-65535)
+	}
+	r.fr.WriteWindowUpdate(0, 1<<31-1-65535) // the send window at exactly 2^31-1: allowed
+	r.call(1, "/t.T/Echo", framed([]byte("ok")))
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("a call after the send window was opened to 2^31-1: grpc-status %s", code)
+	}
+}
+
+// TestMetadataReachesTheMethod: the header fields named in KeepHeaders are
+// the call's incoming metadata; the others are not kept.
+func TestMetadataReachesTheMethod(t *testing.T) {
+	f := newFixture(t, func(s *Server) {
+		s.KeepHeaders = []string{"x-meta"}
+		s.Methods["/t.T/Meta"] = func(ctx context.Context, _, out []byte) ([]byte, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			return append(out, strings.Join(append(md.Get("x-meta"), md.Get("x-other")...), ",")...), nil
+		}
+	})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-meta", "hello", "x-other", "dropped")
+	got, err := invoke(ctx, f.client(t), "/t.T/Meta", nil)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("the method saw %q (%v), want x-meta's hello only", got, err)
 	}
 }

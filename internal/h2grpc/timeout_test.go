@@ -2,6 +2,7 @@ package h2grpc
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,7 +25,8 @@ func TestParseTimeoutUnits(t *testing.T) {
 		{"7u", 7 * time.Microsecond, true},
 		{"9n", 9, true},
 		{"99999999S", 99999999 * time.Second, true},
-		{"99999999H", math.MaxInt64, true}, // saturates
+		{"99999999H", math.MaxInt64, true},      // saturates
+		{"2562047H", 2562047 * time.Hour, true}, // the most hours below 2^63 ns: not saturated
 		{"0m", 0, true},
 		{"", 0, false},
 		{"m", 0, false},
@@ -36,6 +38,21 @@ func TestParseTimeoutUnits(t *testing.T) {
 		got, ok := parseTimeout(c.in)
 		if ok != c.ok || ok && time.Duration(got) != c.want {
 			t.Errorf("parseTimeout(%q) = %v, %v; want %v, %v", c.in, time.Duration(got), ok, c.want, c.ok)
+		}
+	}
+}
+
+// grpc-message is percent-encoded as gRPC specifies: printable ASCII but
+// '%' as is, the rest as %XX, at most 1 KiB of it.
+func TestEncodeMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain ~ text":            "plain ~ text",
+		"100%":                    "100%25",
+		"naïve\n":                 "na%C3%AFve%0A",
+		strings.Repeat("a", 1025): strings.Repeat("a", 1024),
+	} {
+		if got := encodeMessage(in); got != want {
+			t.Errorf("encodeMessage(%.20q) = %.30q, want %.30q", in, got, want)
 		}
 	}
 }
