@@ -258,9 +258,7 @@ func parseTimeout(v string) (d int64, ok bool) {
 // encodeMessage percent-encodes grpc-message as gRPC specifies: bytes
 // outside printable ASCII, and '%'. At most 1 KiB of the message is kept.
 func encodeMessage(m string) string {
-	if len(m) > 1024 {
-		m = m[:1024]
-	}
+	m = m[:min(len(m), 1024)]
 	const hex = "0123456789ABCDEF"
 	var b []byte
 	for i := 0; i < len(m); i++ {

@@ -61,7 +61,6 @@ type conn struct {
 	running    atomic.Int32 // handlers started and not yet done answering
 	lastStream atomic.Uint32
 	goingAway  atomic.Bool  // the second GOAWAY is sent: new streams are refused
-	unfinished atomic.Int32 // streams whose request is not complete
 	idleFrames atomic.Int64 // frames read that carried no call (progress)
 	answered   atomic.Int64 // calls answered
 	lastAnswer atomic.Int64 // when a call was last answered (or the connection ready), ns
@@ -347,7 +346,6 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		st.ctx = metadata.NewIncomingContext(st.ctx, md)
 	}
 	c.active.Add(1)
-	c.unfinished.Add(1)
 	c.mu.Lock()
 	c.streams[id] = st
 	c.mu.Unlock()
@@ -441,7 +439,6 @@ var testHookWindowUpdate func()
 // endOfBody starts the call once its request is complete.
 func (c *conn) endOfBody(st *stream) {
 	st.ended.Store(true)
-	c.unfinished.Add(-1)
 	c.creditConn(st.recv)
 	if st.early != nil {
 		c.drop(st)
@@ -473,7 +470,6 @@ func (c *conn) drop(st *stream) {
 	if !st.ended.Load() {
 		c.creditConn(st.recv)
 		st.ended.Store(true)
-		c.unfinished.Add(-1)
 	}
 	st.cancel()
 	if st.started {

@@ -268,3 +268,28 @@ func TestShutdownFinishesCallsInFlight(t *testing.T) {
 		t.Fatal("Serve after Shutdown did not return ErrServerClosed")
 	}
 }
+
+// A connection forgets each stream once answered: its table of streams
+// does not grow with the calls it serves.
+func TestAnsweredStreamsAreForgotten(t *testing.T) {
+	f := newFixture(t, nil)
+	cc := f.client(t)
+	for i := range 20 {
+		if _, err := invoke(context.Background(), cc, "/t.T/Echo", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	if len(f.s.conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(f.s.conns))
+	}
+	for c := range f.s.conns {
+		c.mu.Lock()
+		n := len(c.streams)
+		c.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d streams remembered after 20 calls answered, want 0", n)
+		}
+	}
+}

@@ -154,7 +154,7 @@ func (c *conn) check(now time.Time) bool {
 		return false
 	}
 	w.idleFrames, w.answered = idle, answered
-	if c.unfinished.Load() > 0 && c.staleRequest(now, orDefault(s.RequestTimeout, defaultReqTimeout)) {
+	if c.staleRequest(now, orDefault(s.RequestTimeout, defaultReqTimeout)) {
 		c.goAwayWith(http2.ErrCodeEnhanceYourCalm)
 		c.close()
 		return false
