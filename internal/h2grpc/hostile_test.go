@@ -490,3 +490,79 @@ func TestMetadataReachesTheMethod(t *testing.T) {
 		t.Fatalf("the method saw %q (%v), want x-meta's hello only", got, err)
 	}
 }
+
+// TestConnectionAgeIsJittered: a connection is recycled after its age give
+// or take 10%, spread over the whole range.
+func TestConnectionAgeIsJittered(t *testing.T) {
+	age := 30 * time.Minute
+	lo, hi := age, age
+	for range 1000 {
+		j := jittered(age)
+		if j < age-age/10 || j > age+age/10 {
+			t.Fatalf("jittered(%v) = %v, beyond 10%%", age, j)
+		}
+		lo, hi = min(lo, j), max(hi, j)
+	}
+	if lo > age-age/20 || hi < age+age/20 { // missed with a chance of 0.75^1000 < 10^-100
+		t.Fatalf("1000 draws spread over [%v, %v], want both sides of %v past 5%%", lo, hi, age)
+	}
+}
+
+// TestEmptyDataFloodIsCut: DATA frames that carry nothing and end nothing
+// are idle frames; past maxIdleFrames with no answer in between, the
+// connection is ended with ENHANCE_YOUR_CALM at the next check.
+func TestEmptyDataFloodIsCut(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	r.call(1, "/t.T/Echo", nil) // open: the request's DATA never comes
+	for range maxIdleFrames + 10 {
+		if r.fr.WriteData(1, false, nil) != nil {
+			break
+		}
+	}
+	if got := r.goAway(); got != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("GOAWAY %v after an empty DATA flood, want ENHANCE_YOUR_CALM", got)
+	}
+}
+
+// TestPingStrikes: a client PING sooner than MinPingInterval after the
+// previous, with nothing sent between, is a strike; maxPingStrikes are
+// tolerated, the next ends the connection "too_many_pings".
+func TestPingStrikes(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	ping := func() {
+		r.fr.WritePing(false, [8]byte{'p'})
+		r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	}
+	for range 1 + maxPingStrikes { // the first is no strike
+		ping()
+	}
+	r.call(1, "/t.T/Echo", framed([]byte("still")))
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("a call after %d strikes: grpc-status %s", maxPingStrikes, code)
+	}
+	// The call's HEADERS reset the count: the strikes start over.
+	for range 1 + maxPingStrikes {
+		ping()
+	}
+	r.fr.WritePing(false, [8]byte{'p'})
+	f2 := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if f2.ErrCode != http2.ErrCodeEnhanceYourCalm || string(f2.DebugData()) != "too_many_pings" {
+		t.Fatalf("GOAWAY %v %q after %d strikes, want ENHANCE_YOUR_CALM too_many_pings", f2.ErrCode, f2.DebugData(), maxPingStrikes+1)
+	}
+}
+
+// TestKeepalive: a connection quiet for KeepaliveTime gets a PING; its
+// acknowledgement keeps the connection serving (it is not the drain's).
+func TestKeepalive(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.KeepaliveTime = time.Millisecond })
+	r := dialRaw(t, f.addr)
+	p := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() }).(*http2.PingFrame)
+	r.fr.WritePing(true, p.Data)
+	time.Sleep(10 * time.Millisecond)
+	r.call(1, "/t.T/Echo", framed([]byte("alive")))
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("a call after a keepalive PING was acknowledged: grpc-status %s", code)
+	}
+}

@@ -293,3 +293,19 @@ func TestAnsweredStreamsAreForgotten(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersAreBoundedAndReused: a call with no idle worker starts one, up
+// to maxWorkers; the worker then serves the next calls.
+func TestWorkersAreBoundedAndReused(t *testing.T) {
+	f := newFixture(t, nil)
+	f.s.nworkers.Store(maxWorkers - 1) // as if 255 were busy
+	cc := f.client(t)
+	for i := range 5 {
+		if _, err := invoke(context.Background(), cc, "/t.T/Echo", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.s.nworkers.Load(); n != maxWorkers {
+			t.Fatalf("after call %d: %d workers counted, want %d (one started, then reused)", i+1, n, maxWorkers)
+		}
+	}
+}

@@ -88,14 +88,19 @@ func progress(f http2.Frame) bool {
 	return false
 }
 
+// jittered returns age give or take up to 10%, uniformly, so that the
+// connections opened together are not all recycled together.
+func jittered(age time.Duration) time.Duration {
+	return age - age/10 + time.Duration(rand.Int64N(int64(age)/5+1))
+}
+
 // startWatch starts the watcher once the connection's prefaces are done.
 func (c *conn) startWatch() {
 	w := &c.w
 	now := time.Now()
 	w.lastRead, w.idleSince = now, now
 	if age := orDefault(c.s.MaxConnectionAge, defaultAge); age > 0 {
-		jitter := time.Duration(rand.Int64N(int64(age)/5+1)) - age/10
-		w.ageAt = now.Add(age + jitter)
+		w.ageAt = now.Add(jittered(age))
 	}
 	c.lastAnswer.Store(now.UnixNano())
 	w.mu.Lock()
