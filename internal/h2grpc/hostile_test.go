@@ -566,3 +566,50 @@ func TestKeepalive(t *testing.T) {
 		t.Fatalf("a call after a keepalive PING was acknowledged: grpc-status %s", code)
 	}
 }
+
+// TestStreamWindowEdges: a stream's send window may be opened to exactly
+// 2^31-1, one more is a stream error; a stream answered early (an unknown
+// method) reads its request to the end of its window, exactly.
+func TestStreamWindowEdges(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxRecvMsgSize = 100 })
+	r := dialRaw(t, f.addr)
+	r.call(1, "/t.T/Echo", nil) // open, its request not sent yet
+	r.fr.WriteWindowUpdate(1, 1<<31-1-65535)
+	r.fr.WriteData(1, true, framed([]byte("x")))
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("a call whose stream window was opened to exactly 2^31-1: grpc-status %s", code)
+	}
+	r.call(5, "/t.T/Echo", nil)
+	r.fr.WriteWindowUpdate(5, 1<<31-1-65535)
+	r.fr.WriteWindowUpdate(5, 1)
+	rs := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if rs.StreamID != 5 || rs.ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("a stream window past 2^31-1: RST_STREAM %d %v, want 5 FLOW_CONTROL", rs.StreamID, rs.ErrCode)
+	}
+	window := f.s.maxRecv() + 5 + 16<<10
+	r.call(7, "/t.T/Missing", nil)
+	r.fr.WriteData(7, false, make([]byte, 16<<10))
+	r.fr.WriteData(7, true, make([]byte, window-16<<10))
+	if code, _ := r.grpcStatus(7); code != "12" {
+		t.Fatalf("an unknown method's request of exactly the stream window: grpc-status %s, want 12", code)
+	}
+}
+
+// TestConnectionWindowIsCreditedInEighths: request bytes are given back to
+// the connection window once they add up to an eighth of it, exactly.
+func TestConnectionWindowIsCreditedInEighths(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	r.next(func(f http2.Frame) bool { w, ok := f.(*http2.WindowUpdateFrame); return ok && w.StreamID == 0 }) // the opening one
+	body := framed(make([]byte, connWindow/8-5))
+	r.call(1, "/t.T/Echo", nil)
+	for len(body) > 0 {
+		n := min(len(body), 16<<10)
+		r.fr.WriteData(1, n == len(body), body[:n])
+		body = body[n:]
+	}
+	wu := r.next(func(f http2.Frame) bool { w, ok := f.(*http2.WindowUpdateFrame); return ok && w.StreamID == 0 }).(*http2.WindowUpdateFrame)
+	if wu.Increment != connWindow/8 {
+		t.Fatalf("the connection window credited %d, want an eighth of it, %d", wu.Increment, connWindow/8)
+	}
+}
