@@ -217,7 +217,9 @@ func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
 		t.Fatalf("after a late refusal: %+v, want nothing credited", o)
 	}
 
-	f.e.lateGrace = 30 * time.Millisecond
+	// A grace of several reaper rounds (100 ms each): the reaper goes on
+	// while a call is still within its grace, and closes it after.
+	f.e.lateGrace = 350 * time.Millisecond
 	f.store.mode.Store(1) // down: 5 admitted on the share, owed
 	for range 5 {
 		f.check(t, userReq("v"))
