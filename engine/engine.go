@@ -378,8 +378,8 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 		storeErr = e.call(ctx, res.takes, decs)
 		res.StoreTime += time.Since(start)
 	}
-	var buf [maxLocalLocks]sluice.Decision
-	local := slices.Grow(buf[:0], len(res.takes))[:len(res.takes)]
+	res.lockDecs = slices.Grow(res.lockDecs[:0], len(res.takes))[:len(res.takes)]
+	local := res.lockDecs
 	localOK := e.fallback != nil && e.fallback.Take(ctx, res.takes, local) == nil
 	if storeErr != nil && !localOK {
 		return false // the lock is unknown: let the rules' own fail modes decide
@@ -401,10 +401,6 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 	}
 	return locked
 }
-
-// maxLocalLocks is how many penalty rules of one request have their locks
-// looked up in the fallback store without allocating; more allocate.
-const maxLocalLocks = 8
 
 // enforced takes from every matched enforced rule in one store call.
 func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, mult int64, dry bool) {
@@ -680,10 +676,14 @@ func (e *Engine) Charge(ctx context.Context, res *Result, status int) {
 			if out[0].Allowed {
 				e.mirror(ctx, res, st.r, st.r.Limit, &takes[0]) // the share knows what the store counted
 			}
-		} else if d := e.fallbackTake(ctx, st.r, st.r.Limit, takes[0]); d.Allowed {
-			// The store did not take it: counted in this gateway's share, as
-			// the request's own check was, and owed to the store once it
-			// answers (a late reply that took it cancels the debt).
+		} else {
+			// The store did not take it, or not in time: the request was
+			// served, so its charge counts in this gateway's share, room or
+			// not, and is owed to the store (a late reply that took it
+			// cancels the debt; see late.go).
+			ch := takes[0]
+			ch.Charge = true
+			e.fallbackTake(ctx, st.r, st.r.Limit, ch)
 			st.r.stats.charged.Add(1)
 		}
 		st.charge = 0

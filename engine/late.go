@@ -41,9 +41,11 @@ import (
 // it, as does an error: the debt is charged once the store answers, which
 // counts a unit twice only if the lost call had in fact been applied.
 //
-// Calls made for other purposes (a shadow rule's count, a penalty, a
-// refund, a charge after the response) are not credited: their failure
-// path owes nothing, so what a late reply applied stands.
+// A countOn rule's charge after the response is credited too: its failure
+// path owes the charge (the request was served), so a late reply that
+// applied it cancels the debt. Calls made for other purposes (a shadow
+// rule's count, a penalty, a refund) are not credited: their failure path
+// owes nothing, so what a late reply applied stands.
 //
 // A call still queued in the store when its caller stops waiting is not
 // sent at all (sluice.SendBy): a store that is slow because it is

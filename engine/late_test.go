@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // lateFixture is a fixture on src whose store calls have a 20 ms deadline
@@ -281,5 +282,35 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 	f.e.owed.flush(context.Background(), f.e, time.Now())
 	if got := stored(t, f, "w"); got != 7 {
 		t.Fatalf("the store counts %d, want 7 (10 less 3, refunded once)", got)
+	}
+}
+
+// A countOn charge that misses its deadline while this gateway's share is
+// spent is still owed (the request was served), so the late reply that
+// applied it cancels a debt rather than leaving a credit: the store counts
+// every failure once.
+func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
+	src := "rules:\n  - {id: r, match: {path: /login}, key: [user], rate: 100, per: 1h, countOn: {status: [401]}}\n"
+	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000, Gateways: func() int { return 4 }})
+	f.e.owed.flowing.Store(true)
+	t.Cleanup(func() { f.e.owed.flowing.Store(false) })
+	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
+	for range 25 { // charged through the store and mirrored: the share of 25 is spent
+		f.e.Charge(context.Background(), f.check(t, req()), 401)
+	}
+	res := f.check(t, req()) // the store, with 75 left, admits
+	if !res.Allowed {
+		t.Fatalf("the 26th attempt: %+v", res.Decision)
+	}
+	release := slowStore(f)
+	f.e.Charge(context.Background(), res, 401) // past its deadline
+	release()
+	waitLate(t, f, 1)
+	f.e.owed.flush(context.Background(), f.e, time.Now())
+	if o := f.e.Owed(); o.Owed != 0 || o.Credit != 0 {
+		t.Fatalf("after the late reply and a flush: %+v, want nothing owed or credited", o)
+	}
+	if d, _, _ := f.e.Inspect(context.Background(), "r", "u"); d.Remaining != 100-26 {
+		t.Fatalf("the store counts %d failures, want the 26 served", 100-d.Remaining)
 	}
 }

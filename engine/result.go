@@ -78,7 +78,8 @@ type Result struct {
 	idx      []int
 	decs     []sluice.Decision
 
-	mirrorTake [1]sluice.Take // the fallback's copy of an admitted take (mirror)
+	lockDecs   []sluice.Decision // the fallback's answers to checkLocks, reused
+	mirrorTake [1]sluice.Take    // the fallback's copy of an admitted take (mirror)
 	mirrorOut  [1]sluice.Decision
 }
 

@@ -47,7 +47,7 @@ type Hot struct {
 
 // NewHotKeys returns a tracker of at most cap keys per window.
 func NewHotKeys(cap int, window time.Duration) *HotKeys {
-	cap = max(cap, 1)
+	cap, window = max(cap, 1), max(window, 1) // a window of at least 1 ns: a rolled one has a length to divide by
 	return &HotKeys{cap: cap, window: int64(window), at: make(map[hotKey]int, cap), prev: map[hotKey]int64{}}
 }
 

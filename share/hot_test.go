@@ -119,3 +119,18 @@ func TestHotKeysAtAWallClockInstant(t *testing.T) {
 		t.Fatalf("Top: %+v, want a at 3/s", top)
 	}
 }
+
+// A window of 0 is taken as 1 ns: rates stay finite.
+func TestHotKeysWithAZeroWindow(t *testing.T) {
+	h := NewHotKeys(4, 0)
+	now := epoch.UnixNano()
+	h.Observe("r", "a", now)
+	if got := h.Observe("r", "a", now); math.IsInf(got, 0) || math.IsNaN(got) {
+		t.Fatalf("rate %v", got)
+	}
+	for _, hot := range h.Top(4, 0, now) {
+		if math.IsInf(hot.Rate, 0) || math.IsNaN(hot.Rate) {
+			t.Fatalf("Top: %+v", hot)
+		}
+	}
+}
