@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,9 +17,13 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/tracing"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -353,7 +358,8 @@ func TestBodyKeysOfALongBodyAreRefused(t *testing.T) {
 		sizes = append(sizes, len(b))
 	}))
 	long := "phone=8801700000000&pad=" + strings.Repeat("x", 2*rules.MaxBodyBytes) + "&phone=8801799999999"
-	short := "phone=8801700000000&pad=" + strings.Repeat("x", rules.MaxBodyBytes-40)
+	short := "phone=8801700000000&pad=" // exactly MaxBodyBytes: the largest body read
+	short += strings.Repeat("x", rules.MaxBodyBytes-len(short))
 	for i, c := range []struct {
 		body string
 		want int
@@ -564,5 +570,82 @@ func TestDetailNamesWhatTheRuleCounts(t *testing.T) {
 	}
 	if _, err := rules.Parse("u.yaml", []byte("rules:\n  - {id: t, key: [user], rate: 1, per: 1m, unit: \"tokens; drop\"}\n")); err == nil {
 		t.Error("a unit with punctuation loaded")
+	}
+}
+
+// Waits are said in round words, rounded up, at each unit's edges.
+func TestWaitsAreSaidRoundedUp(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second:               "1 second",
+		119 * time.Second:         "119 seconds",
+		120 * time.Second:         "2 minutes",
+		121 * time.Second:         "3 minutes",
+		2*time.Hour - time.Second: "120 minutes",
+		2 * time.Hour:             "2 hours",
+		2*time.Hour + time.Second: "3 hours",
+		50 * time.Hour:            "50 hours",
+	} {
+		if got := about(d); got != want {
+			t.Errorf("about(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// A settle reads the body's number up to MaxSettleBody bytes, not one more.
+func TestJSONNumberUpToMaxSettleBody(t *testing.T) {
+	doc := []byte(`{"usage":{"total_tokens":42}}`)
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{{MaxSettleBody, true}, {MaxSettleBody + 1, false}} {
+		body := append(bytes.Repeat([]byte{' '}, tc.size-len(doc)), doc...)
+		n, ok := jsonNumber(body, []string{"usage", "total_tokens"})
+		if ok != tc.ok || ok && n != 42 {
+			t.Errorf("a body of %d bytes: %d, %v; want found %v", tc.size, n, ok, tc.ok)
+		}
+	}
+}
+
+// The pressure adaptive rules follow is sampled from the answers to the
+// requests they apply to, and only those: 200s of an adaptive rule leave it
+// at 1 (each answer seen, and seen as a success), 500s of another rule's
+// requests are not sampled.
+func TestPressureSamplesAdaptiveRequestsOnly(t *testing.T) {
+	now := epoch
+	p := concurrency.NewPressure(concurrency.PressureOptions{Now: func() time.Time { return now }})
+	f := newFixture(t, `
+rules:
+  - {id: adaptive, match: {path: /a}, key: [user], rate: 1000, per: 1m, adaptive: true}
+  - {id: plain, match: {path: /p}, key: [user], rate: 1000, per: 1m}
+`, Options{Pressure: p})
+	for i := range 50 {
+		user := fmt.Sprint("u", i)
+		if w := f.do("GET", "/a", "X-User-Id", user); w.Code != 200 {
+			t.Fatalf("adaptive request: %d", w.Code)
+		}
+		f.do("GET", "/p", "X-User-Id", user, "X-Test-Status", "500")
+	}
+	now = now.Add(10 * time.Second)
+	if got := p.Measured(); got != 1 {
+		t.Fatalf("pressure %v after 50 answered adaptive requests and 50 failing plain ones, want 1", got)
+	}
+	for i := range 50 { // failures of the adaptive rule's requests do count
+		f.do("GET", "/a", "X-User-Id", fmt.Sprint("u", i), "X-Test-Status", "500")
+	}
+	now = now.Add(10 * time.Second)
+	if got := p.Measured(); got >= 1 {
+		t.Fatalf("pressure %v after 50 failing adaptive requests, want below 1", got)
+	}
+}
+
+// With a Tracer, each decision is a span, ended with its outcome.
+func TestEachDecisionIsASpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	f := newFixture(t, perUser, Options{Tracer: tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))})
+	for range 2 {
+		f.do("GET", "/", "X-User-Id", "u1")
+	}
+	if spans := rec.Ended(); len(spans) != 2 || spans[0].Name() != tracing.SpanName {
+		t.Fatalf("%d spans for 2 decisions", len(spans))
 	}
 }

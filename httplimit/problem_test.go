@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -60,5 +61,21 @@ func TestVisitHeadersMatchesHeaders(t *testing.T) {
 				t.Fatalf("legacy %v, result %d: visited %v, Headers wrote %v", legacy, i, got, want)
 			}
 		}
+	}
+}
+
+// The words of at most maxWordsKept limits are kept, however many limits
+// (Envoy overrides come from clients) are refused.
+func TestLimitWordsKeptAreBounded(t *testing.T) {
+	for i := range 2*maxWordsKept + 10 {
+		l := sluice.Limit{Rate: int64(1_000_000 + i), Period: time.Hour}
+		if got, want := limitWords(l, "requests"), fmt.Sprintf("%d requests per hour", 1_000_000+i); got != want {
+			t.Fatalf("limitWords = %q, want %q", got, want)
+		}
+	}
+	kept := 0
+	wordsOf.Range(func(any, any) bool { kept++; return true })
+	if kept > maxWordsKept {
+		t.Fatalf("%d limits' words kept, want at most %d", kept, maxWordsKept)
 	}
 }

@@ -119,3 +119,37 @@ func TestRefusalKeyHoldsTheCost(t *testing.T) {
 		t.Fatalf("equal keys for different refusals:\n%s---\n%s", r1, r5)
 	}
 }
+
+// A refusal with no wait (a cost that can never pass) carries no
+// Retry-After: waiting would not help.
+func TestARefusalWithNoWaitHasNoRetryAfter(t *testing.T) {
+	l := New(nil, Options{})
+	res := &engine.Result{Decision: sluice.Decision{Reason: sluice.ReasonTooLarge, Rule: "r", Limit: sluice.Limit{Rate: 5, Period: time.Minute}}}
+	res.Statuses = []engine.Status{{Decision: res.Decision}}
+	got := map[string]string{}
+	l.visitRejectFields(func(name string, v []byte) { got[name] = string(v) }, res, nil)
+	if v, ok := got["Retry-After"]; ok {
+		t.Fatalf("Retry-After %q on a refusal with no wait", v)
+	}
+	res.Decision.RetryAfter = 1500 * time.Millisecond
+	got = map[string]string{}
+	l.visitRejectFields(func(name string, v []byte) { got[name] = string(v) }, res, nil)
+	if got["Retry-After"] != "2" {
+		t.Fatalf("Retry-After %q for 1.5 s, want 2 (rounded up)", got["Retry-After"])
+	}
+}
+
+// A refusal is keyed for reuse with up to maxKeyStatuses statuses, not more.
+func TestARefusalKeyHoldsUpToMaxKeyStatuses(t *testing.T) {
+	l := New(nil, Options{})
+	for _, n := range []int{maxKeyStatuses, maxKeyStatuses + 1} {
+		res := &engine.Result{Decision: sluice.Decision{Reason: sluice.ReasonLimited, Rule: "r", RetryAfter: time.Second}}
+		for range n {
+			res.Statuses = append(res.Statuses, engine.Status{Decision: res.Decision})
+		}
+		var k RefusalKey
+		if ok := l.RefusalKey(res, &k); ok != (n <= maxKeyStatuses) {
+			t.Fatalf("%d statuses: keyed %v", n, ok)
+		}
+	}
+}

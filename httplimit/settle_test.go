@@ -1,10 +1,17 @@
 package httplimit
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 func TestActualFromReadsOnlyWholeNumbers(t *testing.T) {
@@ -39,5 +46,32 @@ func TestActualFromReadsOnlyWholeNumbers(t *testing.T) {
 		if got := map[bool]int64{true: n, false: -1}[ok]; got != want {
 			t.Errorf("header %q: %d (%v), want %d", v, n, ok, want)
 		}
+	}
+}
+
+// Through the net/http middleware, a reservation is settled from the
+// handler's JSON answer: an estimate of 100, an answer of 30 tokens, 70
+// given back.
+func TestTheMiddlewareSettlesFromTheJSONAnswer(t *testing.T) {
+	cfg, err := rules.Parse("test.yaml", []byte(`
+rules:
+  - {id: tokens, key: [user], rate: 1000, per: 1h, algorithm: fixed-window, reserve: {estimate: 100, actualJSON: usage.total_tokens}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(cfg, engine.Options{Store: memory.New(memory.WithClock(sluice.NewManualClock(epoch)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Middleware(eng, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"total_tokens":30}}`)
+	}))
+	r := httptest.NewRequest("POST", "/v1/chat", nil)
+	r.Header.Set("X-User-Id", "u")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if d, _, _ := eng.Inspect(context.Background(), "tokens", "u"); d.Remaining != 1000-30 {
+		t.Fatalf("after a call that used 30 tokens: %d left, want %d", d.Remaining, 1000-30)
 	}
 }
