@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -186,10 +187,7 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	case sluice.SlidingWindow:
 		t = newTable[slidingWindowCell](id, rule, l, p, s.seed, s.maxKeys)
 	}
-	next := make(map[string][]tableEntry, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
+	next := maps.Clone(old) // never nil: the first map is made empty
 	next[rule] = append(slices.Clip(old[rule]), tableEntry{l, t})
 	s.tables.Store(&next)
 	return t, nil
@@ -381,10 +379,7 @@ func (s *Store) DropLimit(rule string, l sluice.Limit) {
 	if find(old[rule], l) == nil {
 		return
 	}
-	next := make(map[string][]tableEntry, len(old))
-	for k, v := range old {
-		next[k] = v
-	}
+	next := maps.Clone(old)
 	var kept []tableEntry
 	for _, e := range old[rule] {
 		if e.limit != l {
