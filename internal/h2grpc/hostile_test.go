@@ -203,7 +203,7 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 			r.call(1, "/t.T/Echo", nil) // HEADERS alone: nothing unread when the server closes
 		}, http2.ErrCodeProtocol},
 		"the id of a malformed HEADERS used again": {func(r *raw) {
-			r.call(1, "/t.T/Echo", framed(nil), "X-Upper", "v") // a stream error: the id is used all the same
+			r.call(1, "/t.T/Echo", nil, "X-Upper", "v") // a stream error: the id is used all the same
 			r.next(func(f http2.Frame) bool { rs, ok := f.(*http2.RSTStreamFrame); return ok && rs.StreamID == 1 })
 			r.call(1, "/t.T/Echo", nil)
 		}, http2.ErrCodeProtocol},
