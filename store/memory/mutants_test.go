@@ -148,3 +148,25 @@ func TestSizeFor(t *testing.T) {
 		}
 	}
 }
+
+// A take above a floor that another take of the call refused reports what
+// stands after the undo, less its floor, for every algorithm.
+func TestARefusedCallReportsAFloorTakeAboveItsFloor(t *testing.T) {
+	for _, alg := range sluice.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := New(WithClock(sluice.NewManualClock(epoch)))
+			lim := sluice.Limit{Rate: 10, Period: time.Hour, Algorithm: alg}
+			full := sluice.Limit{Rate: 1, Period: time.Hour} // gcra: refuses its second take
+			var one [1]sluice.Decision
+			s.Take(context.Background(), []sluice.Take{{Rule: "full", Key: "k", Limit: full, Cost: 1}}, one[:])
+			var out [2]sluice.Decision
+			takes := []sluice.Take{{Rule: "tier", Key: "k", Limit: lim, Cost: 1, Floor: 3}, {Rule: "full", Key: "k", Limit: full, Cost: 1}}
+			if err := s.Take(context.Background(), takes, out[:]); err != nil {
+				t.Fatal(err)
+			}
+			if out[1].Allowed || out[0].Remaining != 10-3 {
+				t.Fatalf("the floor take in a refused call: %+v, want 7 left above the floor of 3 (nothing taken)", out[0])
+			}
+		})
+	}
+}
