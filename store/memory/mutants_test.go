@@ -3,10 +3,12 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algo"
 )
 
 // Every table grows through several rebuilds as keys arrive; each key must
@@ -168,5 +170,45 @@ func TestARefusedCallReportsAFloorTakeAboveItsFloor(t *testing.T) {
 				t.Fatalf("the floor take in a refused call: %+v, want 7 left above the floor of 3 (nothing taken)", out[0])
 			}
 		})
+	}
+}
+
+// A packed bucket's level at every edge: part full, full (capped at D), in
+// debt (e after now: negative), long full across an overflow of now - e,
+// in a debt beyond the int64 range, and a debt bounded at maxDebt; and the
+// packing of (last, tokens): the instant it was empty, a debt after last, a
+// debt beyond the range held at the largest word, never below fresh.
+func TestPackedBucketEdges(t *testing.T) {
+	p := &algo.Params{D: 1000}
+	now := epoch.UnixNano()
+	for _, tc := range []struct {
+		name   string
+		e, now int64
+		want   int64
+	}{
+		{"part full", now - 300, now, 300},
+		{"full", now - 5000, now, 1000},
+		{"in debt", now + 700, now, -700},
+		{"long full, now - e overflowing", math.MinInt64 + 1, now, 1000},
+		{"a debt beyond now's range", math.MaxInt64 - 10, -now, -maxDebt},
+		{"a debt bounded", now + maxDebt + 10, now, -maxDebt},
+	} {
+		if got := bucketLevel(p, tc.e, tc.now); got != tc.want {
+			t.Errorf("bucketLevel, %s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		last, tokens int64
+		want         int64
+	}{
+		{"tokens held", now, 300, now - 300},
+		{"a debt", now, -700, now + 700},
+		{"a debt beyond the range", math.MaxInt64 - 10, -100, math.MaxInt64},
+		{"empty at the first instant", math.MinInt64 + 100, 100, fresh}, // e = MinInt64 is no word: fresh
+	} {
+		if got := packBucket(tc.last, tc.tokens); got != tc.want {
+			t.Errorf("packBucket, %s: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
