@@ -21,7 +21,7 @@ func (p *Params) window(t int64) (start, end int64) {
 		}
 	}
 	start = windowStart(t, p.W)
-	return start, addSat(start, p.W)
+	return start, AddSat(start, p.W)
 }
 
 // calendar bounds: the years time.Time round-trips Unix nanoseconds in.

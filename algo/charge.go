@@ -27,27 +27,27 @@ func mulSat(a, b int64) int64 {
 
 // Charge takes units from a GCRA key at now, beyond its limit if need be.
 func (s GCRA) Charge(p *Params, now, units int64) GCRA {
-	return GCRA{TAT: addSat(max(s.TAT, now), mulSat(units, p.T))}
+	return GCRA{TAT: AddSat(max(s.TAT, now), mulSat(units, p.T))}
 }
 
 // Charge takes units from a token bucket at now, beyond empty if need be.
 func (s TokenBucket) Charge(p *Params, now, units int64) TokenBucket {
 	s = s.refill(p, now)
-	s.Tokens = subSat(s.Tokens, mulSat(units, p.T))
+	s.Tokens = SubSat(s.Tokens, mulSat(units, p.T))
 	return s
 }
 
 // Charge pours units into a leaky meter at now, beyond full if need be.
 func (s LeakyMeter) Charge(p *Params, now, units int64) LeakyMeter {
 	s = s.drain(now)
-	s.Level = addSat(s.Level, mulSat(units, p.T))
+	s.Level = AddSat(s.Level, mulSat(units, p.T))
 	return s
 }
 
 // Charge queues units in a leaky queue at now, beyond its size if need be:
 // they delay the departures of every later request.
 func (s LeakyQueue) Charge(p *Params, now, units int64) LeakyQueue {
-	return LeakyQueue{Next: addSat(max(s.Next, now), mulSat(units, p.T))}
+	return LeakyQueue{Next: AddSat(max(s.Next, now), mulSat(units, p.T))}
 }
 
 // Charge counts units in now's window, beyond its limit if need be.
@@ -55,14 +55,14 @@ func (s FixedWindow) Charge(p *Params, now, units int64) FixedWindow {
 	if start, _ := p.window(now); start > s.Start {
 		s = FixedWindow{Start: start}
 	}
-	s.Count = addSat(s.Count, units)
+	s.Count = AddSat(s.Count, units)
 	return s
 }
 
 // Charge counts units in the current window, beyond its limit if need be.
 func (s SlidingWindow) Charge(p *Params, now, units int64) SlidingWindow {
 	s, _ = s.roll(p, now)
-	s.Cur = addSat(s.Cur, units)
+	s.Cur = AddSat(s.Cur, units)
 	return s
 }
 

@@ -66,11 +66,11 @@ func TestIntegerHelpers(t *testing.T) {
 	for _, a := range vals {
 		for _, b := range vals {
 			A, B := big.NewInt(a), big.NewInt(b)
-			if got, want := addSat(a, b), clamp(new(big.Int).Add(A, B)); got != want {
-				t.Fatalf("addSat(%d, %d) = %d, want %d", a, b, got, want)
+			if got, want := AddSat(a, b), clamp(new(big.Int).Add(A, B)); got != want {
+				t.Fatalf("AddSat(%d, %d) = %d, want %d", a, b, got, want)
 			}
-			if got, want := subSat(a, b), clamp(new(big.Int).Sub(A, B)); got != want {
-				t.Fatalf("subSat(%d, %d) = %d, want %d", a, b, got, want)
+			if got, want := SubSat(a, b), clamp(new(big.Int).Sub(A, B)); got != want {
+				t.Fatalf("SubSat(%d, %d) = %d, want %d", a, b, got, want)
 			}
 			if b > 0 {
 				q, m := new(big.Int).DivMod(A, B, new(big.Int)) // Euclidean: m >= 0, so q is the floor

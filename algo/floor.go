@@ -41,7 +41,7 @@ func (s *State) TakeAbove(now, cost, floor int64, r *Result) {
 		s.Take(now, cost, r)
 		return
 	}
-	s.Decide(now, addSat(cost, floor), r)
+	s.Decide(now, AddSat(cost, floor), r)
 	if r.Allowed {
 		s.Take(now, cost, r)
 	}

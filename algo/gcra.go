@@ -17,7 +17,7 @@ type GCRA struct {
 // Take decides a take of cost units at now.
 func (s GCRA) Take(p *Params, now, cost int64, r *Result) GCRA {
 	tat := max(s.TAT, now)
-	backlog := subSat(tat, now) // time until the bucket is full again
+	backlog := SubSat(tat, now) // time until the bucket is full again
 	if cost == 0 {
 		if backlog > p.D { // in debt: over the limit until the debt is paid off
 			*r = limited(0, backlog-p.D, backlog)
@@ -30,13 +30,13 @@ func (s GCRA) Take(p *Params, now, cost int64, r *Result) GCRA {
 		*r = tooLarge(gcraRemaining(p, backlog), backlog)
 		return s
 	}
-	after := addSat(backlog, cost*p.T)
+	after := AddSat(backlog, cost*p.T)
 	if after > p.D {
 		*r = limited(gcraRemaining(p, backlog), after-p.D, backlog)
 		return s
 	}
 	*r = allowed(gcraRemaining(p, after), after)
-	return GCRA{TAT: addSat(tat, cost*p.T)}
+	return GCRA{TAT: AddSat(tat, cost*p.T)}
 }
 
 // Idle reports whether the key is back to its full state at now, so its slot

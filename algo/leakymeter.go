@@ -21,7 +21,7 @@ func (s LeakyMeter) Take(p *Params, now, cost int64, r *Result) LeakyMeter {
 	room := p.D - s.Level
 	if cost == 0 {
 		if room < 0 { // in debt: over the limit until drained to full
-			*r = limited(0, subSat(s.Level, p.D), s.Level)
+			*r = limited(0, SubSat(s.Level, p.D), s.Level)
 		} else {
 			*r = allowed(room/p.T, s.Level)
 		}
@@ -33,7 +33,7 @@ func (s LeakyMeter) Take(p *Params, now, cost int64, r *Result) LeakyMeter {
 	}
 	need := cost * p.T
 	if need > room {
-		*r = limited(room/p.T, subSat(need, room), s.Level)
+		*r = limited(room/p.T, SubSat(need, room), s.Level)
 		return s
 	}
 	s.Level += need
@@ -46,7 +46,7 @@ func (s LeakyMeter) drain(now int64) LeakyMeter {
 	if now <= s.Last {
 		return s
 	}
-	elapsed := subSat(now, s.Last)
+	elapsed := SubSat(now, s.Last)
 	if elapsed >= s.Level {
 		return LeakyMeter{Level: 0, Last: now}
 	}

@@ -21,11 +21,11 @@ type LeakyQueue struct {
 // Take decides a take of cost units at now.
 func (s LeakyQueue) Take(p *Params, now, cost int64, r *Result) LeakyQueue {
 	queued := s.queued(p, now)
-	reset := max(0, subSat(s.Next, now))
+	reset := max(0, SubSat(s.Next, now))
 	if cost == 0 {
 		// queued is capped at Burst; a queue in debt holds more, ahead
 		// being more than Burst departures' worth of time.
-		if over := subSat(subSat(subSat(s.Next, p.T), now), mulSat(p.Burst, p.T)); over > 0 {
+		if over := SubSat(SubSat(SubSat(s.Next, p.T), now), mulSat(p.Burst, p.T)); over > 0 {
 			*r = limited(0, over, reset)
 		} else {
 			*r = allowed(p.Burst-queued, reset)
@@ -37,20 +37,20 @@ func (s LeakyQueue) Take(p *Params, now, cost int64, r *Result) LeakyQueue {
 		return s
 	}
 	if queued+cost > p.Burst {
-		retry := subSat(subSat(s.Next-p.T, now), (p.Burst-cost)*p.T)
+		retry := SubSat(SubSat(s.Next-p.T, now), (p.Burst-cost)*p.T)
 		*r = limited(p.Burst-queued, retry, reset)
 		return s
 	}
-	departure := addSat(max(now, s.Next), (cost-1)*p.T)
-	next := LeakyQueue{Next: addSat(departure, p.T)}
-	*r = allowed(p.Burst-next.queued(p, now), subSat(next.Next, now))
+	departure := AddSat(max(now, s.Next), (cost-1)*p.T)
+	next := LeakyQueue{Next: AddSat(departure, p.T)}
+	*r = allowed(p.Burst-next.queued(p, now), SubSat(next.Next, now))
 	r.Delay = departure - now
 	return next
 }
 
 // queued returns the number of admitted units that leave after now.
 func (s LeakyQueue) queued(p *Params, now int64) int64 {
-	ahead := subSat(subSat(s.Next, p.T), now)
+	ahead := SubSat(SubSat(s.Next, p.T), now)
 	if ahead <= 0 {
 		return 0
 	}

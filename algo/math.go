@@ -5,8 +5,8 @@ import (
 	"math/bits"
 )
 
-// addSat returns a+b, saturated to the int64 range.
-func addSat(a, b int64) int64 {
+// AddSat returns a+b, saturated to the int64 range.
+func AddSat(a, b int64) int64 {
 	s := a + b
 	if (s > a) != (b > 0) {
 		if b > 0 {
@@ -17,8 +17,8 @@ func addSat(a, b int64) int64 {
 	return s
 }
 
-// subSat returns a-b, saturated to the int64 range.
-func subSat(a, b int64) int64 {
+// SubSat returns a-b, saturated to the int64 range.
+func SubSat(a, b int64) int64 {
 	d := a - b
 	if (d < a) != (b > 0) {
 		if b > 0 {
@@ -54,7 +54,7 @@ func windowStart(t, w int64) int64 {
 	if m < 0 {
 		m += w
 	}
-	return subSat(t, m)
+	return SubSat(t, m)
 }
 
 // u128 is an unsigned 128-bit integer, for products of two int64 values.

@@ -12,13 +12,13 @@ func (s GCRA) Refund(p *Params, now, units int64) GCRA {
 	if s.TAT <= now {
 		return s
 	}
-	return GCRA{TAT: max(subSat(s.TAT, units*p.T), now)}
+	return GCRA{TAT: max(SubSat(s.TAT, units*p.T), now)}
 }
 
 // Refund gives units back to a token bucket at now.
 func (s TokenBucket) Refund(p *Params, now, units int64) TokenBucket {
 	s = s.refill(p, now)
-	s.Tokens = min(p.D, addSat(s.Tokens, units*p.T))
+	s.Tokens = min(p.D, AddSat(s.Tokens, units*p.T))
 	return s
 }
 
@@ -35,7 +35,7 @@ func (s LeakyQueue) Refund(p *Params, now, units int64) LeakyQueue {
 	if s.Next <= now {
 		return s
 	}
-	return LeakyQueue{Next: max(subSat(s.Next, units*p.T), now)}
+	return LeakyQueue{Next: max(SubSat(s.Next, units*p.T), now)}
 }
 
 // Refund takes units back out of the current window's count.

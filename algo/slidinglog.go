@@ -28,7 +28,7 @@ func (s *SlidingLog) Decide(p *Params, now, cost int64, r *Result) {
 	count := int64(s.n)
 	reset := int64(0)
 	if s.n > 0 {
-		reset = addSat(s.at(s.n-1), p.W) - now
+		reset = AddSat(s.at(s.n-1), p.W) - now
 	}
 	if cost == 0 {
 		*r = allowed(p.Burst-count, reset)
@@ -39,7 +39,7 @@ func (s *SlidingLog) Decide(p *Params, now, cost int64, r *Result) {
 		return
 	}
 	if k := count + cost - p.Burst; k > 0 {
-		*r = limited(p.Burst-count, addSat(s.at(int(k-1)), p.W)-now, reset)
+		*r = limited(p.Burst-count, AddSat(s.at(int(k-1)), p.W)-now, reset)
 		return
 	}
 	*r = allowed(p.Burst-count-cost, p.W)
@@ -93,7 +93,7 @@ func (s *SlidingLog) expire(p *Params, now int64) int64 {
 		return now
 	}
 	now = max(now, s.at(s.n-1))
-	cutoff := subSat(now, p.W)
+	cutoff := SubSat(now, p.W)
 	for s.n > 0 && s.buf[s.head] <= cutoff {
 		s.head = (s.head + 1) % len(s.buf)
 		s.n--

@@ -59,7 +59,7 @@ func (s SlidingWindow) roll(p *Params, now int64) (SlidingWindow, int64) {
 		return s, s.Start
 	case start == s.Start:
 		return s, now
-	case start == addSat(s.Start, p.W):
+	case start == AddSat(s.Start, p.W):
 		return SlidingWindow{Start: start, Prev: s.Cur}, now
 	default:
 		return SlidingWindow{Start: start}, now
@@ -131,9 +131,9 @@ func (s SlidingWindow) overFor(p *Params, e int64) int64 {
 func (s SlidingWindow) resetAfter(p *Params, now int64) int64 {
 	switch {
 	case s.Cur > 0:
-		return addSat(s.Start, 2*p.W) - now
+		return AddSat(s.Start, 2*p.W) - now
 	case s.Prev > 0:
-		return addSat(s.Start, p.W) - now
+		return AddSat(s.Start, p.W) - now
 	}
 	return 0
 }

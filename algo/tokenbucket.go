@@ -24,19 +24,19 @@ func (s TokenBucket) Take(p *Params, now, cost int64, r *Result) TokenBucket {
 	s = s.refill(p, now)
 	if cost == 0 {
 		if s.Tokens < 0 { // in debt: over the limit until refilled to empty
-			*r = limited(0, subSat(0, s.Tokens), subSat(p.D, s.Tokens))
+			*r = limited(0, SubSat(0, s.Tokens), SubSat(p.D, s.Tokens))
 		} else {
-			*r = allowed(s.Tokens/p.T, subSat(p.D, s.Tokens))
+			*r = allowed(s.Tokens/p.T, SubSat(p.D, s.Tokens))
 		}
 		return s
 	}
 	if cost > p.Burst {
-		*r = tooLarge(s.Tokens/p.T, subSat(p.D, s.Tokens))
+		*r = tooLarge(s.Tokens/p.T, SubSat(p.D, s.Tokens))
 		return s
 	}
 	need := cost * p.T
 	if s.Tokens < need {
-		*r = limited(s.Tokens/p.T, subSat(need, s.Tokens), subSat(p.D, s.Tokens))
+		*r = limited(s.Tokens/p.T, SubSat(need, s.Tokens), SubSat(p.D, s.Tokens))
 		return s
 	}
 	s.Tokens -= need
@@ -49,8 +49,8 @@ func (s TokenBucket) refill(p *Params, now int64) TokenBucket {
 	if now <= s.Last {
 		return s
 	}
-	elapsed := subSat(now, s.Last)
-	if elapsed >= subSat(p.D, s.Tokens) {
+	elapsed := SubSat(now, s.Last)
+	if elapsed >= SubSat(p.D, s.Tokens) {
 		return TokenBucket{Tokens: p.D, Last: now}
 	}
 	return TokenBucket{Tokens: s.Tokens + elapsed, Last: now}

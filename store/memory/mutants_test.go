@@ -206,6 +206,7 @@ func TestPackedBucketEdges(t *testing.T) {
 		{"a debt", now, -700, now + 700},
 		{"a debt beyond the range", math.MaxInt64 - 10, -100, math.MaxInt64},
 		{"empty at the first instant", math.MinInt64 + 100, 100, fresh}, // e = MinInt64 is no word: fresh
+		{"empty before the first instant", math.MinInt64 + 5, 100, fresh},
 	} {
 		if got := packBucket(tc.last, tc.tokens); got != tc.want {
 			t.Errorf("packBucket, %s: %d, want %d", tc.name, got, tc.want)

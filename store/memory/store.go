@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -282,7 +281,7 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		if f := takes[i].Floor; f > 0 && takes[i].Cost > 0 {
 			// Decide as cost + floor, under the same locks: a lock-free
 			// take cannot run on a busy shard in between (wordtable.go).
-			p.r, _ = p.t.takeLocked(p.shard, p.fp, now, addSat(takes[i].Cost, f), true)
+			p.r, _ = p.t.takeLocked(p.shard, p.fp, now, algo.AddSat(takes[i].Cost, f), true)
 			p.r.Remaining = max(p.r.Remaining-f, 0)
 			if !p.r.Allowed {
 				ok = false
@@ -498,12 +497,4 @@ func (l *Limiter) Allow(key string) bool {
 	var r algo.Result
 	l.take(key, 1, &r)
 	return r.Allowed
-}
-
-// addSat returns a+b for b >= 0, saturated at MaxInt64.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -159,12 +159,11 @@ func (t *wordTable) step(v, now, cost int64, r *algo.Result) int64 {
 // The leaky meter packs the same way, its level being D - tokens. A bucket
 // in debt (a charge beyond empty, see algo's Charge) has e after now and
 // holds now - e < 0 tokens: the debt is paid off when now reaches e.
+//
+// A debt beyond the int64 range packs to the largest word (saturated); an
+// empty instant before the first is fresh.
 func packBucket(last, tokens int64) int64 {
-	e := last - tokens
-	if tokens < 0 && e < last { // overflowed: a debt beyond the int64 range
-		return math.MaxInt64
-	}
-	return max(e, fresh)
+	return max(algo.SubSat(last, tokens), fresh)
 }
 
 // maxDebt bounds the debt bucketLevel reports, so that D minus it (a leaky
@@ -172,16 +171,10 @@ func packBucket(last, tokens int64) int64 {
 const maxDebt = math.MaxInt64 / 2
 
 // bucketLevel returns the tokens a packed bucket holds at now: below 0 in
-// debt.
+// debt, at most maxDebt. now - e is saturated: past the int64 range above,
+// the bucket is long full; below, the debt is beyond any bound.
 func bucketLevel(p *algo.Params, e, now int64) int64 {
-	elapsed := now - e
-	if e < 0 && now > 0 && elapsed < 0 { // overflowed: the bucket is long full
-		return p.D
-	}
-	if e > 0 && now < 0 && elapsed > 0 { // overflowed: a debt far beyond now
-		return -maxDebt
-	}
-	return min(max(elapsed, -maxDebt), p.D)
+	return min(max(algo.SubSat(now, e), -maxDebt), p.D)
 }
 
 func (t *wordTable) meta() *tableMeta { return &t.m }
