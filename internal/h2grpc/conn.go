@@ -175,7 +175,7 @@ func (c *conn) serve() {
 		return
 	}
 	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-		c.goAwayWith(http2.ErrCodeProtocol)
+		c.goAwayThenClose(http2.ErrCodeProtocol)
 		return
 	}
 	c.nc.SetDeadline(time.Time{})
@@ -217,9 +217,11 @@ func (c *conn) survive(err error) bool {
 		c.release()
 		return true
 	case errors.As(err, &ce):
-		c.goAwayWith(http2.ErrCode(ce))
+		c.goAwayThenClose(http2.ErrCode(ce))
 	case errors.Is(err, http2.ErrFrameTooLarge):
-		c.goAwayWith(http2.ErrCodeFrameSize)
+		c.goAwayThenClose(http2.ErrCodeFrameSize)
+	case errors.Is(err, errTooManyPings):
+		c.written() // onPing wrote its GOAWAY
 	}
 	return false
 }
@@ -540,6 +542,30 @@ func (c *conn) goAwayWith(code http2.ErrCode) {
 		c.fr.WriteGoAway(c.lastStream.Load(), code, nil)
 	}
 	c.release()
+}
+
+// goAwayThenClose sends GOAWAY with code and closes the connection once
+// the frame is written, or writing failed (within writeTimeout): a socket
+// closed while another writer still flushes loses what it had not written,
+// and the client sees the connection end without its reason.
+func (c *conn) goAwayThenClose(code http2.ErrCode) {
+	c.goAwayWith(code)
+	c.written()
+	c.close()
+}
+
+// written waits until what was appended to out so far is written, or
+// writing failed.
+func (c *conn) written() {
+	c.wmu.Lock()
+	for (len(c.out.b) > 0 || c.flushing) && !c.closed {
+		if !c.flushing {
+			c.flush()
+			continue
+		}
+		c.wcond.Wait()
+	}
+	c.wmu.Unlock()
 }
 
 func (c *conn) close() {

@@ -75,6 +75,7 @@ func (c *conn) flush() {
 		c.wcond.Broadcast() // room in out
 	}
 	c.flushing = false
+	c.wcond.Broadcast() // written: for goAwayThenClose
 }
 
 // testHookFlushing, set by tests, runs while a flush writes without wmu.

@@ -299,7 +299,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		busy := 0
+		busy := false
 		// A client still in its handshake a second after the first
 		// GOAWAY (its SETTINGS not come) has no call in flight: closed,
 		// rather than waited for up to handshakeTimeout.
@@ -308,10 +308,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if c.drained() && c.idle() || late && !c.ready.Load() {
 				c.close()
 			} else {
-				busy++
+				busy = true
 			}
 		}
-		if busy == 0 {
+		if !busy {
 			return nil
 		}
 		select {

@@ -154,22 +154,19 @@ func (c *conn) check(now time.Time) bool {
 	}
 	idle, answered := c.idleFrames.Load(), c.answered.Load()
 	if idle-w.idleFrames > max(maxIdleFrames, 50*(answered-w.answered)) {
-		c.goAwayWith(http2.ErrCodeEnhanceYourCalm)
-		c.close()
+		c.goAwayThenClose(http2.ErrCodeEnhanceYourCalm)
 		return false
 	}
 	w.idleFrames, w.answered = idle, answered
 	if c.staleRequest(now, orDefault(s.RequestTimeout, defaultReqTimeout)) {
-		c.goAwayWith(http2.ErrCodeEnhanceYourCalm)
-		c.close()
+		c.goAwayThenClose(http2.ErrCodeEnhanceYourCalm)
 		return false
 	}
 	if idle := orDefault(s.MaxConnectionIdle, defaultIdle); idle > 0 {
 		if last := c.lastStream.Load(); c.active.Load() > 0 || last != w.lastStream {
 			w.idleSince, w.lastStream = now, last
 		} else if now.Sub(w.idleSince) >= idle {
-			c.goAwayWith(http2.ErrCodeNo)
-			c.close()
+			c.goAwayThenClose(http2.ErrCodeNo)
 			return false
 		}
 	}
