@@ -176,7 +176,9 @@ func TestWorkersEndWithTheServer(t *testing.T) {
 // the last look gets no keepalive PING; one quiet for KeepaliveTime gets
 // one, and is taken for gone KeepaliveTimeout after it, to the nanosecond.
 func TestKeepaliveFollowsTheClientsFrames(t *testing.T) {
-	f := newFixture(t, func(s *Server) { s.KeepaliveTime, s.KeepaliveTimeout, s.MaxConnectionIdle = time.Minute, 20*time.Second, -1 })
+	f := newFixture(t, func(s *Server) {
+		s.KeepaliveTime, s.KeepaliveTimeout, s.MaxConnectionIdle = time.Minute, 20*time.Second, -1
+	})
 	r, c := watched(t, f)
 	base := c.w.lastRead
 	c.check(base) // counts the handshake's reads
