@@ -284,6 +284,18 @@ func BenchmarkLimiterHotKey(b *testing.B) {
 	}
 }
 
+// BenchmarkLimiterHotKeyTokenBucket is BenchmarkLimiterHotKey on a token
+// bucket: the packed one-word bucket (wordtable.go).
+func BenchmarkLimiterHotKeyTokenBucket(b *testing.B) {
+	c := sluice.NewManualClock(epoch)
+	s := New(WithClock(c))
+	l, _ := s.Limiter("r", sluice.Limit{Rate: 100, Period: time.Second, Algorithm: sluice.TokenBucket})
+	for b.Loop() {
+		c.Advance(time.Millisecond)
+		l.Allow("hot")
+	}
+}
+
 // Lock-free single takes and locked multi-key takes on one hot GCRA key at
 // one instant: together they admit exactly the burst, and the second rule is
 // charged exactly for the multi-key takes admitted.
