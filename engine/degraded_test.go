@@ -390,3 +390,23 @@ func TestACountOnChargeIsMirroredIntoTheShare(t *testing.T) {
 		t.Fatal("a fourth attempt after three failures (two counted by the store) was admitted while the store was down")
 	}
 }
+
+// The service's /v1/charge (ChargeStatus) counts a charge the store does
+// not take as Charge does: in the share, owed, and said degraded.
+func TestAChargeStatusIsCountedWhileTheStoreFails(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
+	f.store.mode.Store(1)
+	var res Result
+	for range 3 {
+		if err := f.e.ChargeStatus(context.Background(), req(), CheckOptions{}, 401, &res); err != nil || len(res.Statuses) != 1 || !res.Statuses[0].FailedOpen || res.StoreError == nil {
+			t.Fatalf("a charge while the store is down: %v, %+v", err, res.Statuses)
+		}
+	}
+	if got := f.check(t, req()); got.Allowed {
+		t.Fatal("a fourth login after three failures charged while the store was down was admitted")
+	}
+	if o := f.e.Owed(); o.Owed != 3 {
+		t.Fatalf("owed %d, want the 3 failures", o.Owed)
+	}
+}

@@ -892,14 +892,25 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 		return nil
 	}
 	// Each charge stands alone: a failed attempt counts even if another
-	// rule's count is already full.
+	// rule's count is already full. As in Charge, a charge the store does
+	// not take in time counts in this gateway's share, room or not, and is
+	// owed to the store: the response it counts was served.
 	for i := range res.takes {
+		m := &res.matched[i]
 		decs := res.decisions(1)
-		if err := e.call(ctx, res.takes[i:i+1], decs); err != nil {
-			return err
+		if err := e.callWithDebts(ctx, res.takes[i:i+1], decs); err != nil {
+			ch := res.takes[i]
+			ch.Charge = true
+			res.StoreError = err
+			st := res.add(m.r, m.key, e.fallbackTake(ctx, m.r, m.r.Limit, ch))
+			st.FailedOpen = true
+		} else {
+			res.add(m.r, m.key, decs[0])
+			if decs[0].Allowed {
+				e.mirror(ctx, res, m.r, m.r.Limit, &res.takes[i])
+			}
 		}
-		res.add(res.matched[i].r, res.matched[i].key, decs[0])
-		res.matched[i].r.stats.charged.Add(1)
+		m.r.stats.charged.Add(1)
 	}
 	return nil
 }

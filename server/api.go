@@ -215,6 +215,11 @@ func (s *Server) checkBatch(w http.ResponseWriter, r *http.Request) {
 // ChargeResponse is the answer of POST /v1/charge.
 type ChargeResponse struct {
 	Charged []StatusJSON `json:"charged"`
+	// Degraded is true when the store did not take the charges: they were
+	// counted in this gateway's share and are written back once it
+	// answers. DegradedReason says why.
+	Degraded       bool   `json:"degraded,omitempty"`
+	DegradedReason string `json:"degradedReason,omitempty"`
 }
 
 // charge reports a response's status for countOn rules: they were checked by
@@ -235,10 +240,11 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	var res engine.Result
 	if err := s.e.ChargeStatus(r.Context(), rr, opt, req.Status, &res); err != nil {
-		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the store did not answer", "")
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the charge could not be counted", "")
 		return
 	}
-	out := ChargeResponse{Charged: s.respond(&res).Statuses}
+	resp := s.respond(&res)
+	out := ChargeResponse{Charged: resp.Statuses, Degraded: resp.Degraded, DegradedReason: resp.DegradedReason}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -113,4 +115,42 @@ func TestPanicsAreAnsweredAndCounted(t *testing.T) {
 		recoverHTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), &srv.metrics.panics, srv.log).
 			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	}()
+}
+
+// downStore fails every call.
+type downStore struct{}
+
+func (downStore) Take(context.Context, []sluice.Take, []sluice.Decision) error {
+	return errors.New("connection refused")
+}
+
+// /v1/charge while the store does not answer: the charge is counted in the
+// gateway's share and said degraded, not refused with 503 and lost.
+func TestAChargeWhileTheStoreIsDownIsCountedAndSaidDegraded(t *testing.T) {
+	g := newFixture(t, Options{Loopback: true})
+	cfg, err := rules.Parse("test.yaml", []byte("rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: downStore{}, Fallback: memory.New(), Logger: g.srv.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Engine: e, Loopback: true, Metrics: NewMetrics("t"), Logger: g.srv.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"request":{"method":"POST","path":"/login","headers":{"X-User-Id":"u"}},"status":401}`
+	for i := range 3 {
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest("POST", "/v1/charge", strings.NewReader(body)))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `"degraded":true`) {
+			t.Fatalf("charge %d with the store down: %d %s", i+1, w.Code, w.Body)
+		}
+	}
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"request":{"method":"POST","path":"/login","headers":{"X-User-Id":"u"}}}`)))
+	if !strings.Contains(w.Body.String(), `"allowed":false`) {
+		t.Fatalf("a check after three failures charged while the store was down: %d %s", w.Code, w.Body)
+	}
 }
