@@ -645,7 +645,85 @@ func TestEachDecisionIsASpan(t *testing.T) {
 	for range 2 {
 		f.do("GET", "/", "X-User-Id", "u1")
 	}
-	if spans := rec.Ended(); len(spans) != 2 || spans[0].Name() != tracing.SpanName {
+	spans := rec.Ended()
+	if len(spans) != 2 || spans[0].Name() != tracing.SpanName {
 		t.Fatalf("%d spans for 2 decisions", len(spans))
+	}
+	via := ""
+	for _, kv := range spans[0].Attributes() {
+		if kv.Key == "sluice.via" {
+			via = kv.Value.Emit()
+		}
+	}
+	if via != "http" {
+		t.Fatalf("via %q, want http (the default)", via)
+	}
+}
+
+// A client of the pressure signal is an IPv4 address, or an IPv6 one by
+// the prefix the rules count it by: two addresses of one /64 are one client
+// at 64, two at 128 or with no prefix; distinct networks are distinct.
+func TestClientIDsFollowTheIPv6Prefix(t *testing.T) {
+	a := netip.MustParseAddr
+	same := func(x, y string, prefix int) bool { return clientID(a(x), prefix) == clientID(a(y), prefix) }
+	for _, tc := range []struct {
+		x, y   string
+		prefix int
+		same   bool
+	}{
+		{"203.0.113.1", "203.0.113.2", 64, false},
+		{"::ffff:203.0.113.1", "203.0.113.1", 64, true},
+		{"2001:db8:1:1::1", "2001:db8:1:1::2", 64, true},
+		{"2001:db8:1:1::1", "2001:db8:1:1::2", 128, false},
+		{"2001:db8:1:1::1", "2001:db8:1:1::2", 0, false},
+		{"2001:db8:1::1", "2001:db8:2::1", 64, false},
+	} {
+		if got := same(tc.x, tc.y, tc.prefix); got != tc.same {
+			t.Errorf("%s and %s at /%d: one client %v, want %v", tc.x, tc.y, tc.prefix, got, tc.same)
+		}
+	}
+}
+
+// The settle reads a JSON answer of up to MaxSettleBody bytes, whole; a
+// larger one is not read and the estimate stands.
+func TestTheMiddlewareSettlesFromAnAnswerUpToMaxSettleBody(t *testing.T) {
+	doc := `{"usage":{"total_tokens":30}}`
+	for _, tc := range []struct {
+		size int
+		left int64
+	}{{MaxSettleBody, 1000 - 30}, {MaxSettleBody + 1, 1000 - 100}} {
+		cfg, err := rules.Parse("test.yaml", []byte("rules:\n  - {id: tokens, key: [user], rate: 1000, per: 1h, algorithm: fixed-window, reserve: {estimate: 100, actualJSON: usage.total_tokens}}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := engine.New(cfg, engine.Options{Store: memory.New(memory.WithClock(sluice.NewManualClock(epoch)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := strings.Repeat(" ", tc.size-len(doc)) + doc
+		h := Middleware(eng, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, body[:len(body)/2]) // in two writes
+			io.WriteString(w, body[len(body)/2:])
+		}))
+		r := httptest.NewRequest("POST", "/v1/chat", nil)
+		r.Header.Set("X-User-Id", "u")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if d, _, _ := eng.Inspect(context.Background(), "tokens", "u"); d.Remaining != tc.left {
+			t.Errorf("an answer of %d bytes: %d left, want %d", tc.size, d.Remaining, tc.left)
+		}
+	}
+}
+
+// The answer kept for a settle is bounded: MaxSettleBody bytes and one
+// more (to tell a larger answer), however much the handler writes.
+func TestTheKeptAnswerIsBounded(t *testing.T) {
+	sw := &statusWriter{ResponseWriter: httptest.NewRecorder(), keep: true}
+	chunk := make([]byte, 1<<20)
+	for range 2 * MaxSettleBody / len(chunk) {
+		sw.Write(chunk)
+	}
+	if len(sw.body) != MaxSettleBody+1 {
+		t.Fatalf("kept %d bytes of a %d-byte answer, want %d", len(sw.body), 2*MaxSettleBody, MaxSettleBody+1)
 	}
 }
