@@ -79,3 +79,18 @@ func TestLimitWordsKeptAreBounded(t *testing.T) {
 		t.Fatalf("%d limits' words kept, want at most %d", kept, maxWordsKept)
 	}
 }
+
+// violated-policies names each refusing rule once, in order; rules that
+// admitted and shadow rules are not named.
+func TestViolatedPoliciesNameEachRefusingRuleOnce(t *testing.T) {
+	st := func(rule string, allowed, shadow bool) engine.Status {
+		return engine.Status{Decision: sluice.Decision{Rule: rule, Allowed: allowed}, Shadow: shadow}
+	}
+	res := &engine.Result{Decision: sluice.Decision{Reason: sluice.ReasonLimited, RetryAfter: time.Second},
+		Statuses: []engine.Status{st("a", false, false), st("b", true, false), st("c", false, false), st("a", false, false), st("d", false, true)}}
+	var p Problem
+	FillProblem(&p, res)
+	if !reflect.DeepEqual(p.ViolatedPolicies, []string{"a", "c"}) {
+		t.Fatalf("violated-policies %q, want [a c]", p.ViolatedPolicies)
+	}
+}
