@@ -106,14 +106,7 @@ func TestPenaltyLocksHoldWhileTheStoreFails(t *testing.T) {
 	// ...and stays locked once the store is back (its breaker closed again,
 	// so the store is asked), though the store never saw its rejections.
 	f.store.mode.Store(0)
-	deadline := time.Now().Add(10 * time.Second)
-	for f.e.BreakerState() != "closed" {
-		if time.Now().After(deadline) {
-			t.Fatal("the breaker never closed")
-		}
-		time.Sleep(2 * time.Millisecond)
-		f.check(t, userReq("probe"))
-	}
+	f.waitBreakerClosed(t)
 	for range 3 {
 		if res := f.check(t, userReq("later")); res.Allowed || res.Reason != sluice.ReasonLocked {
 			t.Fatalf("store back: allowed=%v reason=%v, want locked", res.Allowed, res.Reason)
@@ -250,14 +243,7 @@ func TestLocksPlacedWhileTheStoreFailedHoldForEveryPenaltyRule(t *testing.T) {
 			t.Fatalf("%d penalty rules, store down: allowed=%v reason=%v, want locked", n, res.Allowed, res.Reason)
 		}
 		f.store.mode.Store(0)
-		deadline := time.Now().Add(10 * time.Second)
-		for f.e.BreakerState() != "closed" {
-			if time.Now().After(deadline) {
-				t.Fatal("the breaker never closed")
-			}
-			time.Sleep(2 * time.Millisecond)
-			f.check(t, userReq("probe"))
-		}
+		f.waitBreakerClosed(t)
 		if res := f.check(t, userReq("u")); res.Allowed || res.Reason != sluice.ReasonLocked {
 			t.Fatalf("%d penalty rules, store back: allowed=%v reason=%v, want locked (the store never saw the lock)", n, res.Allowed, res.Reason)
 		}
@@ -310,5 +296,17 @@ func TestAFallbackKeyIsBoundedAtMaxKeyBytes(t *testing.T) {
 		if len(keys) != 2 || keys[1] != want {
 			t.Fatalf("a fallback key of %d bytes stored as %.30q, want %.30q", len(missingKeyPrefix)+len(device), keys, want)
 		}
+	}
+}
+
+// waitBreakerClosed sends probe checks until the store's breaker has closed
+// again (10 s at most).
+func (f *fixture) waitBreakerClosed(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); f.e.BreakerState() != "closed"; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker never closed")
+		}
+		f.check(t, userReq("probe"))
 	}
 }
