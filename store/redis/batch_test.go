@@ -96,16 +96,7 @@ func (c sendByCtx) SendBy() time.Time { return c.by }
 // late reply). Redis is hung while the call queues behind two calls in
 // flight, then resumed.
 func TestAQueuedCallPastItsSendByIsNotSent(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := New(Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := sluice.Limit{Rate: 10, Period: time.Hour}
-	take := func(ctx context.Context, key string) error {
-		return s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
-	}
+	srv, s, l, take := unitTaker(t)
 	if err := take(context.Background(), "warm"); err != nil { // scripts loaded
 		t.Fatal(err)
 	}
@@ -140,16 +131,7 @@ func (c *reusedCtx) SendBy() time.Time { return c.by }
 // context once its caller is gone (under -race, a read shows as a race
 // with the reuse below).
 func TestACallThatGaveUpIsNotSentAndItsContextNotRead(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := New(Options{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := sluice.Limit{Rate: 10, Period: time.Hour}
-	take := func(ctx context.Context, key string) error {
-		return s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
-	}
+	srv, s, l, take := unitTaker(t)
 	if err := take(context.Background(), "warm"); err != nil {
 		t.Fatal(err)
 	}
@@ -206,4 +188,21 @@ func holdTwoFlights(t *testing.T, s *Store, srv *redistest.Server, take func(con
 			t.Fatalf("%d flights after 5 s", flights)
 		}
 	}
+}
+
+// unitTaker starts a Redis and a store on it, closed with the test, and
+// returns them with a limit of 10 an hour and a take of one unit of it.
+func unitTaker(t *testing.T) (*redistest.Server, *Store, sluice.Limit, func(ctx context.Context, key string) error) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	take := func(ctx context.Context, key string) error {
+		return s.Take(ctx, []sluice.Take{{Rule: "r", Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
+	}
+	return srv, s, l, take
 }
