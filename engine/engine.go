@@ -663,31 +663,35 @@ func (e *Engine) callOrFallback(ctx context.Context, takes []sluice.Take, out []
 // Charge completes a check after the response: it charges the countOn rules
 // whose status list holds status. Call it once per allowed request.
 func (e *Engine) Charge(ctx context.Context, res *Result, status int) {
-	var takes [1]sluice.Take
-	var out [1]sluice.Decision
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
 		if st.charge == 0 || !counts(st.r.CountOn, status) {
 			continue
 		}
-		takes[0] = sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: st.charge}
-		if e.callWithDebts(ctx, takes[:], out[:]) == nil {
-			st.r.stats.charged.Add(1)
-			if out[0].Allowed {
-				e.mirror(ctx, res, st.r, st.r.Limit, &takes[0]) // the share knows what the store counted
-			}
-		} else {
-			// The store did not take it, or not in time: the request was
-			// served, so its charge counts in this gateway's share, room or
-			// not, and is owed to the store (a late reply that took it
-			// cancels the debt; see late.go).
-			ch := takes[0]
-			ch.Charge = true
-			e.fallbackTake(ctx, st.r, st.r.Limit, ch)
-			st.r.stats.charged.Add(1)
-		}
+		e.charge(ctx, res, st.r, sluice.Take{Rule: st.r.ID, Key: st.key, Limit: st.r.Limit, Cost: st.charge})
 		st.charge = 0
 	}
+}
+
+// charge makes one countOn charge: taken by the store, and mirrored into
+// the share when the store admitted it; or, when the store did not take it
+// in time, counted in this gateway's share, room or not (the response it
+// counts was served), and owed to the store: a late reply that took it
+// cancels the debt (see late.go). It reports the decision and whether the
+// store failed.
+func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Take) (sluice.Decision, error) {
+	r.stats.charged.Add(1)
+	takes := [1]sluice.Take{tk}
+	var out [1]sluice.Decision
+	err := e.callWithDebts(ctx, takes[:], out[:])
+	if err == nil {
+		if out[0].Allowed {
+			e.mirror(ctx, res, r, r.Limit, &takes[0]) // the share knows what the store counted
+		}
+		return out[0], nil
+	}
+	tk.Charge = true
+	return e.fallbackTake(ctx, r, r.Limit, tk), err
 }
 
 func counts(statuses []int, status int) bool {
@@ -892,25 +896,14 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 		return nil
 	}
 	// Each charge stands alone: a failed attempt counts even if another
-	// rule's count is already full. As in Charge, a charge the store does
-	// not take in time counts in this gateway's share, room or not, and is
-	// owed to the store: the response it counts was served.
+	// rule's count is already full.
 	for i := range res.takes {
 		m := &res.matched[i]
-		decs := res.decisions(1)
-		if err := e.callWithDebts(ctx, res.takes[i:i+1], decs); err != nil {
-			ch := res.takes[i]
-			ch.Charge = true
-			res.StoreError = err
-			st := res.add(m.r, m.key, e.fallbackTake(ctx, m.r, m.r.Limit, ch))
-			st.FailedOpen = true
-		} else {
-			res.add(m.r, m.key, decs[0])
-			if decs[0].Allowed {
-				e.mirror(ctx, res, m.r, m.r.Limit, &res.takes[i])
-			}
+		d, err := e.charge(ctx, res, m.r, res.takes[i])
+		st := res.add(m.r, m.key, d)
+		if err != nil {
+			res.StoreError, st.FailedOpen = err, true
 		}
-		m.r.stats.charged.Add(1)
 	}
 	return nil
 }
