@@ -12,9 +12,10 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
-// While the store fails, a fail-open rule admits this gateway's share of
-// its limit, limit / N, on every API; admissions it made through the store
-// count against that share.
+// While the store fails, a fail-open rule admits this gateway's part of
+// what the store last said was left of the key, left / N, on every API: a
+// fresh key's part is limit / N, and one that admitted 10 of 100 through
+// the store has floor(90 / 4) = 22.
 func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
 	src := "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n" +
 		"  - {id: d, key: [tenant], rate: 100, per: 1h, envoy: {domain: edge, descriptors: [{key: tenant}]}}\n"
@@ -40,7 +41,7 @@ func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
 		}
 		return admitted
 	}
-	// 10 admitted through the store, then the store fails: 25 - 10 more.
+	// 10 admitted through the store, then the store fails: 90 / 4 more.
 	if got := count("u", 10); got != 10 {
 		t.Fatalf("healthy: %d", got)
 	}
@@ -48,17 +49,17 @@ func TestDegradedFailOpenAdmitsTheGatewayShare(t *testing.T) {
 		t.Fatalf("Envoy, healthy: %d", got)
 	}
 	f.store.mode.Store(1)
-	// Envoy's admissions through the store count against the share too.
-	if got := envoy("mirrored", 100); got != 15 {
-		t.Fatalf("Envoy, degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
+	// Envoy's answers from the store set the share too.
+	if got := envoy("mirrored", 100); got != 22 {
+		t.Fatalf("Envoy, degraded: %d admitted after the store said 90 were left, want 22 (90 / 4)", got)
 	}
 	var eres Result
 	d := []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "seen"}}, Hits: 1}}
 	if err := f.e.CheckDescriptors(context.Background(), "edge", d, &eres); err != nil || eres.StoreError == nil || !eres.Statuses[0].FailedOpen {
 		t.Fatalf("Envoy, degraded: store error %v, failed open %v; want the store's error reported", eres.StoreError, eres.Statuses[0].FailedOpen)
 	}
-	if got := count("u", 100); got != 15 {
-		t.Fatalf("degraded: %d admitted after 10 through the store, want 15 (share 25)", got)
+	if got := count("u", 100); got != 22 {
+		t.Fatalf("degraded: %d admitted after the store said 90 were left, want 22 (90 / 4)", got)
 	}
 	if res := f.check(t, userReq("new")); !res.Allowed || res.Decision.Remaining != 24 || !res.Statuses[0].FailedOpen {
 		t.Fatalf("degraded, a new key's first check: %+v, want allowed with 24 of the share of 25 left", res.Decision)
@@ -141,7 +142,7 @@ func TestAdaptiveDeadline(t *testing.T) {
 	var seen []time.Duration
 	for range 5 {
 		seen = append(seen, slow.deadline())
-		slow.call(context.Background(), stall, "", nil, nil)
+		slow.call(context.Background(), stall, "", 0, nil, nil)
 	}
 	if fmt.Sprint(seen) != "[50ms 200ms 250ms 250ms 250ms]" {
 		t.Fatalf("deadlines against a store that never answers: %v", seen)
@@ -165,13 +166,13 @@ func TestBreakerOpensOnAFailureRatePerPartition(t *testing.T) {
 		if i%10 == 0 {
 			s = bad
 		}
-		g.call(context.Background(), s, "a", nil, nil)
+		g.call(context.Background(), s, "a", 0, nil, nil)
 	}
 	if st := g.states()["a"]; st != "closed" {
 		t.Fatalf("20 failures among 200 calls opened the breaker: %s", st)
 	}
 	for range 200 {
-		g.call(context.Background(), bad, "b", nil, nil)
+		g.call(context.Background(), bad, "b", 0, nil, nil)
 	}
 	if st := g.states()["b"]; st != "open" {
 		t.Fatalf("b failing: %s", st)
@@ -253,6 +254,57 @@ func TestTheShareFollowsTheGatewayCountAndKeepsWhatWasAdmitted(t *testing.T) {
 	}
 }
 
+// The parts of N gateways add up to what the store had left, whatever the
+// load balancer sent each one: gateway a admitted 81 of 100 through the
+// store, b 16, their last looks said 4 and 3 were left; when the store
+// fails, a's part is floor(4 / 2) = 2 and b's 1: 100 in all. Counted as a
+// share of the limit less each gateway's own admissions, b would have
+// admitted 34 more (131 in all). A look older than the others' admissions adds what they
+// took since, over N: b's last look said 10 were left, a took 5 since, and
+// b's part is 5 (102 in all, over by 5/2 rounded up).
+func TestTheGatewaysPartsAddUpToWhatTheStoreHadLeft(t *testing.T) {
+	const src = "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n"
+	a := newFixture(t, src, Options{Gateways: func() int { return 2 }, BreakerFailures: 1 << 20})
+	b := newFixture(t, src, Options{Gateways: func() int { return 2 }, BreakerFailures: 1 << 20})
+	b.store.inner = a.mem // one store, two gateways each with its own fallback
+	admit := func(f *fixture, user string, n int) (admitted int) {
+		for range n {
+			if f.check(t, userReq(user)).Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	fail := func() { a.store.mode.Store(1); b.store.mode.Store(1) }
+	heal := func() { a.store.mode.Store(0); b.store.mode.Store(0) }
+
+	if admit(a, "u", 80)+admit(b, "u", 15)+admit(a, "u", 0) != 95 {
+		t.Fatal("healthy: not 95")
+	}
+	admit(a, "u", 1) // a looks again: 4 left after its take
+	admit(b, "u", 1) // and b: 3 left
+	fail()
+	if got := admit(a, "u", 50) + admit(b, "u", 50); got != 3 {
+		t.Fatalf("degraded: %d admitted after the store said 4 and 3 were left, want 3 (2 + 1: each gateway's part over 2)", got)
+	}
+
+	heal()
+	if admit(b, "v", 90) != 90 {
+		t.Fatal("healthy: v not 90")
+	}
+	if admit(a, "v", 5) != 5 { // b's last look (10 left) is now 5 stale
+		t.Fatal("healthy: v not 5 more")
+	}
+	fail()
+	got := admit(a, "v", 50) + admit(b, "v", 50)
+	if got != 2+5 {
+		t.Fatalf("degraded: %d admitted, want 7: a's part of the 5 it saw left (2), b's of the 10 it saw (5)", got)
+	}
+	if over := 95 + got - 100; over > (5+1)/2 {
+		t.Fatalf("over by %d, more than b's stale look allows (5 taken since, over 2 gateways)", over)
+	}
+}
+
 // deadlineStore records how long its call's context had left, after
 // sleeping for its own latency.
 type deadlineStore struct {
@@ -276,7 +328,7 @@ func TestSchedulingLatencyExtendsACallsDeadlineAndDiscountsItsLatency(t *testing
 	g.sched.last.Store(time.Now().Add(time.Hour).UnixNano()) // no read of the runtime's histogram
 	g.sched.delay.Store(int64(time.Second))
 	s := &deadlineStore{}
-	if err := g.call(context.Background(), s, "", nil, nil); err != nil {
+	if err := g.call(context.Background(), s, "", 0, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s.left < 500*time.Millisecond { // the deadline (at most MaxStoreTimeout) plus 1 s
@@ -290,7 +342,7 @@ func TestSchedulingLatencyExtendsACallsDeadlineAndDiscountsItsLatency(t *testing
 	g2.lat.peak.Store(0)
 	g2.sched.last.Store(time.Now().Add(time.Hour).UnixNano())
 	g2.sched.delay.Store(int64(40 * time.Millisecond))
-	if err := g2.call(context.Background(), &deadlineStore{sleep: 20 * time.Millisecond}, "", nil, nil); err != nil {
+	if err := g2.call(context.Background(), &deadlineStore{sleep: 20 * time.Millisecond}, "", 0, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if p := time.Duration(g2.lat.peak.Load()); p < 10*time.Millisecond {

@@ -406,11 +406,13 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, mult int64, dry bool) {
 	res.takes = res.takes[:0]
 	res.idx = res.idx[:0]
+	var wait time.Duration // the longest a matched rule waits for a slow store
 	for i := range res.matched {
 		m := &res.matched[i]
 		if m.r.Shadow {
 			continue
 		}
+		wait = max(wait, m.r.SlowStoreWait)
 		cost := mulCost(m.r.Cost, mult)
 		// Built in place: a Take is large, and this is the hot path.
 		res.takes = append(res.takes, sluice.Take{
@@ -442,7 +444,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		return
 	}
 	decs := res.decisions(len(res.takes))
-	if err := e.callOwing(ctx, res, res.takes, decs); err != nil {
+	if err := e.callOwing(ctx, res, wait, res.takes, decs); err != nil {
 		e.failed(ctx, res, err, dry)
 		return
 	}
@@ -465,32 +467,70 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 			st.Tier = res.level
 		}
 		switch {
-		case dry || !d.Allowed:
-		case len(m.r.CountOn) > 0:
-			st.charge = res.takes[j].Cost
-		default:
+		case dry || res.takes[j].DryRun:
+			if d.Allowed && len(m.r.CountOn) > 0 && !dry {
+				st.charge = res.takes[j].Cost
+			}
+		case d.Allowed:
 			st.taken = res.takes[j].Cost
 			st.hold = res.takes[j].Hold != ""
-			e.mirror(ctx, res, m.r, m.r.store, &res.takes[j])
+			e.follow(ctx, res, m.r, m.r.store, &res.takes[j], &decs[j])
+		default:
+			e.follow(ctx, res, m.r, m.r.store, &res.takes[j], &decs[j])
 		}
 	}
 }
 
-// mirror counts a take the store admitted for a fail-open rule in the
-// fallback store too, under the rule's degraded limit. The fallback then
-// knows what this gateway has already admitted when the store fails: a
-// degraded gateway admits its share minus what it admitted through the
-// store in the same window, not its share on top of it. A refusal here
-// changes nothing: the store decided.
+// follow keeps a fail-open rule's share of key in the fallback store at
+// what the store last said was left of it: after each store decision of a
+// take that counts, the fallback's level for the key is set to the
+// decision's remaining (its level, above a tier's floor: Remaining +
+// Floor), in raw units under the rule's whole limit. A degraded answer
+// then costs n units per unit (see degradedLimit), so this gateway admits
+// at most its part, (left + refill since)/n, and the parts of n gateways
+// add up to what the store had left, whatever the load balancer sent each
+// one. The bound that remains is written down in docs/redis.md ("The
+// bound over a window"): a gateway's last look is as old as its last
+// reply, so what the store admitted for the others since then counts 1/n.
 //
-// The take and its decision live in res: arrays on the stack would escape
-// through the store's interface, an allocation per admitted take.
-func (e *Engine) mirror(ctx context.Context, res *Result, r *rule, l sluice.Limit, tk *sluice.Take) {
+// Setting a level is a peek and a charge or refund of the difference, not
+// one atomic step: a reply that races another for the same key on this
+// gateway may leave the level off by one reply's difference until the
+// next reply sets it again.
+//
+// A rule with its own fallback limit keeps that limit per gateway, less
+// what this gateway admitted through the store (each admitted take is
+// charged there too). The take and decision live in res: arrays on the
+// stack would escape through the store's interface, an allocation per
+// take.
+func (e *Engine) follow(ctx context.Context, res *Result, r *rule, l sluice.Limit, tk *sluice.Take, d *sluice.Decision) {
 	if e.local || e.fallback == nil || r.FailClosed {
 		return
 	}
-	dl, n := e.degradedLimit(r, l)
-	res.mirrorTake[0] = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), Charge: tk.Charge}
+	fb := &res.mirrorTake[0]
+	if r.FallbackSet {
+		if d.Allowed && tk.Cost > 0 {
+			*fb = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: r.Fallback, Cost: tk.Cost, Charge: tk.Charge}
+			e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:])
+		}
+		return
+	}
+	left := d.Remaining
+	if tk.Floor > 0 { // saturating: a floor is at most the capacity
+		left = min(left, math.MaxInt64-tk.Floor) + tk.Floor
+	}
+	*fb = sluice.Take{Rule: r.fallbackID, Key: tk.Key, Limit: l} // a peek
+	if e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:]) != nil {
+		return
+	}
+	switch diff := res.mirrorOut[0].Remaining - left; {
+	case diff > 0:
+		fb.Cost, fb.Charge = diff, true
+	case diff < 0:
+		fb.Cost = diff // a refund: never fuller than a fresh key
+	default:
+		return
+	}
 	e.fallback.Take(ctx, res.mirrorTake[:], res.mirrorOut[:])
 }
 
@@ -683,11 +723,9 @@ func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Tak
 	r.stats.charged.Add(1)
 	takes := [1]sluice.Take{tk}
 	var out [1]sluice.Decision
-	err := e.callWithDebts(ctx, takes[:], out[:])
+	err := e.callWithDebts(ctx, r.SlowStoreWait, takes[:], out[:])
 	if err == nil {
-		if out[0].Allowed {
-			e.mirror(ctx, res, r, r.Limit, &takes[0]) // the share knows what the store counted
-		}
+		e.follow(ctx, res, r, r.Limit, &takes[0], &out[0]) // the share knows what the store has left
 		return out[0], nil
 	}
 	tk.Charge = true
@@ -716,12 +754,13 @@ func counts(statuses []int, status int) bool {
 // use for the request's values, and wrapping ctx would be an allocation on
 // every check.
 func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	return e.callVia(ctx, &e.calls, takes, out)
+	return e.callVia(ctx, &e.calls, 0, takes, out)
 }
 
 // callVia is call through s: e.calls, or e.owingCalls for a caller that
-// answers a failed call from the gateway's share (see late.go).
-func (e *Engine) callVia(ctx context.Context, s *graced, takes []sluice.Take, out []sluice.Decision) error {
+// answers a failed call from the gateway's share (see late.go); wait is
+// how long the caller waits for a slow store (see guard.call).
+func (e *Engine) callVia(ctx context.Context, s *graced, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
 	if e.local {
 		return e.store.Take(context.Background(), takes, out)
 	}
@@ -731,7 +770,7 @@ func (e *Engine) callVia(ctx context.Context, s *graced, takes []sluice.Take, ou
 		partition = e.parts.Partition(&takes[0])
 	}
 	start := time.Now()
-	err := e.guard.call(ctx, s, partition, takes, out)
+	err := e.guard.call(ctx, s, partition, wait, takes, out)
 	if e.onCall != nil {
 		e.onCall(time.Since(start), err)
 	}

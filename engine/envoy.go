@@ -231,6 +231,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 	for _, g := range groups {
 		res.takes = res.takes[:0]
 		res.idx = res.idx[:0]
+		var wait time.Duration // the longest a rule of the group waits for a slow store
 		for j, c := range list {
 			switch {
 			case g.shadow != c.r.Shadow:
@@ -245,6 +246,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			if err := c.limit.Validate(); err != nil {
 				return err
 			}
+			wait = max(wait, c.r.SlowStoreWait)
 			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
 				DryRun: g.quota && plainRefused, // a refused request consumes no quota either
 				Charge: g.usage})
@@ -265,7 +267,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			}
 		}
 		decs := res.decisions(len(res.takes))
-		err := e.callOwing(ctx, res, res.takes, decs)
+		err := e.callOwing(ctx, res, wait, res.takes, decs)
 		for k, j := range res.idx {
 			c := list[j]
 			st := &res.Statuses[c.i]
@@ -274,13 +276,15 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			case err == nil && g.usage:
 				st.Decision = decs[looks+k]
 				st.taken = c.cost
-				e.mirror(ctx, res, c.r, c.limit, &res.takes[k])
+				e.follow(ctx, res, c.r, c.limit, &res.takes[k], &decs[looks+k])
 			case err == nil:
 				st.Decision = decs[k]
-				if st.Allowed && c.cost > 0 && !res.takes[k].DryRun {
-					st.taken = c.cost
+				if c.cost > 0 && !res.takes[k].DryRun {
+					if st.Allowed {
+						st.taken = c.cost
+					}
 					if !g.shadow {
-						e.mirror(ctx, res, c.r, c.limit, &res.takes[k])
+						e.follow(ctx, res, c.r, c.limit, &res.takes[k], &decs[k])
 					}
 				}
 			case g.shadow:

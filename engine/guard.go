@@ -160,12 +160,14 @@ func (g *guard) breaker(partition string) *gobreaker.CircuitBreaker[struct{}] {
 	return b
 }
 
-// call runs one guarded store call.
-func (g *guard) call(ctx context.Context, s sluice.Store, partition string, takes []sluice.Take, out []sluice.Decision) error {
+// call runs one guarded store call. wait, when above the call's deadline,
+// is how long its caller waits for a store that is slow but answering
+// (a rule's onSlowStore: wait) before it answers without it.
+func (g *guard) call(ctx context.Context, s sluice.Store, partition string, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
 	start := time.Now()
 	ext := g.sched.extension(start.UnixNano())
 	deadline := g.deadline()
-	ctx, cancel := context.WithTimeout(ctx, deadline+ext)
+	ctx, cancel := context.WithTimeout(ctx, max(deadline+ext, wait))
 	defer cancel()
 	_, err := g.breaker(partition).Execute(func() (struct{}, error) {
 		return struct{}{}, s.Take(ctx, takes, out)

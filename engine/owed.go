@@ -182,7 +182,7 @@ func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
 			return
 		}
 		out := make([]sluice.Decision, len(takes))
-		err := e.callVia(ctx, &e.owingCalls, takes, out) // its late reply settles what it carried
+		err := e.callVia(ctx, &e.owingCalls, 0, takes, out) // its late reply settles what it carried
 		o.land(takes, landed)
 		o.settle(err, takes, firsts)
 		close(landed)
@@ -341,27 +341,27 @@ func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
 // With nothing owed it is call, at the cost of one atomic load.
 //
 // The time it waits for a remote store is added to res.StoreTime.
-func (e *Engine) callOwing(ctx context.Context, res *Result, takes []sluice.Take, out []sluice.Decision) error {
+func (e *Engine) callOwing(ctx context.Context, res *Result, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
 	if e.local {
-		return e.callWithDebts(ctx, takes, out)
+		return e.callWithDebts(ctx, wait, takes, out)
 	}
 	start := time.Now()
-	err := e.callWithDebts(ctx, takes, out)
+	err := e.callWithDebts(ctx, wait, takes, out)
 	res.StoreTime += time.Since(start)
 	return err
 }
 
-func (e *Engine) callWithDebts(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+func (e *Engine) callWithDebts(ctx context.Context, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
 	if !e.owed.pending.Load() {
-		return e.callVia(ctx, &e.owingCalls, takes, out)
+		return e.callVia(ctx, &e.owingCalls, wait, takes, out)
 	}
 	charges, firsts := e.owed.claim(takes, e.answering.Load())
 	if len(charges) == 0 {
-		return e.callVia(ctx, &e.owingCalls, takes, out)
+		return e.callVia(ctx, &e.owingCalls, wait, takes, out)
 	}
 	all := append(charges, takes...)
 	decs := make([]sluice.Decision, len(all))
-	err := e.callVia(ctx, &e.owingCalls, all, decs)
+	err := e.callVia(ctx, &e.owingCalls, wait, all, decs)
 	e.owed.settle(err, charges, firsts)
 	if err != nil {
 		return err

@@ -43,19 +43,19 @@ func TestDegradedAdmissionsAreWrittenBack(t *testing.T) {
 		t.Fatalf("healthy: %d", got)
 	}
 	f.store.mode.Store(1)
-	if got := admit("u", 100); got != 15 {
-		t.Fatalf("degraded: %d, want the share 25 less the 10 through the store", got)
+	if got := admit("u", 100); got != 22 {
+		t.Fatalf("degraded: %d, want 22, the part of the 90 the store said were left", got)
 	}
-	if o := f.e.Owed(); o.Owed != 15 || o.Written != 0 {
-		t.Fatalf("owed %+v, want 15 units of r (a local rule's count is not the store's)", o)
+	if o := f.e.Owed(); o.Owed != 22 || o.Written != 0 {
+		t.Fatalf("owed %+v, want 22 units of r (a local rule's count is not the store's)", o)
 	}
 	f.store.mode.Store(0)
 	waitOwed(t, f)
-	if o := f.e.Owed(); o.Written < 15 || o.Expired != 0 || o.Overflow != 0 {
-		t.Fatalf("after the store came back: %+v, want the 15 of u written", o)
+	if o := f.e.Owed(); o.Written < 22 || o.Expired != 0 || o.Overflow != 0 {
+		t.Fatalf("after the store came back: %+v, want the 22 of u written", o)
 	}
-	if got := admit("u", 200); got != 75 {
-		t.Fatalf("after the write-back: %d admitted, want 75 (100 in all over the window)", got)
+	if got := admit("u", 200); got != 68 {
+		t.Fatalf("after the write-back: %d admitted, want 68 (100 in all over the window)", got)
 	}
 	// A key asked for again pays its debt with that take: 25 admitted on
 	// the share, then the store admits 75, not 100.

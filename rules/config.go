@@ -111,6 +111,11 @@ type Rule struct {
 	Shadow bool
 	// FailClosed rejects when the store fails; the default fails open.
 	FailClosed bool
+	// SlowStoreWait, when above 0, is how long a request waits for a store
+	// that is slow but answering (onSlowStore: wait) before it is answered
+	// by FailClosed; 0 answers at the store's deadline, from the gateway's
+	// share (onSlowStore: share).
+	SlowStoreWait time.Duration
 	// CountOn, when set, charges a request only if its response status is
 	// listed: the rule rejects once exhausted, but only such responses count.
 	CountOn []int

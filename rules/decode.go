@@ -141,6 +141,41 @@ func (d *decoder) boolean(n *yaml.Node, field string) (bool, bool) {
 	return false, false
 }
 
+// Bounds of a rule's onSlowStore: wait.
+const (
+	DefaultSlowStoreWait = 2 * time.Second
+	MaxSlowStoreWait     = 10 * time.Second
+)
+
+// slowStore reads onSlowStore: share (0), wait (DefaultSlowStoreWait) or
+// {wait: DURATION}.
+func (d *decoder) slowStore(n *yaml.Node, field string) time.Duration {
+	if n.Kind == yaml.MappingNode {
+		wait := DefaultSlowStoreWait
+		d.fields(n, field, map[string]func(*yaml.Node, string){
+			"wait": func(v *yaml.Node, f string) {
+				if p, ok := d.period(v, f); ok {
+					if p > MaxSlowStoreWait {
+						d.fail(v, f, "at most %v, got %v", MaxSlowStoreWait, p)
+					}
+					wait = p
+				}
+			},
+		})
+		return wait
+	}
+	s, ok := d.str(n, field)
+	switch {
+	case !ok:
+	case s == "share":
+	case s == "wait":
+		return DefaultSlowStoreWait
+	default:
+		d.fail(n, field, "want share (the default: answered from the gateway's share at the store's deadline), wait (up to %v for a slow store) or {wait: DURATION}, got %q", DefaultSlowStoreWait, s)
+	}
+	return 0
+}
+
 func (d *decoder) period(n *yaml.Node, field string) (time.Duration, bool) {
 	s, ok := d.str(n, field)
 	if !ok {
@@ -593,6 +628,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 					d.fail(v, f, "want open or closed, got %q", s)
 				}
 			}
+		},
+		"onSlowStore": func(v *yaml.Node, f string) {
+			r.SlowStoreWait = d.slowStore(v, f)
 		},
 		"onMissingKey": func(v *yaml.Node, f string) {
 			if s, ok := d.str(v, f); ok {

@@ -105,6 +105,9 @@ func (r *Rule) SummaryIn(region string) string {
 	if r.FailClosed {
 		b.WriteString("; fails closed")
 	}
+	if r.SlowStoreWait > 0 {
+		fmt.Fprintf(&b, "; waits up to %s for a slow store", amountWords(r.SlowStoreWait))
+	}
 	if sh := r.Sync; sh.Mode != sluice.SyncExact || sh.Shards > 1 {
 		fmt.Fprintf(&b, "; shared by %s", SharingBound(sh, r.Limit))
 	}

@@ -726,3 +726,35 @@ func TestARateWrittenAsALimitGetsAHint(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// onSlowStore reads share, wait, or a wait of its own, and refuses
+// anything else with the field named.
+func TestOnSlowStoreReadsShareWaitOrAWait(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+		err   string
+	}{
+		{"share", 0, ""},
+		{"wait", DefaultSlowStoreWait, ""},
+		{"{wait: 500ms}", 500 * time.Millisecond, ""},
+		{"{wait: 10s}", MaxSlowStoreWait, ""},
+		{"{wait: 11s}", 0, "f.yaml:2:80: rules[0].onSlowStore.wait: at most 10s, got 11s"},
+		{"{wait: -1s}", 0, "rules[0].onSlowStore.wait: period \"-1s\""},
+		{"{until: 1s}", 0, "rules[0].onSlowStore.until: unknown field"},
+		{"queue", 0, "f.yaml:2:73: rules[0].onSlowStore: want share (the default"},
+	} {
+		src := "rules:\n  - {id: a, key: [ip], rate: 1, per: 1s, failMode: closed, onSlowStore: " + tc.value + "}\n"
+		c, err := Parse("f.yaml", []byte(src))
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want %q", tc.value, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.value, err)
+		case c.Rules[0].SlowStoreWait != tc.want:
+			t.Errorf("%s: waits %v, want %v", tc.value, c.Rules[0].SlowStoreWait, tc.want)
+		}
+	}
+}
