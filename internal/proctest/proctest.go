@@ -58,7 +58,12 @@ func Sluice(t testing.TB) string {
 			return
 		}
 		build.bin = filepath.Join(dir, "sluice")
-		build.out, build.err = exec.Command("go", "build", "-o", build.bin, "github.com/sluice-rl/sluice/cmd/sluice").CombinedOutput()
+		// The release build's flags (.goreleaser.yaml): the binary a user
+		// runs, and one set of compiled packages in Go's build cache for
+		// every suite that builds it (and the container image's test).
+		cmd := exec.Command("go", "build", "-trimpath", "-o", build.bin, "github.com/sluice-rl/sluice/cmd/sluice")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.out, build.err = cmd.CombinedOutput()
 	})
 	if build.err != nil {
 		t.Fatalf("build: %v\n%s", build.err, build.out)

@@ -21,6 +21,7 @@ import (
 // Outcome is what a Load of checks got.
 type Outcome struct {
 	Admitted, Degraded, Refused int64
+	DegradedAdmitted            int64         // admitted by a degraded answer
 	Slowest                     time.Duration // the longest a check waited
 	PerBase                     []int64       // admitted by each base
 }
@@ -66,6 +67,9 @@ func Load(t *testing.T, bases []string, path, user string, n int) Outcome {
 				}
 				if v.Degraded {
 					o.Degraded++
+					if v.Allowed {
+						o.DegradedAdmitted++
+					}
 				}
 				mu.Unlock()
 			}

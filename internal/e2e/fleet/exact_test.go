@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"fmt"
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,16 +13,20 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
-// exactRules has one rule of 100 per hour per user for each algorithm, on a
-// path of its own.
+// exactRules has two rules of 100 per hour per user for each algorithm,
+// each on a path of its own: /ALGORITHM answers a store call past its
+// deadline from the gateway's share (the default), /ALGORITHM/wait waits
+// for the store (onSlowStore: wait).
 func exactRules() string {
 	var b strings.Builder
 	b.WriteString("rules:\n")
 	for _, a := range sluice.Algorithms() {
 		fmt.Fprintf(&b, "  - {id: %s, match: {path: /%s}, key: [user], rate: 100, per: 1h, algorithm: %s}\n", a, a, a)
+		fmt.Fprintf(&b, "  - {id: %s-wait, match: {path: /%s/wait}, key: [user], rate: 100, per: 1h, algorithm: %s, onSlowStore: wait}\n", a, a, a)
 	}
 	return b.String()
 }
@@ -62,19 +65,24 @@ func busyLoops(t *testing.T, n int) {
 	}
 }
 
-// With default settings, 2 and 3 `sluice serve` processes on one
-// redis-server and on a 3-master Redis Cluster admit exactly what the
-// algorithm admits (100 of 1,000 from 64 callers on one key, 101 for the
-// leaky queue, whose first unit leaves at once), for every algorithm, cold
-// and warm, while three busy loops share the machine's cores: a healthy
-// Redis behind a busy gateway is never mistaken for a failed one. No check
-// is admitted over the limit and the breakers stay closed. A store call may
-// still miss its deadline when Redis itself is starved of CPU (seen once in
-// 56,000 checks, with three more busy loops of a loaded test run on top):
-// its check is answered degraded, within the share, so its user can only
-// be under; each such answer must be counted as a failed store call
-// (sluice_store_errors_total), each unit under explained by one, and there
-// may be at most 10 in all.
+// With default settings, three `sluice serve` processes on one
+// redis-server and on a 3-master Redis Cluster, while three busy loops
+// share the machine's two cores, admit of 1,000 checks from 64 callers on
+// one key what the algorithm admits (100; 101 for the leaky queue, whose
+// first unit leaves at once), for every algorithm, cold and warm:
+//
+//   - a rule with onSlowStore: wait is never over, and under only by its
+//     degraded answers (a store call that took longer than its wait, which
+//     a healthy Redis does not);
+//   - a rule answering from its share (the default) is over by at most its
+//     degraded admissions, the bound docs/redis.md states: a call that
+//     misses its deadline on a starved machine is answered from the
+//     gateway's part of what the store last said was left, and only such an
+//     answer can admit what the store would not have; it is under only by
+//     its degraded answers.
+//
+// Every degraded answer is counted as a failed store call and the breakers
+// stay closed: a healthy Redis behind a busy gateway is not a failed one.
 func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -119,16 +127,23 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 					}
 				}
 			}()
-			var degraded int64
-			for _, procs := range []int{2, 3} {
-				for _, phase := range []string{"cold", "warm"} {
-					for _, a := range sluice.Algorithms() {
-						user := fmt.Sprintf("%s-%d-%s", topo, procs, phase)
-						o := proctest.Load(t, bases[:procs], "/"+a.String(), user, 1000)
+			var degraded, over int64
+			for _, phase := range []string{"cold", "warm"} {
+				for _, a := range sluice.Algorithms() {
+					want := int64(expectedAdmitted(t, a, 1000))
+					for _, path := range []string{"/" + a.String(), "/" + a.String() + "/wait"} {
+						user := topo + "-" + phase
+						o := proctest.Load(t, bases, path, user, 1000)
 						degraded += o.Degraded
-						want := int64(expectedAdmitted(t, a, 1000))
-						if o.Admitted > want || want-o.Admitted > o.Degraded {
-							t.Errorf("%d processes, %s, %v: admitted %d, want exactly %d (%d degraded answers)", procs, phase, a, o.Admitted, want, o.Degraded)
+						over += max(0, o.Admitted-want)
+						waits := strings.HasSuffix(path, "/wait")
+						switch {
+						case waits && o.Admitted > want:
+							t.Errorf("%s, %s: admitted %d, over the %d the algorithm admits, with onSlowStore: wait (%d degraded answers)", path, phase, o.Admitted, want, o.Degraded)
+						case o.Admitted-want > o.DegradedAdmitted:
+							t.Errorf("%s, %s: admitted %d, over the %d the algorithm admits by more than its %d degraded admissions", path, phase, o.Admitted, want, o.DegradedAdmitted)
+						case want-o.Admitted > o.Degraded:
+							t.Errorf("%s, %s: admitted %d, under the %d the algorithm admits by more than its %d degraded answers", path, phase, o.Admitted, want, o.Degraded)
 						}
 					}
 				}
@@ -142,11 +157,11 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 				}
 				failed += proctest.Metric(t, b, "sluice_store_errors_total")
 			}
-			if float64(degraded) > failed || degraded > 10 {
-				t.Errorf("%d degraded answers and %v failed store calls: want each degraded answer counted as a failed call, and at most 10", degraded, failed)
+			if float64(degraded) > failed {
+				t.Errorf("%d degraded answers and %v failed store calls: want each degraded answer counted as a failed call", degraded, failed)
 			}
-			t.Logf("%s: %d degraded answers (%v failed store calls); the scheduling latency added at most %v to a store call's deadline (at most %v in all)", topo,
-				degraded, failed, time.Duration(peakSched.Load()).Round(time.Millisecond), time.Duration(peakDeadline.Load()).Round(time.Millisecond))
+			t.Logf("%s: %d over in all, %d degraded answers (%v failed store calls); the scheduling latency added at most %v to a store call's deadline (at most %v in all)", topo,
+				over, degraded, failed, time.Duration(peakSched.Load()).Round(time.Millisecond), time.Duration(peakDeadline.Load()).Round(time.Millisecond))
 		})
 	}
 }
