@@ -18,8 +18,6 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
-	"github.com/sluice-rl/sluice/tracing"
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // HeaderMode says when allowed responses carry the RateLimit fields.
@@ -78,9 +76,9 @@ type Options struct {
 	// signal that the engine's adaptive rules follow (engine.Options.Pressure
 	// set to its Factor).
 	Pressure *concurrency.Pressure
-	// Tracer, if set, makes an OpenTelemetry span of each decision,
-	// parented to the request's trace context (package tracing).
-	Tracer *tracing.Tracer
+	// Tracer, if set, makes a span of each decision, parented to the
+	// request's trace context (package tracing's, for OpenTelemetry).
+	Tracer Tracer
 	// TraceVia is the sluice.via of those spans (default "http").
 	TraceVia string
 }
@@ -165,12 +163,12 @@ func (x *httpExchange) Hold(d time.Duration) bool { return Hold(x.r.Context(), d
 
 func (x *httpExchange) SeesResponse() bool { return true }
 
-func (x *httpExchange) TraceContext() (string, propagation.TextMapCarrier) {
+func (x *httpExchange) TraceContext() (string, HeaderCarrier) {
 	via := x.l.o.TraceVia
 	if via == "" {
 		via = "http"
 	}
-	return via, propagation.HeaderCarrier(x.r.Header)
+	return via, headerCarrier(x.r.Header)
 }
 
 func (x *httpExchange) Abandon() { Abandon(x.w) }

@@ -10,8 +10,6 @@ import (
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
-	"github.com/sluice-rl/sluice/tracing"
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // An Exchange is one request on one HTTP stack: what the pipeline
@@ -57,7 +55,7 @@ type Exchange interface {
 	// TraceContext names the plane for a decision's span (tracing: http,
 	// gateway, auth) and gives the request's header fields, which carry
 	// the caller's trace context. Called only when tracing is on.
-	TraceContext() (via string, header propagation.TextMapCarrier)
+	TraceContext() (via string, header HeaderCarrier)
 }
 
 // Serve is one request's life, the same on every plane: the check against
@@ -83,13 +81,16 @@ type Exchange interface {
 func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 	cfg := l.e.Config()
 	sees := x.SeesResponse()
-	ctx, span := x.Context(), tracing.Span{}
+	ctx := x.Context()
+	var span DecisionSpan
 	if l.o.Tracer != nil {
 		via, header := x.TraceContext()
-		ctx, span = l.o.Tracer.Start(ctx, via, header)
+		ctx, span = l.o.Tracer.StartDecision(ctx, via, header)
 	}
 	l.e.Check(ctx, req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses()}, res)
-	span.End(res, nil)
+	if span != nil {
+		span.End(res, nil)
+	}
 	if !res.Allowed {
 		x.Refuse(res)
 		return

@@ -172,6 +172,6 @@ func (x *authExchange) Forward(path string, res *engine.Result, watch, keep bool
 func (x *authExchange) ResponseHeader(string) string { return "" }
 func (x *authExchange) ResponseBody() []byte         { return nil }
 func (x *authExchange) SeesResponse() bool           { return false }
-func (x *authExchange) TraceContext() (string, propagation.TextMapCarrier) {
+func (x *authExchange) TraceContext() (string, httplimit.HeaderCarrier) {
 	return "auth", propagation.HeaderCarrier(x.r.Header)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluice-rl/sluice/tracing"
-	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"iter"
 	"log/slog"
@@ -281,7 +280,7 @@ func (x *fastExchange) ResponseHeader(name string) string {
 
 func (x *fastExchange) SeesResponse() bool { return true }
 
-func (x *fastExchange) TraceContext() (string, propagation.TextMapCarrier) {
+func (x *fastExchange) TraceContext() (string, httplimit.HeaderCarrier) {
 	return "gateway", tracing.HeaderFunc(x.requestHeader)
 }
 

@@ -237,7 +237,7 @@ func IsLoopback(addr string) bool {
 // withTracer is o with the service's tracer, if o has none.
 func withTracer(o httplimit.Options, t *tracing.Tracer, via string) httplimit.Options {
 	if o.Tracer == nil {
-		o.Tracer, o.TraceVia = t, via
+		o.Tracer, o.TraceVia = t.Pipeline(), via
 	}
 	return o
 }

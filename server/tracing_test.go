@@ -72,13 +72,13 @@ func TestEveryAPITracesItsDecisions(t *testing.T) {
 			}
 		}, false},
 		{"gateway-fasthttp", "gateway", "per-ip", func(t *testing.T, tr *tracing.Tracer) {
-			base, _ := startFastPlane(t, upstream.URL, tracedRules, GatewayOptions{HTTP: httplimit.Options{Tracer: tr}})
+			base, _ := startFastPlane(t, upstream.URL, tracedRules, GatewayOptions{HTTP: httplimit.Options{Tracer: tr.Pipeline()}})
 			for range 2 {
 				httpCall(t, base, "/x")
 			}
 		}, false},
 		{"gateway-net-http", "gateway", "per-ip", func(t *testing.T, tr *tracing.Tracer) {
-			s := httptest.NewServer(Gateway(u, planeEngine(t, tracedRules), GatewayOptions{Logger: quietLog, HTTP: httplimit.Options{Tracer: tr}}))
+			s := httptest.NewServer(Gateway(u, planeEngine(t, tracedRules), GatewayOptions{Logger: quietLog, HTTP: httplimit.Options{Tracer: tr.Pipeline()}}))
 			defer s.Close()
 			for range 2 {
 				httpCall(t, s.URL, "/x")

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httplimit"
 )
 
 // SpanName is the name of every decision's span.
@@ -158,4 +159,20 @@ func (s Span) End(res *engine.Result, err error) {
 	}
 	s.s.SetAttributes(attrs...)
 	s.s.End()
+}
+
+// Pipeline is t as the request pipeline of package httplimit calls it
+// (httplimit.Options.Tracer): nil when t is nil, so that tracing off costs
+// the pipeline nothing.
+func (t *Tracer) Pipeline() httplimit.Tracer {
+	if t == nil {
+		return nil
+	}
+	return pipelineTracer{t}
+}
+
+type pipelineTracer struct{ t *Tracer }
+
+func (p pipelineTracer) StartDecision(ctx context.Context, via string, header httplimit.HeaderCarrier) (context.Context, httplimit.DecisionSpan) {
+	return p.t.Start(ctx, via, header)
 }

@@ -91,7 +91,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	gwo := server.GatewayOptions{
 		UpstreamTLS: upstreamTLS,
-		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer},
+		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer.Pipeline()},
 		Logger:      s.log, Metrics: s.metrics,
 		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
 	}
