@@ -1,7 +1,11 @@
 // Package engine evaluates requests against a rule set: it selects the rules
 // a request matches, builds each rule's key, and takes from every enforced
-// rule in one store call, all or nothing. Around that one call it adds what
-// rules promise beyond a limit:
+// rule in one store call, all or nothing. A request enters by one of three
+// doors: [Engine.Check] (an HTTP request, from package httplimit's pipeline
+// or the JSON API), [Engine.CheckDescriptors] (Envoy's descriptors) and
+// [Engine.Charge] / [Engine.ChargeStatus] (a countOn rule's charge after the
+// response). Around the one store call it adds what rules promise beyond a
+// limit:
 //
 //   - shadow rules are evaluated in a call of their own and reported, never
 //     enforced;
@@ -9,10 +13,19 @@
 //     after it, only when the response status is listed ([Engine.Charge]);
 //   - penalties lock a key out after repeated rejections, with the lock kept
 //     in the store so it holds across gateways;
-//   - every store call has a deadline and goes through a circuit breaker; on
-//     failure each rule fails open (with a loose per-node fallback limit) or
-//     closed, as it says;
 //   - the rule set reloads atomically ([Engine.Reload], [Engine.WatchFile]):
 //     an invalid file is refused and the old rules keep serving, and rules
 //     whose definition did not change keep their counts.
+//
+// Below rule evaluation sits the store-call layer: every call to a remote
+// store has a deadline that adapts to the store and to this process's own
+// scheduling delay, and goes through a circuit breaker per store node
+// (guard.go, sched.go); it runs on a worker and is followed past its
+// deadline, so that a late reply is credited rather than counted twice
+// (late.go). A rule may wait longer for a slow store (onSlowStore: wait).
+// When a call fails, each rule answers by its fail mode (failed): closed
+// refuses; open admits within the gateway's share, its part of what the
+// store last said was left of the key (follow, fallbackTake), and what it
+// admits is owed to the store and written back when it answers (owed.go).
+// docs/architecture.md maps the hops; docs/redis.md states the bound.
 package engine

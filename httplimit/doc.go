@@ -2,6 +2,14 @@
 // (func(http.Handler) http.Handler) that checks each request against an
 // engine's rules and answers by the book when it is over a limit.
 //
+// It owns the request pipeline every HTTP plane of sluice runs,
+// Limiter.Serve: the check, the refusal, the leaky-queue delay, the
+// concurrency permit, the forwarding and, after the response, the countOn
+// charge and the settling of reservations, in that order. A plane is an
+// Exchange (the middleware's httpExchange here; the gateway's fasthttp
+// plane and forward-auth in package server) and adds nothing to the
+// request's life. The limits themselves are decided in package engine.
+//
 // A rejected request gets 429 Too Many Requests (503 when a fail-closed rule
 // cannot reach its store), Retry-After in whole seconds (at least 1, never
 // earlier than the RateLimit header's t), the IETF RateLimit-Policy and
