@@ -1,6 +1,8 @@
 package sluice_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"strings"
 	"testing"
@@ -25,6 +27,34 @@ func TestTheLibraryDoesNotImportTheServicesDependencies(t *testing.T) {
 			if strings.HasPrefix(pkg, f) {
 				t.Errorf("the library imports %s", pkg)
 			}
+		}
+	}
+}
+
+// Every file groups its imports as gofmt and goimports leave them: the
+// standard library in one group, modules after it, never mixed in one
+// group (a group is a run of lines without a blank one).
+func TestImportGroupsDoNotMixTheStandardLibraryAndModules(t *testing.T) {
+	files, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a checkout)", err)
+	}
+	for _, name := range strings.Fields(string(files)) {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		prevLine, prevStd := -2, false
+		for _, imp := range f.Imports {
+			line := fset.Position(imp.Pos()).Line
+			path := strings.Trim(imp.Path.Value, `"`)
+			std := !strings.Contains(strings.SplitN(path, "/", 2)[0], ".")
+			if line == prevLine+1 && std != prevStd {
+				t.Errorf("%s:%d: %s shares an import group with the other kind (standard library and modules)", name, line, path)
+			}
+			prevLine, prevStd = line, std
 		}
 	}
 }

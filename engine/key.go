@@ -3,9 +3,10 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/sluice-rl/sluice/rules"
 	"math"
 	"strings"
+
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // MaxKeyBytes is the longest rate-limit key a store sees as it was sent.

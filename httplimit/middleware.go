@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -15,6 +13,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/concurrency"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"

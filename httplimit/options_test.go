@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/concurrency"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	goccyyaml "github.com/goccy/go-yaml"
-	goccyparser "github.com/goccy/go-yaml/parser"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	goccyyaml "github.com/goccy/go-yaml"
+	goccyparser "github.com/goccy/go-yaml/parser"
 
 	"github.com/sluice-rl/sluice"
 	"go.yaml.in/yaml/v3"

@@ -4,12 +4,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/sluice-rl/sluice"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/httplimit"
 	"io"
 	"net/http"
 	"net/netip"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/httplimit"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"

@@ -3,12 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/propagation"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"

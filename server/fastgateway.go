@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice/tracing"
 	"io"
 	"iter"
 	"log/slog"
@@ -22,6 +21,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/sluice-rl/sluice/tracing"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"

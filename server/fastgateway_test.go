@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"github.com/sluice-rl/sluice/httplimit"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice/httplimit"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"

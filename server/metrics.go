@@ -3,9 +3,10 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/sluice-rl/sluice/concurrency"
 	"runtime"
 	"time"
+
+	"github.com/sluice-rl/sluice/concurrency"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/sluice-rl/sluice/internal/nginxtest"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/nginxtest"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/concurrency"

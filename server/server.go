@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluice-rl/sluice/concurrency"
-	"github.com/sluice-rl/sluice/tracing"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +11,9 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/sluice-rl/sluice/concurrency"
+	"github.com/sluice-rl/sluice/tracing"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluice-rl/sluice/engine"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -17,6 +16,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"

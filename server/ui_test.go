@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"github.com/sluice-rl/sluice/internal/browsertest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/engine"

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/sluice-rl/sluice/rules"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // LogRecord is one request of an access log.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 
 	"github.com/sluice-rl/sluice/rules"
 	"go.yaml.in/yaml/v3"

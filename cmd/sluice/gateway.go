@@ -7,11 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"net"
 	"net/url"
 	"os"
+
+	"github.com/sluice-rl/sluice/concurrency"
 
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/server"

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"github.com/sluice-rl/sluice/internal/browsertest"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/sim"

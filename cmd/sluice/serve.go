@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sluice-rl/sluice/concurrency"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/concurrency"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"

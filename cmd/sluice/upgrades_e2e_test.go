@@ -6,7 +6,6 @@ import (
 	"syscall"
 
 	"fmt"
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // The built gateway, default settings, against request smuggling through an

@@ -1,10 +1,11 @@
 package fleet
 
 import (
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )

@@ -3,13 +3,14 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )

@@ -2,12 +2,13 @@ package fleet
 
 import (
 	"fmt"
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
