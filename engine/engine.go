@@ -12,9 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -306,7 +306,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	// The buffer is complete: keys may now point into it.
 	for i := range res.matched {
 		m := &res.matched[i]
-		m.key = bufString(res.keyBuf[m.start:m.end])
+		m.key = view.String(res.keyBuf[m.start:m.end])
 	}
 
 	if !e.checkLocks(ctx, res, opt.DryRun) {
@@ -339,16 +339,6 @@ func (e *Engine) observe(res *Result) {
 			return
 		}
 	}
-}
-
-// bufString views b as a string without copying. Stores do not keep keys
-// past their call, and the buffer is not written again before the next
-// Check.
-func bufString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
 }
 
 // checkLocks peeks at the penalty locks of the matched rules. A locked key
@@ -928,7 +918,7 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	}
 	for i := range res.matched {
 		m := &res.matched[i]
-		m.key = bufString(res.keyBuf[m.start:m.end])
+		m.key = view.String(res.keyBuf[m.start:m.end])
 		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult)})
 	}
 	if len(res.takes) == 0 {

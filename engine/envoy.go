@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -247,7 +248,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				return err
 			}
 			wait = max(wait, c.r.SlowStoreWait)
-			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: bufString(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
+			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: view.String(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
 				DryRun: g.quota && plainRefused, // a refused request consumes no quota either
 				Charge: g.usage})
 			res.idx = append(res.idx, j)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/view"
 )
 
 // A store call that misses its deadline is answered at once, from the
@@ -138,7 +139,7 @@ func (c *storeCall) load(takes []sluice.Take, decisions int) {
 	for i := range c.takes {
 		start := len(c.keys)
 		c.keys = append(c.keys, c.takes[i].Key...)
-		c.takes[i].Key = bufString(c.keys[start:])
+		c.takes[i].Key = view.String(c.keys[start:])
 	}
 	c.out = slices.Grow(c.out[:0], decisions)[:decisions]
 	clear(c.out)

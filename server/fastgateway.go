@@ -20,8 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
+	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/tracing"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -161,13 +161,6 @@ func (g *FastGateway) Shutdown() error { return g.server.Shutdown() }
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-func b2s(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
-}
-
 func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -191,7 +184,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	// kept as sent (DisableHeaderNamesNormalizing), so they are compared in
 	// canonical form: "x-forwarded-for" is X-Forwarded-For.
 	for k, v := range ctx.Request.Header.All() {
-		ck := http.CanonicalHeaderKey(b2s(k))
+		ck := http.CanonicalHeaderKey(view.String(k))
 		if cfg.ReadsHeader(ck) {
 			st.header[ck] = append(st.header[ck], string(v))
 		}
@@ -205,7 +198,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 	}
 	uri := ctx.Request.URI()
 	st.req = rules.Request{
-		Method: b2s(ctx.Method()), Host: b2s(ctx.Host()), Path: b2s(uri.PathOriginal()), RawQuery: b2s(uri.QueryString()),
+		Method: view.String(ctx.Method()), Host: view.String(ctx.Host()), Path: view.String(uri.PathOriginal()), RawQuery: view.String(uri.QueryString()),
 		ClientIP: client, Header: st.header,
 	}
 	if cfg.NeedsBody() {
@@ -289,7 +282,7 @@ func (x *fastExchange) TraceContext() (string, httplimit.HeaderCarrier) {
 // as sent (DisableHeaderNamesNormalizing), so Peek would match one case.
 func (x *fastExchange) requestHeader(name string) string {
 	for k, v := range x.ctx.Request.Header.All() {
-		if strings.EqualFold(b2s(k), name) {
+		if strings.EqualFold(view.String(k), name) {
 			return string(v)
 		}
 	}
@@ -473,7 +466,7 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	}
 	req.Header.Set("X-Forwarded-Proto", proto)
 	// What was limited is what is served: the normalised path.
-	if path != b2s(req.URI().PathOriginal()) {
+	if path != view.String(req.URI().PathOriginal()) {
 		if q := req.URI().QueryString(); len(q) > 0 {
 			req.SetRequestURI(path + "?" + string(q))
 		} else {
@@ -628,7 +621,7 @@ func scrubHop(h fastHeader, also ...string) (f hopFields) {
 		case isHopName(k):
 			switch {
 			case foldEq(k, "Connection"):
-				for t := range strings.SplitSeq(b2s(v), ",") {
+				for t := range strings.SplitSeq(view.String(v), ",") {
 					t = strings.TrimSpace(t)
 					switch {
 					case strings.EqualFold(t, "upgrade"):
@@ -642,7 +635,7 @@ func scrubHop(h fastHeader, also ...string) (f hopFields) {
 					}
 				}
 			case foldEq(k, "Te"):
-				f.trailers = f.trailers || hasToken(b2s(v), "trailers")
+				f.trailers = f.trailers || hasToken(view.String(v), "trailers")
 			case foldEq(k, "Upgrade") && f.upgrade == "":
 				f.upgrade = strings.TrimSpace(string(v))
 			}
@@ -687,7 +680,7 @@ func isHopName(k []byte) bool {
 }
 
 func foldEq(k []byte, name string) bool {
-	return len(k) == len(name) && strings.EqualFold(b2s(k), name)
+	return len(k) == len(name) && strings.EqualFold(view.String(k), name)
 }
 
 func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
+	"github.com/sluice-rl/sluice/internal/view"
 )
 
 // Factory returns a new, empty store that reads time from clock. It may
@@ -79,6 +80,7 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("ReservationEdges", func(t *testing.T) { testReservationEdges(t, newStore) })
 	t.Run("FloorsMatchAlgo", func(t *testing.T) { testFloorsMatchAlgo(t, newStore) })
 	t.Run("FloorsKeepTheShareAbove", func(t *testing.T) { testFloorsKeepTheShareAbove(t, newStore) })
+	t.Run("KeysAreNotKeptPastTheCall", func(t *testing.T) { testKeysAreNotKeptPastTheCall(t, newStore) })
 }
 
 // limits returns one small limit per algorithm.
@@ -236,6 +238,49 @@ func testIndependence(t *testing.T, newStore Factory) {
 			}
 			if d := take1(t, s, "r1", "a", l, 1); d.Allowed {
 				t.Fatalf("drained key admitted: %+v", d)
+			}
+		})
+	}
+}
+
+// A store does not keep a key's bytes past its call (sluice.Store): callers
+// pass keys that are views of a buffer they reuse. Each take's rule, key
+// and reservation id here are views of one buffer, overwritten with another
+// key's bytes as soon as Take returns; the state of the key taken must stay
+// where the takes left it, and the other key must stay fresh.
+func testKeysAreNotKeptPastTheCall(t *testing.T, newStore Factory) {
+	for _, l := range limits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewManualClock(Epoch))
+			fresh := take1(t, s, "rule-a", "key-aaaa", l, 0).Remaining
+			buf := []byte("rule-akey-aaaahold-aaaa")
+			for i := range 3 {
+				takes := []sluice.Take{{Rule: view.String(buf[:6]), Key: view.String(buf[6:14]), Limit: l, Cost: 1}}
+				if i == 2 {
+					takes[0].Hold, takes[0].HoldFor = view.String(buf[14:]), time.Minute
+				}
+				out := make([]sluice.Decision, 1)
+				if err := s.Take(context.Background(), takes, out); err != nil || !out[0].Allowed {
+					t.Fatalf("take %d: %v %+v", i, err, out[0])
+				}
+				copy(buf, "rule-bkey-bbbbhold-bbbb") // the caller reuses its buffer
+				if got := take1(t, s, "rule-b", "key-bbbb", l, 0).Remaining; got != fresh {
+					t.Fatalf("after take %d, another key (the buffer's new bytes) has %d left, want a fresh %d: the store kept a view of the key", i, got, fresh)
+				}
+				copy(buf, "rule-akey-aaaahold-aaaa")
+			}
+			copy(buf, "rule-bkey-bbbbhold-bbbb")
+			for range 3 { // the same takes with keys of their own: what key-aaaa must have
+				take1(t, s, "rule-c", "key-cccc", l, 1)
+			}
+			want := take1(t, s, "rule-c", "key-cccc", l, 0).Remaining
+			if got := take1(t, s, "rule-a", "key-aaaa", l, 0).Remaining; got != want || want == fresh {
+				t.Fatalf("key-aaaa has %d left after 3 takes, want %d (fresh: %d)", got, want, fresh)
+			}
+			settle := sluice.Take{Rule: "rule-a", Key: "key-aaaa", Limit: l, Cost: 1, Hold: "hold-aaaa", Settle: true}
+			out := make([]sluice.Decision, 1)
+			if err := s.Take(context.Background(), []sluice.Take{settle}, out); err != nil || out[0].Reason == sluice.ReasonNoReservation {
+				t.Fatalf("the reservation opened under a reused buffer is not found by its id: %v %+v", err, out[0])
 			}
 		})
 	}
