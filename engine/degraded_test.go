@@ -380,7 +380,7 @@ func TestAFailingNodeOpensItsOwnBreaker(t *testing.T) {
 		e.Check(context.Background(), userReq("b1"), CheckOptions{}, &res)
 	}
 	e.Check(context.Background(), userReq("a1"), CheckOptions{}, &res)
-	if st := e.BreakerStates(); st["b"] != "open" || st["a"] != "closed" {
+	if st := e.Store().BreakerStates(); st["b"] != "open" || st["a"] != "closed" {
 		t.Fatalf("breakers %v, want b open and a closed", st)
 	}
 	if !res.Allowed || res.StoreError != nil || res.Statuses[0].FailedOpen {
@@ -406,13 +406,13 @@ func TestACountOnChargeIsCountedWhileTheStoreFails(t *testing.T) {
 	if res := f.check(t, req()); res.Allowed {
 		t.Fatal("a fourth login after three failures while the store was down was admitted: the failures were not counted")
 	}
-	if o := f.e.Owed(); o.Owed != 3 {
+	if o := f.e.Store().Owed(); o.Owed != 3 {
 		t.Fatalf("owed %d units, want the 3 failures", o.Owed)
 	}
 	f.store.mode.Store(0)
-	for deadline := time.Now().Add(10 * time.Second); f.e.Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); f.e.Store().Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("still owed after 10 s: %+v", f.e.Owed())
+			t.Fatalf("still owed after 10 s: %+v", f.e.Store().Owed())
 		}
 		r := req()
 		r.Header.Set("X-User-Id", "traffic") // a store call that kicks the write-back
@@ -458,7 +458,7 @@ func TestAChargeStatusIsCountedWhileTheStoreFails(t *testing.T) {
 	if got := f.check(t, req()); got.Allowed {
 		t.Fatal("a fourth login after three failures charged while the store was down was admitted")
 	}
-	if o := f.e.Owed(); o.Owed != 3 {
+	if o := f.e.Store().Owed(); o.Owed != 3 {
 		t.Fatalf("owed %d, want the 3 failures", o.Owed)
 	}
 }

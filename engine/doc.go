@@ -17,8 +17,8 @@
 //     an invalid file is refused and the old rules keep serving, and rules
 //     whose definition did not change keep their counts.
 //
-// Below rule evaluation sits the store-call layer: every call to a remote
-// store has a deadline that adapts to the store and to this process's own
+// Below rule evaluation sits [StoreClient], the engine's one way to its
+// store ([Engine.Store]): every call to a remote store has a deadline that adapts to the store and to this process's own
 // scheduling delay, and goes through a circuit breaker per store node
 // (guard.go, sched.go); it runs on a worker and is followed past its
 // deadline, so that a late reply is credited rather than counted twice

@@ -79,19 +79,11 @@ type Options struct {
 // Engine evaluates requests against the current rule set. It is safe for
 // concurrent use.
 type Engine struct {
-	answering atomic.Bool       // the last store call succeeded (see owed: late debts)
+	client    *StoreClient      // every store call goes through it
 	load      rules.LoadOptions // how reloads load several files
-	store     sluice.Store
 	fallback  sluice.Store
-	local     bool
-	parts     Partitioner // nil unless the store has independent nodes
-	guard     *guard
-	reached   atomic.Bool // the store has answered since start
-	owed      owed        // degraded admissions to charge to the store
-	openFor   time.Duration
 	gateways  func() int
 	log       *slog.Logger
-	onCall    func(time.Duration, error)
 	set       atomic.Pointer[ruleSet]
 	reloads   [2]atomic.Uint64 // ok, failed
 	overrides *overrides
@@ -99,13 +91,6 @@ type Engine struct {
 	onReject  func(rule, key string)
 	onLock    func(rule, key string, d time.Duration)
 	pressure  func() float64
-
-	// Store calls run graced (see late.go): calls, and calls whose caller
-	// answers a failure for the store.
-	calls, owingCalls graced
-	lateGrace         time.Duration
-	workers           workers
-	reaper            reaper
 
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
@@ -115,9 +100,6 @@ type Engine struct {
 	filesErr error
 }
 
-// ErrBreakerOpen is the store error while the circuit breaker is open.
-var ErrBreakerOpen = errors.New("engine: store circuit breaker is open")
-
 // New returns an engine serving cfg.
 func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if o.Store == nil {
@@ -126,61 +108,20 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("engine: no rule set")
 	}
-	e := &Engine{store: o.Store, load: o.Load, fallback: o.Fallback, log: o.Logger, onCall: o.OnStoreCall, gateways: o.Gateways, decisions: o.DecisionLog,
+	e := &Engine{load: o.Load, fallback: o.Fallback, log: o.Logger, gateways: o.Gateways, decisions: o.DecisionLog,
 		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	_, e.local = o.Store.(sluice.NonBlocking)
-	e.parts, _ = o.Store.(Partitioner)
-	e.openFor = o.BreakerOpenFor
-	if e.openFor <= 0 {
-		e.openFor = DefaultBreakerOpenFor
-	}
-	e.guard = newGuard(&o, func(partition, from, to string) {
-		// One line per transition of one partition's breaker.
-		node := partition
-		if node == "" {
-			node = o.StoreName
-		}
-		e.log.Warn("sluice: store circuit breaker", "node", node, "from", from, "to", to)
-		if o.OnBreakerChange != nil {
-			o.OnBreakerChange(from, to)
-		}
+	e.client = newStoreClient(&o, e.log, func(rule string) bool {
+		r := e.set.Load().find(rule)
+		return r != nil && writesBack(r)
 	})
-	e.calls, e.owingCalls = graced{e: e}, graced{e: e, owes: true}
-	e.lateGrace, e.workers.work = lateGrace, make(chan *storeCall)
 	e.set.Store(compile(cfg))
 	return e, nil
 }
-
-// BreakerState returns the worst state of the store's circuit breakers
-// (one per store node): "closed", "half-open" or "open".
-func (e *Engine) BreakerState() string { return e.guard.worst() }
-
-// Guarded reports whether store calls are guarded by a deadline and
-// breakers: a remote store's are; an embedded one, which never blocks,
-// needs neither.
-func (e *Engine) Guarded() bool { return !e.local }
-
-// StoreDeadline returns the deadline a store call gets now, and the part
-// of it that this process's recent scheduling latency adds (see guard.go).
-func (e *Engine) StoreDeadline() (deadline, scheduling time.Duration) {
-	ext := time.Duration(e.guard.sched.delay.Load())
-	return e.guard.deadline() + ext, ext
-}
-
-// StoreWorkers returns how many goroutines run store calls (see late.go),
-// and how many of them wait for work.
-func (e *Engine) StoreWorkers() (running, idle int64) {
-	return e.workers.n.Load(), e.workers.idle.Load()
-}
-
-// BreakerStates returns the state of each store node's circuit breaker, by
-// node ("" for a store of one node).
-func (e *Engine) BreakerStates() map[string]string { return e.guard.states() }
 
 // Config returns the rule set being served.
 func (e *Engine) Config() *rules.Config { return e.set.Load().cfg }
@@ -361,11 +302,11 @@ func (e *Engine) checkLocks(ctx context.Context, res *Result, dry bool) bool {
 	}
 	decs := res.decisions(len(res.takes))
 	var storeErr error
-	if e.local {
-		storeErr = e.call(ctx, res.takes, decs)
+	if e.client.local {
+		storeErr = e.client.call(ctx, res.takes, decs)
 	} else {
 		start := time.Now()
-		storeErr = e.call(ctx, res.takes, decs)
+		storeErr = e.client.call(ctx, res.takes, decs)
 		res.StoreTime += time.Since(start)
 	}
 	res.lockDecs = slices.Grow(res.lockDecs[:0], len(res.takes))[:len(res.takes)]
@@ -494,7 +435,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 // stack would escape through the store's interface, an allocation per
 // take.
 func (e *Engine) follow(ctx context.Context, res *Result, r *rule, l sluice.Limit, tk *sluice.Take, d *sluice.Decision) {
-	if e.local || e.fallback == nil || r.FailClosed {
+	if e.client.local || e.fallback == nil || r.FailClosed {
 		return
 	}
 	fb := &res.mirrorTake[0]
@@ -540,7 +481,7 @@ func (e *Engine) Refund(ctx context.Context, res *Result) {
 		if st.hold { // the reservation closes with it
 			takes[0].Hold = res.hold
 		}
-		e.call(ctx, takes[:], out[:])
+		e.client.call(ctx, takes[:], out[:])
 		st.taken, st.hold = 0, false
 	}
 }
@@ -554,7 +495,7 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error, dry bool) {
 		d := sluice.Decision{Rule: m.r.ID, Limit: m.r.Limit, Allowed: true}
 		if m.r.FailClosed {
 			d.Allowed, d.Reason = false, sluice.ReasonUnavailable
-			d.RetryAfter = e.breakerRetry()
+			d.RetryAfter = e.client.breakerRetry()
 			st := res.add(m.r, m.key, d)
 			st.FailedClosed = true
 			continue
@@ -587,7 +528,7 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 		d.Rule, d.Limit, d.Remaining = r.ID, l, d.Remaining/n
 	}
 	if d.Allowed && tk.Cost > 0 && !tk.DryRun && writesBack(r) {
-		e.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
+		e.client.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
 	}
 	return d
 }
@@ -601,10 +542,6 @@ func writesBack(r *rule) bool {
 	}
 	return false
 }
-
-// breakerRetry suggests when to retry a request refused for a failing store:
-// when the breaker will next let a probe through.
-func (e *Engine) breakerRetry() time.Duration { return e.openFor }
 
 // degradedLimit is how a fail-open rule counts in the fallback store while
 // the store fails: under its own fallback limit if it has one (cost as
@@ -642,7 +579,7 @@ func (e *Engine) shadowed(ctx context.Context, res *Result, mult int64, dry bool
 		return
 	}
 	decs := res.decisions(len(res.takes))
-	if err := e.call(ctx, res.takes, decs); err != nil {
+	if err := e.client.call(ctx, res.takes, decs); err != nil {
 		return // a shadow rule never affects the answer, not even by failing
 	}
 	for j, d := range decs {
@@ -683,7 +620,7 @@ func (e *Engine) penalize(ctx context.Context, res *Result) {
 // callOrFallback makes a store call, or, if the store fails, the same call
 // on the fallback store.
 func (e *Engine) callOrFallback(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	err := e.call(ctx, takes, out)
+	err := e.client.call(ctx, takes, out)
 	if err != nil && e.fallback != nil {
 		err = e.fallback.Take(ctx, takes, out)
 	}
@@ -713,7 +650,7 @@ func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Tak
 	r.stats.charged.Add(1)
 	takes := [1]sluice.Take{tk}
 	var out [1]sluice.Decision
-	err := e.callWithDebts(ctx, r.SlowStoreWait, takes[:], out[:])
+	err := e.client.callWithDebts(ctx, r.SlowStoreWait, takes[:], out[:])
 	if err == nil {
 		e.follow(ctx, res, r, r.Limit, &takes[0], &out[0]) // the share knows what the store has left
 		return out[0], nil
@@ -731,58 +668,6 @@ func counts(statuses []int, status int) bool {
 	return false
 }
 
-// call makes one store call, bounded by the deadline and the breaker of the
-// store node it goes to, unless the store never blocks.
-//
-// The call does not end when the client goes: it is detached from ctx's
-// cancellation and deadline and bounded by the store deadline alone. A
-// client that hangs up, or sends a gRPC deadline of 200µs, therefore can
-// neither make a started take vanish half-accounted nor count as a store
-// failure towards the breaker: only the store's own failures do.
-//
-// A store that never blocks gets context.Background() instead: it has no
-// use for the request's values, and wrapping ctx would be an allocation on
-// every check.
-func (e *Engine) call(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	return e.callVia(ctx, &e.calls, 0, takes, out)
-}
-
-// callVia is call through s: e.calls, or e.owingCalls for a caller that
-// answers a failed call from the gateway's share (see late.go); wait is
-// how long the caller waits for a slow store (see guard.call).
-func (e *Engine) callVia(ctx context.Context, s *graced, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
-	if e.local {
-		return e.store.Take(context.Background(), takes, out)
-	}
-	ctx = context.WithoutCancel(ctx)
-	partition := ""
-	if e.parts != nil && len(takes) > 0 {
-		partition = e.parts.Partition(&takes[0])
-	}
-	start := time.Now()
-	err := e.guard.call(ctx, s, partition, wait, takes, out)
-	if e.onCall != nil {
-		e.onCall(time.Since(start), err)
-	}
-	if err == nil {
-		if !e.reached.Load() {
-			e.reached.Store(true)
-		}
-		if !e.answering.Load() {
-			e.answering.Store(true)
-		}
-		e.owed.kick(e) // the store answers: charge it what was admitted without it
-	} else if e.answering.Load() {
-		e.answering.Store(false)
-	}
-	return err
-}
-
-// StoreReached reports whether the store has answered a call since the
-// engine started (always true for a store that never blocks). A store that
-// has never answered may be misnamed rather than down: readiness says so.
-func (e *Engine) StoreReached() bool { return e.local || e.reached.Load() }
-
 // ErrNoRule is returned for a rule id the rule set does not have.
 var ErrNoRule = errors.New("engine: no such rule")
 
@@ -797,7 +682,7 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 	}
 	key = StoreKey(key)
 	out := make([]sluice.Decision, 1)
-	if err := e.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.store}}, out); err != nil {
+	if err := e.client.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.store}}, out); err != nil {
 		return sluice.Decision{}, 0, err
 	}
 	if r.Adaptive {
@@ -808,7 +693,7 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 		// The lock is one unit per block: taken, it comes back (ResetAfter)
 		// when the lock ends.
 		lk := make([]sluice.Decision, 1)
-		if e.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil && lk[0].Remaining == 0 {
+		if e.client.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil && lk[0].Remaining == 0 {
 			locked = max(lk[0].ResetAfter, 1)
 		}
 	}
@@ -832,7 +717,7 @@ func (e *Engine) Reset(ruleID, key string) (bool, error) {
 		return false, ErrNoRule
 	}
 	key = StoreKey(key)
-	f, ok := e.store.(Forgetter)
+	f, ok := e.client.store.(Forgetter)
 	if !ok {
 		return false, ErrCannotReset
 	}
@@ -859,29 +744,6 @@ func (rs *ruleSet) find(id string) *rule {
 	}
 	return nil
 }
-
-// Preloader is implemented by stores that load something once before they
-// can answer promptly, such as the Redis store's scripts.
-type Preloader interface {
-	Preload(ctx context.Context) error
-}
-
-// Ping checks that the store answers: its preload (if any), then one peek
-// on a key of its own.
-func (e *Engine) Ping(ctx context.Context) error {
-	if p, ok := e.store.(Preloader); ok {
-		ctx, cancel := context.WithTimeout(ctx, time.Second) // loading scripts on every node
-		err := p.Preload(ctx)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	var out [1]sluice.Decision
-	return e.call(ctx, []sluice.Take{{Rule: "sluice#ping", Key: "ping", Limit: pingLimit}}, out[:])
-}
-
-var pingLimit = sluice.Limit{Rate: 1, Period: time.Second}
 
 // ChargeStatus charges the countOn rules that req matches and whose status
 // list holds status, as Charge does after a check: for callers that check

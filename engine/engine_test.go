@@ -343,7 +343,7 @@ func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
 	for range 3 {
 		f.check(t, userReq("u"))
 	}
-	if s := f.e.BreakerState(); s != "open" {
+	if s := f.e.Store().BreakerState(); s != "open" {
 		t.Fatalf("breaker %s after 3 failures, want open", s)
 	}
 	calls := f.store.calls.Load()
@@ -365,9 +365,9 @@ func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
 	}
 	g.store.mode.Store(0) // the store is back
 	deadline := time.Now().Add(10 * time.Second)
-	for g.e.BreakerState() != "closed" {
+	for g.e.Store().BreakerState() != "closed" {
 		if time.Now().After(deadline) {
-			t.Fatalf("breaker never closed: %s", g.e.BreakerState())
+			t.Fatalf("breaker never closed: %s", g.e.Store().BreakerState())
 		}
 		time.Sleep(2 * time.Millisecond)
 		g.check(t, userReq("u"))

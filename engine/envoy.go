@@ -291,7 +291,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			case g.shadow:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
 			case c.r.FailClosed:
-				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.breakerRetry()}
+				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.client.breakerRetry()}
 				st.FailedClosed = true
 			case g.usage:
 				// Spent all the same: charged to the share, and owed.

@@ -42,7 +42,7 @@ import (
 //     Cluster a stopped master opens only its own breaker, and only the keys
 //     it owns are degraded.
 //   - Only the store's own failures count. A call is detached from its
-//     client (see Engine.call), so clients that hang up or send tiny gRPC
+//     client (see StoreClient.call), so clients that hang up or send tiny gRPC
 //     deadlines never count as failures; and a process too busy to read
 //     the store's reply in time is given the time it lately took to run a
 //     goroutine (see schedWatch), so that its own slowness is not taken

@@ -65,7 +65,7 @@ func TestClientCancellationsNeverOpenTheBreaker(t *testing.T) {
 			t.Fatalf("call %d with a client context that is done: allowed=%v store error=%v", i, res.Allowed, res.StoreError)
 		}
 	}
-	if s := f.e.BreakerState(); s != "closed" {
+	if s := f.e.Store().BreakerState(); s != "closed" {
 		t.Fatalf("breaker %s after 40 client cancellations", s)
 	}
 	if res := f.check(t, userReq("other")); !res.Allowed {
@@ -303,7 +303,7 @@ func TestAFallbackKeyIsBoundedAtMaxKeyBytes(t *testing.T) {
 // again (10 s at most).
 func (f *fixture) waitBreakerClosed(t *testing.T) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); f.e.BreakerState() != "closed"; time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); f.e.Store().BreakerState() != "closed"; time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the breaker never closed")
 		}

@@ -79,7 +79,7 @@ const workerIdle = 2 * time.Second
 // write-back (flush). Only the ledger's charges and refunds, and a
 // request's takes, are credited.
 type graced struct {
-	e    *Engine
+	c    *StoreClient
 	owes bool
 }
 
@@ -155,26 +155,26 @@ func (c *storeCall) release() {
 }
 
 func (g *graced) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
-	e := g.e
+	sc := g.c
 	deadline, ok := ctx.Deadline()
-	if !ok || e.lateGrace <= 0 {
-		return e.store.Take(ctx, takes, out)
+	if !ok || sc.lateGrace <= 0 {
+		return sc.store.Take(ctx, takes, out)
 	}
 	c := storeCalls.Get().(*storeCall)
 	c.load(takes, len(out))
-	c.owes, c.parent, c.sendBy, c.deadline = g.owes, ctx, deadline, deadline.Add(e.lateGrace)
-	if !e.workers.dispatch(e, c) {
+	c.owes, c.parent, c.sendBy, c.deadline = g.owes, ctx, deadline, deadline.Add(sc.lateGrace)
+	if !sc.workers.dispatch(sc, c) {
 		c.release()
-		return e.store.Take(ctx, takes, out) // maxGraced calls are out
+		return sc.store.Take(ctx, takes, out) // maxGraced calls are out
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		e.reaper.add(c) // before the caller lets go, so the worker finds it there
+		sc.reaper.add(c) // before the caller lets go, so the worker finds it there
 		if c.state.CompareAndSwap(callRunning, callAbandoned) {
 			return ctx.Err()
 		}
-		e.reaper.remove(c)
+		sc.reaper.remove(c)
 		<-c.done // the reply came as the deadline passed: it is in time
 	}
 	copy(out, c.out)
@@ -188,14 +188,14 @@ func (g *graced) Take(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 
 // serve runs a call on a worker and hands it back to its caller, or, if
 // the caller answered without it, settles its late reply.
-func (e *Engine) serve(c *storeCall) {
-	c.run(e.store)
+func (sc *StoreClient) serve(c *storeCall) {
+	c.run(sc.store)
 	if c.state.CompareAndSwap(callRunning, callAnswered) {
 		c.done <- struct{}{}
 		return
 	}
-	e.reaper.remove(c)
-	e.lateReply(c)
+	sc.reaper.remove(c)
+	sc.lateReply(c)
 	c.release()
 }
 
@@ -228,7 +228,7 @@ type workers struct {
 
 // dispatch hands c to an idle worker, or starts one; false when maxGraced
 // workers are busy.
-func (w *workers) dispatch(e *Engine, c *storeCall) bool {
+func (w *workers) dispatch(sc *StoreClient, c *storeCall) bool {
 	for {
 		k := w.idle.Load()
 		if k == 0 {
@@ -243,16 +243,16 @@ func (w *workers) dispatch(e *Engine, c *storeCall) bool {
 		w.n.Add(-1)
 		return false
 	}
-	go w.run(e, c)
+	go w.run(sc, c)
 	return true
 }
 
-func (w *workers) run(e *Engine, c *storeCall) {
+func (w *workers) run(sc *StoreClient, c *storeCall) {
 	defer w.n.Add(-1)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		e.serve(c)
+		sc.serve(c)
 		idle.Reset(workerIdle)
 		w.idle.Add(1)
 		select {
@@ -328,16 +328,16 @@ func (r *reaper) run() {
 
 // lateReply credits what a call answered after its deadline counted in the
 // store (see above).
-func (e *Engine) lateReply(c *storeCall) {
+func (sc *StoreClient) lateReply(c *storeCall) {
 	switch {
 	case errors.Is(c.err, sluice.ErrNotSent):
-		e.owed.lateUnsent.Add(1) // applied nothing: the ledger is right
+		sc.owed.lateUnsent.Add(1) // applied nothing: the ledger is right
 		return
 	case c.err != nil:
-		e.owed.lateLost.Add(1)
+		sc.owed.lateLost.Add(1)
 		return
 	}
-	e.owed.lateAnswered.Add(1)
+	sc.owed.lateAnswered.Add(1)
 	admitted := true // every take that counts was admitted, so all counted
 	for i := range c.takes {
 		if tk := &c.takes[i]; consumes(tk) && !c.out[i].Allowed {
@@ -345,25 +345,19 @@ func (e *Engine) lateReply(c *storeCall) {
 		}
 	}
 	now := time.Now()
-	var rs *ruleSet
 	for i := range c.takes {
 		tk := &c.takes[i]
 		switch {
 		case tk.Charge, c.owes && tk.Cost < 0:
 			// A debt (a charge) or a credit (a refund) from the ledger:
 			// applied, so what the failed call owed again is cancelled.
-			e.owed.owe(tk.Rule, tk.Key, tk.Limit, -tk.Cost, now, false)
+			sc.owed.owe(tk.Rule, tk.Key, tk.Limit, -tk.Cost, now, false)
 		case !c.owes || !admitted || !consumes(tk) || tk.Hold != "":
-		default:
-			if rs == nil {
-				rs = e.set.Load()
-			}
-			if r := rs.find(tk.Rule); r != nil && writesBack(r) {
-				e.owed.owe(tk.Rule, tk.Key, tk.Limit, -tk.Cost, now, false)
-			}
+		case sc.owesRule(tk.Rule):
+			sc.owed.owe(tk.Rule, tk.Key, tk.Limit, -tk.Cost, now, false)
 		}
 	}
-	e.owed.kick(e)
+	sc.owed.kick(sc)
 }
 
 // consumes reports whether a take consumes its cost if its call is admitted.

@@ -37,7 +37,7 @@ func BenchmarkCheckOnRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			if !graced {
-				e.lateGrace = 0
+				e.client.lateGrace = 0
 			}
 			var failed atomic.Int64
 			b.SetParallelism(32)

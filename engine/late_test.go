@@ -14,8 +14,8 @@ import (
 func lateFixture(t *testing.T, src string) *fixture {
 	t.Helper()
 	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.owed.flowing.Store(true)
-	t.Cleanup(func() { f.e.owed.flowing.Store(false) })
+	f.e.client.owed.flowing.Store(true)
+	t.Cleanup(func() { f.e.client.owed.flowing.Store(false) })
 	return f
 }
 
@@ -31,7 +31,7 @@ func slowStore(f *fixture) (release func()) {
 func waitLate(t *testing.T, f *fixture, n int64) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		o := f.e.Owed()
+		o := f.e.Store().Owed()
 		if o.LateAnswered+o.LateLost+o.LateUnsent >= n {
 			return
 		}
@@ -72,7 +72,7 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 			t.Fatal("refused on the share")
 		}
 	}
-	f.e.answering.Store(true) // as if a call of another key had just succeeded: debts ride
+	f.e.client.answering.Store(true) // as if a call of another key had just succeeded: debts ride
 	release := slowStore(f)
 	for i := range 3 { // late: each admitted on the share and owed; the first carries the 5
 		res := f.check(t, userReq("v"))
@@ -80,16 +80,16 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 			t.Fatalf("late call %d: %+v, want admitted on the share", i, res.Decision)
 		}
 	}
-	if o := f.e.Owed(); o.Owed != 8 {
+	if o := f.e.Store().Owed(); o.Owed != 8 {
 		t.Fatalf("owed %+v, want 8 while the late calls are out", o)
 	}
 	release()
 	waitLate(t, f, 6) // 3 calls of the enforced rules, 3 of the shadow rule
-	o := f.e.Owed()
+	o := f.e.Store().Owed()
 	if o.Owed != 0 || o.Credit != 0 || o.LateAnswered != 6 {
 		t.Fatalf("after the late replies: %+v, want nothing owed: each applied its take and the first its 5", o)
 	}
-	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
 	// 10 + 5 + 3 admitted; the store counts each once.
 	if got := stored(t, f, "v"); got != 18 {
 		t.Fatalf("the store counts %d, want 18 (26 when the late calls are counted twice)", got)
@@ -112,14 +112,14 @@ func TestALateReplyRefundsWhatTheGatewayRefused(t *testing.T) {
 	}
 	release()
 	waitLate(t, f, 4)
-	if o := f.e.Owed(); o.Credit != 4 || o.Owed != 0 {
+	if o := f.e.Store().Owed(); o.Credit != 4 || o.Owed != 0 {
 		t.Fatalf("after the late replies: %+v, want 4 units to give back", o)
 	}
 	if got := stored(t, f, "w"); got != 14 {
 		t.Fatalf("before the refund the store counts %d, want 14", got)
 	}
-	f.e.owed.flush(context.Background(), f.e, time.Now())
-	if o := f.e.Owed(); o.Credit != 0 || o.Refunded != 4 {
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	if o := f.e.Store().Owed(); o.Credit != 0 || o.Refunded != 4 {
 		t.Fatalf("after the write-back: %+v, want the 4 refunded", o)
 	}
 	if got := stored(t, f, "w"); got != 10 {
@@ -150,46 +150,46 @@ func TestACreditAndItsDebtNetInEitherOrder(t *testing.T) {
 // deadline as before, and the count of running calls goes back to zero.
 func TestGracedCallsAreBounded(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1 << 20})
-	f.e.workers.n.Store(maxGraced) // as if maxGraced workers were busy
+	f.e.client.workers.n.Store(maxGraced) // as if maxGraced workers were busy
 	release := slowStore(f)
 	res := f.check(t, userReq("x"))
 	release()
-	if res.StoreError == nil || f.e.Owed().LateAnswered != 0 {
-		t.Fatalf("a call past the bound: %+v", f.e.Owed())
+	if res.StoreError == nil || f.e.Store().Owed().LateAnswered != 0 {
+		t.Fatalf("a call past the bound: %+v", f.e.Store().Owed())
 	}
 	time.Sleep(10 * time.Millisecond)
-	if o := f.e.Owed(); o.LateAnswered+o.LateLost != 0 {
+	if o := f.e.Store().Owed(); o.LateAnswered+o.LateLost != 0 {
 		t.Fatalf("a call past the bound was graced: %+v", o)
 	}
-	if n := f.e.workers.n.Load(); n != maxGraced {
+	if n := f.e.client.workers.n.Load(); n != maxGraced {
 		t.Fatalf("%d workers counted after a call past the bound, want %d: the count drifts", n, maxGraced)
 	}
 	// One below the bound, a call is still followed: the bound is
 	// maxGraced workers, not one less.
-	f.e.workers.n.Store(maxGraced - 1)
+	f.e.client.workers.n.Store(maxGraced - 1)
 	release = slowStore(f)
 	f.check(t, userReq("x"))
 	release()
 	waitLate(t, f, 1)
-	if o := f.e.Owed(); o.LateAnswered != 1 {
+	if o := f.e.Store().Owed(); o.LateAnswered != 1 {
 		t.Fatalf("the call that made maxGraced workers was not followed: %+v", o)
 	}
-	for deadline := time.Now().Add(10 * time.Second); f.e.workers.n.Load() != maxGraced-1; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); f.e.client.workers.n.Load() != maxGraced-1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d workers after the followed call ended, want %d", f.e.workers.n.Load(), maxGraced-1)
+			t.Fatalf("%d workers after the followed call ended, want %d", f.e.client.workers.n.Load(), maxGraced-1)
 		}
 	}
-	f.e.workers.n.Store(0)
+	f.e.client.workers.n.Store(0)
 	for range 5 {
 		f.check(t, userReq("x"))
 	}
-	if n := f.e.workers.n.Load(); n != 1 {
+	if n := f.e.client.workers.n.Load(); n != 1 {
 		t.Fatalf("%d workers after 5 calls one after another, want 1", n)
 	}
 	// The one worker, done, counts itself idle once: a dispatcher's claim
 	// takes exactly one idle worker, so idle never drifts from the truth.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		running, idle := f.e.StoreWorkers()
+		running, idle := f.e.Store().Workers()
 		if running == 1 && idle == 1 {
 			break
 		}
@@ -214,24 +214,24 @@ func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
 	}
 	release()
 	waitLate(t, f, 1)
-	if o := f.e.Owed(); o.Credit != 0 || o.Owed != 0 || o.LateAnswered != 1 {
+	if o := f.e.Store().Owed(); o.Credit != 0 || o.Owed != 0 || o.LateAnswered != 1 {
 		t.Fatalf("after a late refusal: %+v, want nothing credited", o)
 	}
 
 	// A grace of several reaper rounds (100 ms each): the reaper goes on
 	// while a call is still within its grace, and closes it after.
-	f.e.lateGrace = 350 * time.Millisecond
+	f.e.client.lateGrace = 350 * time.Millisecond
 	f.store.mode.Store(1) // down: 5 admitted on the share, owed
 	for range 5 {
 		f.check(t, userReq("v"))
 	}
-	f.e.answering.Store(true)
+	f.e.client.answering.Store(true)
 	f.store.mode.Store(2) // hung past the grace: the reply never comes
 	if res := f.check(t, userReq("v")); !res.Allowed {
 		t.Fatalf("refused on the share: %+v", res.Decision)
 	}
 	waitLate(t, f, 2)
-	if o := f.e.Owed(); o.Owed != 6 || o.Credit != 0 || o.LateLost != 1 {
+	if o := f.e.Store().Owed(); o.Owed != 6 || o.Credit != 0 || o.LateLost != 1 {
 		t.Fatalf("after a lost reply: %+v, want the 5 carried and 1 admitted owed", o)
 	}
 }
@@ -245,7 +245,7 @@ func TestAnUnsentCallIsNotCredited(t *testing.T) {
 	for range 5 {
 		f.check(t, userReq("v"))
 	}
-	f.e.answering.Store(true)
+	f.e.client.answering.Store(true)
 	release := slowStore(f)
 	f.store.mode.Store(5)
 	if res := f.check(t, userReq("v")); !res.Allowed {
@@ -253,7 +253,7 @@ func TestAnUnsentCallIsNotCredited(t *testing.T) {
 	}
 	release()
 	waitLate(t, f, 1)
-	if o := f.e.Owed(); o.LateUnsent != 1 || o.Owed != 6 || o.Credit != 0 {
+	if o := f.e.Store().Owed(); o.LateUnsent != 1 || o.Owed != 6 || o.Credit != 0 {
 		t.Fatalf("after an unsent call: %+v, want it counted unsent, and the 5 it carried and 1 admitted owed", o)
 	}
 }
@@ -268,18 +268,18 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 		f.check(t, userReq("w"))
 	}
 	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	f.e.owed.owe("r", "w", l, -3, time.Now(), false) // 3 the store counted and the gateway refused
+	f.e.client.owed.owe("r", "w", l, -3, time.Now(), false) // 3 the store counted and the gateway refused
 	release := slowStore(f)
-	f.e.owed.flush(context.Background(), f.e, time.Now()) // misses its deadline: owed back again
-	if o := f.e.Owed(); o.Credit != 3 {
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now()) // misses its deadline: owed back again
+	if o := f.e.Store().Owed(); o.Credit != 3 {
 		t.Fatalf("after a refund that missed its deadline: %+v, want 3 to give back still", o)
 	}
 	release()
 	waitLate(t, f, 1)
-	if o := f.e.Owed(); o.Credit != 0 || o.Owed != 0 {
+	if o := f.e.Store().Owed(); o.Credit != 0 || o.Owed != 0 {
 		t.Fatalf("after the refund's late reply: %+v, want nothing left to give back", o)
 	}
-	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
 	if got := stored(t, f, "w"); got != 7 {
 		t.Fatalf("the store counts %d, want 7 (10 less 3, refunded once)", got)
 	}
@@ -292,8 +292,8 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
 	src := "rules:\n  - {id: r, match: {path: /login}, key: [user], rate: 100, per: 1h, countOn: {status: [401]}}\n"
 	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000, Gateways: func() int { return 4 }})
-	f.e.owed.flowing.Store(true)
-	t.Cleanup(func() { f.e.owed.flowing.Store(false) })
+	f.e.client.owed.flowing.Store(true)
+	t.Cleanup(func() { f.e.client.owed.flowing.Store(false) })
 	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
 	for range 25 { // charged through the store and mirrored: the share of 25 is spent
 		f.e.Charge(context.Background(), f.check(t, req()), 401)
@@ -306,8 +306,8 @@ func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
 	f.e.Charge(context.Background(), res, 401) // past its deadline
 	release()
 	waitLate(t, f, 1)
-	f.e.owed.flush(context.Background(), f.e, time.Now())
-	if o := f.e.Owed(); o.Owed != 0 || o.Credit != 0 {
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	if o := f.e.Store().Owed(); o.Owed != 0 || o.Credit != 0 {
 		t.Fatalf("after the late reply and a flush: %+v, want nothing owed or credited", o)
 	}
 	if d, _, _ := f.e.Inspect(context.Background(), "r", "u"); d.Remaining != 100-26 {

@@ -51,7 +51,7 @@ import (
 // Writing back needs no goroutine of its own: a call that succeeds while
 // something is owed starts one flush (kick), which charges in batches of
 // one store node each and stops at the first failure; so does a heartbeat
-// the store answers (StoreAnswered).
+// the store answers (StoreClient.Answered).
 type owed struct {
 	mu       sync.Mutex
 	debts    map[owedKey]*debt
@@ -154,7 +154,7 @@ func (o *owed) settle(err error, charges []sluice.Take, firsts []time.Time) {
 }
 
 // kick starts a flush if something is owed and none ran lately.
-func (o *owed) kick(e *Engine) {
+func (o *owed) kick(c *StoreClient) {
 	if !o.pending.Load() || o.flowing.Load() {
 		return
 	}
@@ -167,7 +167,7 @@ func (o *owed) kick(e *Engine) {
 	}
 	go func() {
 		defer o.flowing.Store(false)
-		o.flush(context.Background(), e, time.Now())
+		o.flush(context.Background(), c, time.Now())
 	}()
 }
 
@@ -175,14 +175,14 @@ func (o *owed) kick(e *Engine) {
 // time, until a call fails. Debts past their period are dropped. Only the
 // batch being charged is in flight: the rest stay owed, for requests of
 // their keys to carry.
-func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
+func (o *owed) flush(ctx context.Context, c *StoreClient, now time.Time) {
 	for {
-		takes, firsts, landed := o.board(e, now)
+		takes, firsts, landed := o.board(c, now)
 		if len(takes) == 0 {
 			return
 		}
 		out := make([]sluice.Decision, len(takes))
-		err := e.callVia(ctx, &e.owingCalls, 0, takes, out) // its late reply settles what it carried
+		err := c.callVia(ctx, &c.owingCalls, 0, takes, out) // its late reply settles what it carried
 		o.land(takes, landed)
 		o.settle(err, takes, firsts)
 		close(landed)
@@ -194,7 +194,7 @@ func (o *owed) flush(ctx context.Context, e *Engine, now time.Time) {
 
 // board takes up to maxChargeBatch debts of one store node off the ledger
 // into flight, dropping the expired ones it meets.
-func (o *owed) board(e *Engine, now time.Time) ([]sluice.Take, []time.Time, chan struct{}) {
+func (o *owed) board(c *StoreClient, now time.Time) ([]sluice.Take, []time.Time, chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var takes []sluice.Take
@@ -209,8 +209,8 @@ func (o *owed) board(e *Engine, now time.Time) ([]sluice.Take, []time.Time, chan
 		// A credit goes back as a refund, which the store applies
 		// whatever the other takes of the call decide, as a charge.
 		tk := sluice.Take{Rule: k.rule, Key: k.key, Limit: d.limit, Cost: d.units, Charge: d.units > 0}
-		if e.parts != nil {
-			p := e.parts.Partition(&tk)
+		if c.parts != nil {
+			p := c.parts.Partition(&tk)
 			if chosen && p != part {
 				continue
 			}
@@ -267,8 +267,8 @@ type OwedStats struct {
 }
 
 // Owed returns the ledger of degraded admissions (see owed).
-func (e *Engine) Owed() OwedStats {
-	o := &e.owed
+func (c *StoreClient) Owed() OwedStats {
+	o := &c.owed
 	var st OwedStats
 	add := func(units int64) {
 		st.Owed += max(units, 0)
@@ -288,24 +288,24 @@ func (e *Engine) Owed() OwedStats {
 	return st
 }
 
-// StoreAnswered tells the engine that the store answered a call made
-// outside it (the membership heartbeat): what is owed is written back now,
-// not only once a request of this gateway reaches the store. A gateway that
+// Answered tells the client that the store answered a call made outside
+// it (the membership heartbeat): what is owed is written back now, not
+// only once a request of this gateway reaches the store. A gateway that
 // serves no traffic after an outage still pays what it owes.
-func (e *Engine) StoreAnswered() { e.owed.kick(e) }
+func (c *StoreClient) Answered() { c.owed.kick(c) }
 
-// WriteBackOwed writes back what is owed, for a gateway that stops: it
+// WriteBack writes back what is owed, for a gateway that stops: it
 // waits for a write-back under way, then tries again every 100 ms (a
 // breaker opened by the outage lets a call through within a second) until
 // nothing is owed or ctx is done. What is still owed then, in flight
 // included, is dropped and counted as unwritten (reason "shutdown"). It
 // returns the units written and dropped.
-func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
-	o := &e.owed
+func (c *StoreClient) WriteBack(ctx context.Context) (written, dropped int64) {
+	o := &c.owed
 	before := o.written.Load()
 	for o.pending.Load() {
 		if o.flowing.CompareAndSwap(false, true) {
-			o.flush(ctx, e, time.Now())
+			o.flush(ctx, c, time.Now())
 			o.flowing.Store(false)
 		}
 		if !o.pending.Load() {
@@ -342,27 +342,29 @@ func (e *Engine) WriteBackOwed(ctx context.Context) (written, dropped int64) {
 //
 // The time it waits for a remote store is added to res.StoreTime.
 func (e *Engine) callOwing(ctx context.Context, res *Result, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
-	if e.local {
-		return e.callWithDebts(ctx, wait, takes, out)
+	if e.client.local {
+		return e.client.callWithDebts(ctx, wait, takes, out)
 	}
 	start := time.Now()
-	err := e.callWithDebts(ctx, wait, takes, out)
+	err := e.client.callWithDebts(ctx, wait, takes, out)
 	res.StoreTime += time.Since(start)
 	return err
 }
 
-func (e *Engine) callWithDebts(ctx context.Context, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
-	if !e.owed.pending.Load() {
-		return e.callVia(ctx, &e.owingCalls, wait, takes, out)
+// callWithDebts is callOwing without the time kept: a call of takes with
+// the debts of their keys charged first, in the same atomic call.
+func (c *StoreClient) callWithDebts(ctx context.Context, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
+	if !c.owed.pending.Load() {
+		return c.callVia(ctx, &c.owingCalls, wait, takes, out)
 	}
-	charges, firsts := e.owed.claim(takes, e.answering.Load())
+	charges, firsts := c.owed.claim(takes, c.answering.Load())
 	if len(charges) == 0 {
-		return e.callVia(ctx, &e.owingCalls, wait, takes, out)
+		return c.callVia(ctx, &c.owingCalls, wait, takes, out)
 	}
 	all := append(charges, takes...)
 	decs := make([]sluice.Decision, len(all))
-	err := e.callVia(ctx, &e.owingCalls, wait, all, decs)
-	e.owed.settle(err, charges, firsts)
+	err := c.callVia(ctx, &c.owingCalls, wait, all, decs)
+	c.owed.settle(err, charges, firsts)
 	if err != nil {
 		return err
 	}

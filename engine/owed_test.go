@@ -16,9 +16,9 @@ import (
 // that succeeds starts the write-back), or fails after 10 s.
 func waitOwed(t *testing.T, f *fixture) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); f.e.Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); f.e.Store().Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("still owed after 10 s: %+v", f.e.Owed())
+			t.Fatalf("still owed after 10 s: %+v", f.e.Store().Owed())
 		}
 		f.check(t, userReq("traffic"))
 	}
@@ -46,12 +46,12 @@ func TestDegradedAdmissionsAreWrittenBack(t *testing.T) {
 	if got := admit("u", 100); got != 22 {
 		t.Fatalf("degraded: %d, want 22, the part of the 90 the store said were left", got)
 	}
-	if o := f.e.Owed(); o.Owed != 22 || o.Written != 0 {
+	if o := f.e.Store().Owed(); o.Owed != 22 || o.Written != 0 {
 		t.Fatalf("owed %+v, want 22 units of r (a local rule's count is not the store's)", o)
 	}
 	f.store.mode.Store(0)
 	waitOwed(t, f)
-	if o := f.e.Owed(); o.Written < 22 || o.Expired != 0 || o.Overflow != 0 {
+	if o := f.e.Store().Owed(); o.Written < 22 || o.Expired != 0 || o.Overflow != 0 {
 		t.Fatalf("after the store came back: %+v, want the 22 of u written", o)
 	}
 	if got := admit("u", 200); got != 68 {
@@ -75,8 +75,8 @@ func TestAWrittenBackDebtIsWaitedOut(t *testing.T) {
 	for range 95 {
 		f.e.Check(context.Background(), userReq("v"), CheckOptions{}, &res)
 	}
-	f.e.owed.add("r", "v", l, 10, time.Now()) // 10 admitted elsewhere, 5 beyond the limit
-	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.e.client.owed.add("r", "v", l, 10, time.Now()) // 10 admitted elsewhere, 5 beyond the limit
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
 	if f.check(t, userReq("v")).Allowed {
 		t.Fatal("a key in debt admitted")
 	}
@@ -104,10 +104,10 @@ func TestARequestWaitsForItsKeysDebtInFlight(t *testing.T) {
 		}
 	}
 	f.store.before.Store(&hook)
-	f.e.owed.flowing.Store(true) // this test flushes by itself
-	defer f.e.owed.flowing.Store(false)
-	f.e.owed.add("r", "v", l, 10, time.Now())
-	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.e.client.owed.flowing.Store(true) // this test flushes by itself
+	defer f.e.client.owed.flowing.Store(false)
+	f.e.client.owed.add("r", "v", l, 10, time.Now())
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
 	res := <-answered
 	f.store.before.Store(nil)
 	if res.Allowed {
@@ -129,9 +129,9 @@ func TestARequestWaitsForItsKeysDebtInFlight(t *testing.T) {
 // reply that comes.
 func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.lateGrace = 0            // calls end at their deadline: the waking store's replies are lost
-	f.e.owed.flowing.Store(true) // this test flushes by itself
-	defer f.e.owed.flowing.Store(false)
+	f.e.client.lateGrace = 0            // calls end at their deadline: the waking store's replies are lost
+	f.e.client.owed.flowing.Store(true) // this test flushes by itself
+	defer f.e.client.owed.flowing.Store(false)
 	for range 10 {
 		f.check(t, userReq("v"))
 	}
@@ -144,10 +144,10 @@ func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
 		f.check(t, userReq("v"))
 	}
 	f.store.mode.Store(0)
-	if o := f.e.Owed(); o.Owed != 8 {
+	if o := f.e.Store().Owed(); o.Owed != 8 {
 		t.Fatalf("owed %+v, want 8: the 5 the first late call carried, and the 3 admitted on the share since", o)
 	}
-	f.e.owed.flush(context.Background(), f.e, time.Now())
+	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
 	d, _, err := f.e.Inspect(context.Background(), "r", "v")
 	// 10 through the store; the 3 late calls applied (the first with the
 	// 5 it carried); the 8 owed charged once: 26. A debt carried by every
@@ -163,32 +163,32 @@ func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
 func TestOwedDebtsExpireAndAreBounded(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
 	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	f.e.owed.flowing.Store(true) // this test flushes by itself: no flush of the engine's own
-	defer f.e.owed.flowing.Store(false)
+	f.e.client.owed.flowing.Store(true) // this test flushes by itself: no flush of the engine's own
+	defer f.e.client.owed.flowing.Store(false)
 	now := time.Now()
-	f.e.owed.add("r", "old", l, 3, now.Add(-2*time.Hour))
-	f.e.owed.add("r", "new", l, 2, now)
-	f.e.owed.flush(context.Background(), f.e, now)
-	if o := f.e.Owed(); o.Expired != 3 || o.Written != 2 || o.Owed != 0 {
+	f.e.client.owed.add("r", "old", l, 3, now.Add(-2*time.Hour))
+	f.e.client.owed.add("r", "new", l, 2, now)
+	f.e.client.owed.flush(context.Background(), f.e.client, now)
+	if o := f.e.Store().Owed(); o.Expired != 3 || o.Written != 2 || o.Owed != 0 {
 		t.Fatalf("%+v, want 3 expired, 2 written", o)
 	}
 	for i := range maxOwed {
-		f.e.owed.add("r", fmt.Sprint("k", i), l, 1, now)
+		f.e.client.owed.add("r", fmt.Sprint("k", i), l, 1, now)
 	}
-	f.e.owed.add("r", "one-too-many", l, 7, now)
-	f.e.owed.add("r", "k1", l, 1, now) // an owed key still adds up
-	if o := f.e.Owed(); o.Overflow != 7 || o.Owed != maxOwed+1 {
+	f.e.client.owed.add("r", "one-too-many", l, 7, now)
+	f.e.client.owed.add("r", "k1", l, 1, now) // an owed key still adds up
+	if o := f.e.Store().Owed(); o.Overflow != 7 || o.Owed != maxOwed+1 {
 		t.Fatalf("%+v, want 7 overflowed and %d owed", o, maxOwed+1)
 	}
 	// A failing store keeps the debts for the next try.
 	f.store.mode.Store(1)
-	f.e.owed.flush(context.Background(), f.e, now)
-	if o := f.e.Owed(); o.Owed != maxOwed+1 {
+	f.e.client.owed.flush(context.Background(), f.e.client, now)
+	if o := f.e.Store().Owed(); o.Owed != maxOwed+1 {
 		t.Fatalf("a failed write-back lost debts: %+v", o)
 	}
 	f.store.mode.Store(0)
-	f.e.owed.flush(context.Background(), f.e, now)
-	if o := f.e.Owed(); o.Owed != 0 || o.Written != 2+maxOwed+1 {
+	f.e.client.owed.flush(context.Background(), f.e.client, now)
+	if o := f.e.Store().Owed(); o.Owed != 0 || o.Written != 2+maxOwed+1 {
 		t.Fatalf("%+v", o)
 	}
 }
@@ -198,8 +198,8 @@ func TestOwedDebtsExpireAndAreBounded(t *testing.T) {
 // that misses its degraded admissions, even before a flush runs.
 func TestADebtIsChargedWithTheKeysNextTake(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Gateways: func() int { return 4 }})
-	f.e.owed.flowing.Store(true) // no flush: only the takes charge
-	defer f.e.owed.flowing.Store(false)
+	f.e.client.owed.flowing.Store(true) // no flush: only the takes charge
+	defer f.e.client.owed.flowing.Store(false)
 	f.store.mode.Store(1)
 	admitted := 0
 	for range 19 { // fewer failures than open the breaker
@@ -216,7 +216,7 @@ func TestADebtIsChargedWithTheKeysNextTake(t *testing.T) {
 			admitted++
 		}
 	}
-	if o := f.e.Owed(); admitted != 100 || o.Owed != 0 || o.Written != 19 {
+	if o := f.e.Store().Owed(); admitted != 100 || o.Owed != 0 || o.Written != 19 {
 		t.Fatalf("%d admitted in all (19 while the store failed), owed %+v: want 100, the 19 written with the next take", admitted, o)
 	}
 }
@@ -231,19 +231,19 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 	for range 7 {
 		f.check(t, userReq("quiet"))
 	}
-	if o := f.e.Owed(); o.Owed != 7 {
+	if o := f.e.Store().Owed(); o.Owed != 7 {
 		t.Fatalf("owed %+v, want 7", o)
 	}
 	f.store.mode.Store(0)
-	f.e.StoreAnswered()
+	f.e.Store().Answered()
 	deadline := time.Now().Add(10 * time.Second)
-	for f.e.Owed().Owed != 0 {
+	for f.e.Store().Owed().Owed != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the heartbeat's answer wrote nothing back: %+v", f.e.Owed())
+			t.Fatalf("the heartbeat's answer wrote nothing back: %+v", f.e.Store().Owed())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if o := f.e.Owed(); o.Written != 7 {
+	if o := f.e.Store().Owed(); o.Written != 7 {
 		t.Fatalf("after StoreAnswered: %+v, want 7 written", o)
 	}
 	// At shutdown with the store up: written. With it down: dropped, counted.
@@ -252,7 +252,7 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 		f.check(t, userReq("late"))
 	}
 	f.store.mode.Store(0)
-	if w, d := f.e.WriteBackOwed(context.Background()); w != 3 || d != 0 {
+	if w, d := f.e.Store().WriteBack(context.Background()); w != 3 || d != 0 {
 		t.Fatalf("shutdown with the store up: written %d, dropped %d; want 3, 0", w, d)
 	}
 	f.store.mode.Store(1)
@@ -261,8 +261,8 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if w, d := f.e.WriteBackOwed(ctx); w != 0 || d != 4 || f.e.Owed().Shutdown != 4 || f.e.Owed().Owed != 0 {
-		t.Fatalf("shutdown with the store down: written %d, dropped %d, %+v; want 0, 4 counted", w, d, f.e.Owed())
+	if w, d := f.e.Store().WriteBack(ctx); w != 0 || d != 4 || f.e.Store().Owed().Shutdown != 4 || f.e.Store().Owed().Owed != 0 {
+		t.Fatalf("shutdown with the store down: written %d, dropped %d, %+v; want 0, 4 counted", w, d, f.e.Store().Owed())
 	}
 }
 
@@ -272,7 +272,7 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 // debts; a take of cost 0 carries its key's debt, a dry run does not.
 func TestTheLedgersEdges(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
-	o := &f.e.owed
+	o := &f.e.client.owed
 	o.flowing.Store(true) // no flush of the engine's own
 	defer o.flowing.Store(false)
 	l := sluice.Limit{Rate: 100, Period: time.Hour}
@@ -289,14 +289,14 @@ func TestTheLedgersEdges(t *testing.T) {
 	}
 
 	o.add("r", "old", l, 3, now.Add(-time.Hour))
-	if takes, _, _ := o.board(f.e, now); len(takes) != 0 || f.e.Owed().Expired != 3 {
-		t.Fatalf("a debt of exactly one period: boarded %d, expired %d; want dropped", len(takes), f.e.Owed().Expired)
+	if takes, _, _ := o.board(f.e.client, now); len(takes) != 0 || f.e.Store().Owed().Expired != 3 {
+		t.Fatalf("a debt of exactly one period: boarded %d, expired %d; want dropped", len(takes), f.e.Store().Owed().Expired)
 	}
 
 	for i := range maxChargeBatch + 1 {
 		o.add("r", fmt.Sprint("k", i), l, 1, now)
 	}
-	takes, _, landed := o.board(f.e, now)
+	takes, _, landed := o.board(f.e.client, now)
 	if len(takes) != maxChargeBatch || len(o.debts) != 1 {
 		t.Fatalf("boarded %d of %d debts, %d left; want %d", len(takes), maxChargeBatch+1, len(o.debts), maxChargeBatch)
 	}
@@ -318,16 +318,16 @@ func TestTheLedgersEdges(t *testing.T) {
 // A flush is started at most every flushEvery.
 func TestKickStartsAFlushAtMostEveryFlushEvery(t *testing.T) {
 	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
-	o := &f.e.owed
+	o := &f.e.client.owed
 	o.add("r", "a", sluice.Limit{Rate: 100, Period: time.Hour}, 1, time.Now())
 	just := time.Now().UnixNano()
 	o.last.Store(just)
-	o.kick(f.e)
+	o.kick(f.e.client)
 	if o.last.Load() != just {
 		t.Fatal("a flush was started just after another")
 	}
 	o.last.Store(just - int64(flushEvery))
-	o.kick(f.e)
+	o.kick(f.e.client)
 	if o.last.Load() == just-int64(flushEvery) {
 		t.Fatal("no flush was started a flushEvery after the last")
 	}

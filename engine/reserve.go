@@ -180,7 +180,7 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 		return out, nil
 	}
 	decs := make([]sluice.Decision, len(takes))
-	if err := e.call(ctx, takes, decs); err != nil {
+	if err := e.client.call(ctx, takes, decs); err != nil {
 		return nil, err
 	}
 	for j, i := range idx {
@@ -222,7 +222,7 @@ func (e *Engine) SettleResult(ctx context.Context, res *Result, actual func(*rul
 		return nil
 	}
 	decs := make([]sluice.Decision, len(takes))
-	if err := e.call(context.WithoutCancel(ctx), takes, decs); err != nil {
+	if err := e.client.call(context.WithoutCancel(ctx), takes, decs); err != nil {
 		return err
 	}
 	for j, d := range decs {

@@ -49,8 +49,8 @@ func TestOnSlowStoreWaitAnswersFromTheStorePastItsDeadline(t *testing.T) {
 				}
 				return
 			}
-			if admitted.Load() != 2 || degraded.Load() != 0 || f.e.Owed().Owed != 0 {
-				t.Fatalf("onSlowStore: wait: %d admitted (%d degraded, %+v), want the 2 left of 10, none degraded", admitted.Load(), degraded.Load(), f.e.Owed())
+			if admitted.Load() != 2 || degraded.Load() != 0 || f.e.Store().Owed().Owed != 0 {
+				t.Fatalf("onSlowStore: wait: %d admitted (%d degraded, %+v), want the 2 left of 10, none degraded", admitted.Load(), degraded.Load(), f.e.Store().Owed())
 			}
 			if d, _, err := f.e.Inspect(context.Background(), "r", "u"); err != nil || d.Remaining != 0 {
 				t.Fatalf("the store has %d of 10 left (%v), want 0", d.Remaining, err)

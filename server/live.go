@@ -203,7 +203,7 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 		out.Rules = append(out.Rules, LiveRule{ID: r.ID, Summary: r.SummaryIn(s.o.Region), Source: cfg.File + ":" + strconv.Itoa(r.Line), Shadow: r.Shadow})
 		out.Series[r.ID] = &LiveSeries{Allowed: []float64{}, Limited: []float64{}, ShadowLimited: []float64{}}
 	}
-	for n, st := range s.e.BreakerStates() {
+	for n, st := range s.e.Store().BreakerStates() {
 		out.Store.Breakers[n] = st
 	}
 	if l != nil {

@@ -242,26 +242,26 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
-	owed := c.e.Owed()
+	owed := c.e.Store().Owed()
 	ch <- prometheus.MustNewConstMetric(descOwed, prometheus.GaugeValue, float64(owed.Owed))
 	counter(descWrittenBack, uint64(owed.Written))
 	counter(descUnwritten, uint64(owed.Expired), "expired")
 	counter(descUnwritten, uint64(owed.Overflow), "overflow")
 	counter(descUnwritten, uint64(owed.Shutdown), "shutdown")
-	if c.e.Guarded() {
+	if c.e.Store().Guarded() {
 		counter(descLateReplies, uint64(owed.LateAnswered), "answered")
 		counter(descLateReplies, uint64(owed.LateLost), "lost")
 		counter(descLateReplies, uint64(owed.LateUnsent), "unsent")
 		ch <- prometheus.MustNewConstMetric(descCredit, prometheus.GaugeValue, float64(owed.Credit))
 		counter(descRefunded, uint64(owed.Refunded))
 	}
-	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.BreakerState()]
+	state := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[c.e.Store().BreakerState()]
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, state)
-	if c.e.Guarded() {
-		deadline, sched := c.e.StoreDeadline()
+	if c.e.Store().Guarded() {
+		deadline, sched := c.e.Store().Deadline()
 		ch <- prometheus.MustNewConstMetric(descStoreDeadline, prometheus.GaugeValue, deadline.Seconds())
 		ch <- prometheus.MustNewConstMetric(descSchedDelay, prometheus.GaugeValue, sched.Seconds())
-		running, idle := c.e.StoreWorkers()
+		running, idle := c.e.Store().Workers()
 		ch <- prometheus.MustNewConstMetric(descStoreWorkers, prometheus.GaugeValue, float64(running-idle), "busy")
 		ch <- prometheus.MustNewConstMetric(descStoreWorkers, prometheus.GaugeValue, float64(idle), "idle")
 	}

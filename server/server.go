@@ -153,7 +153,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	var notReady []string
 	var b strings.Builder // the details
 	degraded := false
-	if err := s.e.Ping(r.Context()); err != nil {
+	if err := s.e.Store().Ping(r.Context()); err != nil {
 		var closed []string
 		for _, rule := range s.e.Config().Rules {
 			if rule.FailClosed && !rule.Shadow {
@@ -161,7 +161,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		switch {
-		case !s.e.StoreReached():
+		case !s.e.Store().Reached():
 			// Never answered since start: as likely a wrong address as an
 			// outage, and a gateway that would share nothing. Not ready,
 			// so that a deployment with a typo in its store URL stops.
@@ -173,7 +173,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(&b, "store error: %v\n", err)
 	}
-	states := s.e.BreakerStates()
+	states := s.e.Store().BreakerStates()
 	nodes := make([]string, 0, len(states))
 	for n := range states {
 		nodes = append(nodes, n)

@@ -206,7 +206,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		m := share.NewMembership(rs, gatewayID(), time.Second, *c.gateways, s.log)
 		m.OnAnswer = func() { // the store answers: write back what is owed
 			if e := s.engine.Load(); e != nil {
-				e.StoreAnswered()
+				e.Store().Answered()
 			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -263,7 +263,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		s.closers = append([]func(){func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			if written, dropped := s.eng.WriteBackOwed(ctx); dropped > 0 {
+			if written, dropped := s.eng.Store().WriteBack(ctx); dropped > 0 {
 				s.log.Warn("sluice: stopping with units admitted while the store did not answer, not written back to it", "written", written, "dropped", dropped)
 			} else if written > 0 {
 				s.log.Info("sluice: wrote back to the store what was admitted while it did not answer", "units", written)
@@ -287,7 +287,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 func (s *setup) pingWithin(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	done := make(chan error, 1)
-	go func() { done <- s.eng.Ping(ctx) }()
+	go func() { done <- s.eng.Store().Ping(ctx) }()
 	defer cancel()
 	select {
 	case err := <-done:

@@ -74,7 +74,7 @@ rules:
 			t.Fatalf("Redis down, fail-open rule: %+v", open)
 		}
 	}
-	if s := e.BreakerState(); s != "open" {
+	if s := e.Store().BreakerState(); s != "open" {
 		t.Fatalf("breaker %s with Redis down", s)
 	}
 	if res := check("/items"); !errors.Is(res.StoreError, engine.ErrBreakerOpen) {
@@ -92,7 +92,7 @@ rules:
 				return res
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("breaker %s and store error %v 20s after Redis came back", e.BreakerState(), res.StoreError)
+				t.Fatalf("breaker %s and store error %v 20s after Redis came back", e.Store().BreakerState(), res.StoreError)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -104,7 +104,7 @@ rules:
 	if second := nextSuccess(); second.Statuses[1].Remaining != 1 {
 		t.Fatalf("counting did not resume: %+v", second.Statuses)
 	}
-	if s := e.BreakerState(); s != "closed" {
+	if s := e.Store().BreakerState(); s != "closed" {
 		t.Fatalf("breaker %s after successful calls", s)
 	}
 
