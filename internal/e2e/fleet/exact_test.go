@@ -75,11 +75,14 @@ func busyLoops(t *testing.T, n int) {
 //     degraded answers (a store call that took longer than its wait, which
 //     a healthy Redis does not);
 //   - a rule answering from its share (the default) is over by at most its
-//     degraded admissions, the bound docs/redis.md states: a call that
+//     degraded admissions, and by at most L(N-1)/N, the bound docs/redis.md
+//     states for N gateways' stale looks (E): a call that
 //     misses its deadline on a starved machine is answered from the
 //     gateway's part of what the store last said was left, and only such an
 //     answer can admit what the store would not have; it is under only by
 //     its degraded answers.
+//
+// The figures are logged: what was over, and how many answers degraded.
 //
 // Every degraded answer is counted as a failed store call and the breakers
 // stay closed: a healthy Redis behind a busy gateway is not a failed one.
@@ -142,6 +145,8 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 							t.Errorf("%s, %s: admitted %d, over the %d the algorithm admits, with onSlowStore: wait (%d degraded answers)", path, phase, o.Admitted, want, o.Degraded)
 						case o.Admitted-want > o.DegradedAdmitted:
 							t.Errorf("%s, %s: admitted %d, over the %d the algorithm admits by more than its %d degraded admissions", path, phase, o.Admitted, want, o.DegradedAdmitted)
+						case o.Admitted-want > staleBound(want, len(bases)):
+							t.Errorf("%s, %s: admitted %d, over the %d the algorithm admits by more than the stale looks' bound of %d", path, phase, o.Admitted, want, staleBound(want, len(bases)))
 						case want-o.Admitted > o.Degraded:
 							t.Errorf("%s, %s: admitted %d, under the %d the algorithm admits by more than its %d degraded answers", path, phase, o.Admitted, want, o.Degraded)
 						}
@@ -165,3 +170,9 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// staleBound is the most N gateways' stale looks at a key can admit over
+// what the store would have (docs/redis.md, E): when the others took all
+// of what one gateway last saw as left, its part of it, (N-1)/N of the
+// limit in all.
+func staleBound(limit int64, n int) int64 { return limit * int64(n-1) / int64(n) }
