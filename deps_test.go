@@ -1,9 +1,11 @@
 package sluice_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -55,6 +57,29 @@ func TestImportGroupsDoNotMixTheStandardLibraryAndModules(t *testing.T) {
 				t.Errorf("%s:%d: %s shares an import group with the other kind (standard library and modules)", name, line, path)
 			}
 			prevLine, prevStd = line, std
+		}
+	}
+}
+
+// Every package a library user imports shows how it is used in a runnable
+// example (go doc lists it, go test runs it and checks its output), in
+// its example_test.go.
+func TestEveryLibraryPackageHasAnExample(t *testing.T) {
+	for _, dir := range []string{".", "store/memory", "store/redis", "rules", "engine", "httplimit", "client", "concurrency"} {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, filepath.Join(dir, "example_test.go"), nil, 0)
+		if err != nil {
+			t.Errorf("%s: %v", dir, err)
+			continue
+		}
+		found := false
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Example") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s/example_test.go has no Example function", dir)
 		}
 	}
 }
