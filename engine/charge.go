@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -64,31 +63,14 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	mult := max(opt.Cost, 1)
 	rs := e.set.Load()
 	res.reset(rs)
-	path, ok := rs.cfg.Paths.Normalize(req.Path)
-	if !ok {
-		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))
+	if !e.match(rs, req, res, func(r *rule) bool {
+		return len(r.CountOn) > 0 && !r.Shadow && r.Envoy == nil && counts(r.CountOn, status)
+	}, true) {
 		return nil // refused when it was checked: nothing to charge
 	}
-	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
-	req.Method = upperMethod(req.Method)
 	res.takes = res.takes[:0]
-	for _, r := range rs.rules {
-		if len(r.CountOn) == 0 || r.Shadow || r.Envoy != nil || !counts(r.CountOn, status) {
-			continue
-		}
-		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
-		if !ok || !r.Selects(req, route) {
-			continue
-		}
-		start := len(res.keyBuf)
-		var state rules.KeyState
-		if res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix); state == rules.KeyFound {
-			res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
-		}
-	}
 	for i := range res.matched {
 		m := &res.matched[i]
-		m.key = view.String(res.keyBuf[m.start:m.end])
 		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult)})
 	}
 	if len(res.takes) == 0 {

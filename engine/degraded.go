@@ -72,15 +72,12 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error, dry bool) {
 	res.StoreError = err
 	for j, tk := range res.takes {
 		m := &res.matched[res.idx[j]]
-		d := sluice.Decision{Rule: m.r.ID, Limit: m.r.Limit, Allowed: true}
-		if m.r.FailClosed {
-			d.Allowed, d.Reason = false, sluice.ReasonUnavailable
-			d.RetryAfter = e.client.breakerRetry()
+		d, closed := e.failMode(ctx, m.r, tk.Limit, tk)
+		if closed {
 			st := res.add(m.r, m.key, d)
 			st.FailedClosed = true
 			continue
 		}
-		d = e.fallbackTake(ctx, m.r, tk.Limit, tk)
 		if m.r.Adaptive {
 			unscale(&d, m.r, res.factor)
 		}
@@ -90,6 +87,18 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error, dry bool) {
 			st.charge = tk.Cost // charged after the response, as when the store answers
 		}
 	}
+}
+
+// failMode answers one take whose store call failed, by its rule's fail
+// mode: closed refuses it (ReasonUnavailable, retry when the breaker next
+// lets a probe through); open takes it from this gateway's share
+// (fallbackTake). Every door (Check, CheckDescriptors, a countOn charge)
+// answers a failed store this way.
+func (e *Engine) failMode(ctx context.Context, r *rule, l sluice.Limit, tk sluice.Take) (d sluice.Decision, closed bool) {
+	if r.FailClosed {
+		return sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.client.breakerRetry()}, true
+	}
+	return e.fallbackTake(ctx, r, l, tk), false
 }
 
 // fallbackTake decides a fail-open take of rule r (counted under limit l)

@@ -159,57 +159,12 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	rs := e.set.Load()
 	res.reset(rs)
 	res.estimate, res.reserve = opt.Estimate, opt.Reserve && !opt.DryRun
-	path, ok := rs.cfg.Paths.Normalize(req.Path)
-	if !ok {
-		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))
+	if !e.match(rs, req, res, checks, false) {
 		return nil
-	}
-	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
-	req.Method = upperMethod(req.Method)
-
-	// Match the rules and build their keys into one buffer.
-	for _, r := range rs.rules {
-		if r.Envoy != nil {
-			continue // descriptor rules answer Envoy's service only
-		}
-		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
-		if !ok || !r.Selects(req, route) {
-			continue
-		}
-		start := len(res.keyBuf)
-		var state rules.KeyState
-		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
-		switch {
-		case state == rules.KeyFound:
-		case state == rules.KeyAmbiguous && !r.Shadow:
-			res.refuseBadRequest(fmt.Sprintf("the %q limit counts by a field given twice with different values, which servers read in different ways", r.ID))
-			return nil
-		case state == rules.KeyBodyTooLarge && !r.Shadow:
-			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is larger than the %d bytes read to find it", r.ID, rules.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-			return nil
-		case state == rules.KeyUnreadable && !r.Shadow:
-			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is compressed, not UTF-8, or JSON or multipart that not every server reads alike", r.ID), http.StatusUnsupportedMediaType)
-			return nil
-		case r.MissingKey == rules.MissingReject && !r.Shadow:
-			res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
-			continue
-		default: // skipped (onMissingKey: skip), or a shadow rule that could not read its key
-			r.stats.skipped.Add(1)
-			res.Skipped++
-			res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
-			continue
-		}
-		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
 	}
 	if rs.cfg.Priority != nil {
 		res.levelOf(req) // for Tier, whether a rule has tiers or not
 	}
-	// The buffer is complete: keys may now point into it.
-	for i := range res.matched {
-		m := &res.matched[i]
-		m.key = view.String(res.keyBuf[m.start:m.end])
-	}
-
 	if !e.checkLocks(ctx, res, opt.DryRun) {
 		e.enforced(ctx, req, res, mult, opt.DryRun)
 	}
@@ -227,6 +182,69 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 		e.observe(res)
 	}
 	return nil
+}
+
+// checks selects the rules Check evaluates: every rule but Envoy's
+// descriptor rules, which answer Envoy's service only.
+func checks(r *rule) bool { return r.Envoy == nil }
+
+// match is the front half of the HTTP doors (Check, ChargeStatus): the
+// request's path in normal form, then each rule that selects takes and
+// that matches the request, with its key built into res.keyBuf and
+// res.matched; once the buffer is complete, every key is a view of it.
+//
+// A key that cannot be read refuses the request, or skips the rule, as
+// docs/rules.md says (onMissingKey); a charge (charging) skips every rule
+// without a key, since its check answered for it. It returns false when
+// the request was refused as bad.
+func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(*rule) bool, charging bool) bool {
+	path, ok := rs.cfg.Paths.Normalize(req.Path)
+	if !ok {
+		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))
+		return false
+	}
+	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
+	req.Method = upperMethod(req.Method)
+	for _, r := range rs.rules {
+		if !takes(r) {
+			continue
+		}
+		route, ok := r.Match.Matches(req.Method, req.Host, req.Path)
+		if !ok || !r.Selects(req, route) {
+			continue
+		}
+		start := len(res.keyBuf)
+		var state rules.KeyState
+		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
+		switch {
+		case state == rules.KeyFound:
+		case charging:
+			continue
+		case state == rules.KeyAmbiguous && !r.Shadow:
+			res.refuseBadRequest(fmt.Sprintf("the %q limit counts by a field given twice with different values, which servers read in different ways", r.ID))
+			return false
+		case state == rules.KeyBodyTooLarge && !r.Shadow:
+			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is larger than the %d bytes read to find it", r.ID, rules.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return false
+		case state == rules.KeyUnreadable && !r.Shadow:
+			res.refuseInvalid(fmt.Sprintf("the %q limit counts by a field of its body, which is compressed, not UTF-8, or JSON or multipart that not every server reads alike", r.ID), http.StatusUnsupportedMediaType)
+			return false
+		case r.MissingKey == rules.MissingReject && !r.Shadow:
+			res.add(r, "", sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonMissingKey})
+			continue
+		default: // skipped (onMissingKey: skip), or a shadow rule that could not read its key
+			r.stats.skipped.Add(1)
+			res.Skipped++
+			res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
+			continue
+		}
+		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
+	}
+	for i := range res.matched {
+		m := &res.matched[i]
+		m.key = view.String(res.keyBuf[m.start:m.end])
+	}
+	return true
 }
 
 // observe tells OnReject of a rejection.

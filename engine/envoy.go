@@ -116,6 +116,32 @@ type Descriptor struct {
 func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []Descriptor, res *Result) error {
 	rs := e.set.Load()
 	res.reset(rs)
+	counted := e.lookupDescriptors(rs, domain, descs, res)
+	if err := e.takeDescriptors(ctx, counted, res); err != nil {
+		return err
+	}
+	combineDescriptors(res)
+	e.decisions.log(res, "envoy")
+	e.observe(res)
+	return nil
+}
+
+// descriptorTake is a descriptor that counts: its rule and limit, what it
+// takes, and its key (res.keyBuf[start:end]).
+type descriptorTake struct {
+	i          int // the descriptor's index
+	r          *rule
+	limit      sluice.Limit
+	cost       int64
+	usage      bool // a usage report: charged, see Descriptor
+	start, end int
+}
+
+// lookupDescriptors matches each descriptor to its rule (or an override),
+// answers those that count nothing (no rule, whitelisted, replaced,
+// unlimited, requests_per_unit: 0) in res.Statuses, and returns the others
+// with their keys built.
+func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descriptor, res *Result) []descriptorTake {
 	tree, known := rs.envoy[domain]
 	matchedRule := make([]*rule, len(descs))
 	replaced := map[string]bool{}
@@ -131,36 +157,13 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 	for range descs {
 		res.Statuses = append(res.Statuses, Status{Decision: sluice.Decision{Allowed: true}})
 	}
-	// Build each counted descriptor's key: its entries, length-prefixed; a
-	// share_threshold wildcard counts under its pattern, not the value.
-	type counted struct {
-		i          int
-		r          *rule
-		limit      sluice.Limit
-		cost       int64
-		usage      bool // a usage report: charged, see Descriptor
-		start, end int
-	}
-	var list []counted
+	var list []descriptorTake
 	for i, d := range descs {
 		r := matchedRule[i]
 		limit := sluice.Limit{}
 		var override *sluice.Limit
 		if d.Override != nil && known {
-			// The override counts with the rule's algorithm (a fixed window
-			// without a rule), within the bound on distinct overrides.
-			l := *d.Override
-			id, alg := domain+"#override", sluice.FixedWindow
-			if r != nil {
-				id, alg = r.ID, r.Limit.Algorithm
-			}
-			l.Algorithm = alg
-			if !alg.IsBucket() {
-				l.Burst = 0
-			}
-			if e.overrides.admit(id, l) {
-				override = &l
-			}
+			override = e.descriptorOverride(domain, r, *d.Override)
 		}
 		switch {
 		case override != nil:
@@ -184,64 +187,112 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		if d.Negative {
 			hits = -hits
 		}
-		st := &res.Statuses[i]
 		if r.Deny && override == nil {
-			// requests_per_unit: 0 is always over, and consumes nothing.
-			// Its reset is the end of the current unit, aligned to the
-			// Unix epoch as fixed windows are: what the reference answers.
-			left := limit.Period
-			if limit.Period > 0 {
-				left -= time.Duration(time.Now().UnixNano() % int64(limit.Period))
-			}
-			st.r, st.Shadow = r, r.Shadow
-			st.Decision = sluice.Decision{Reason: sluice.ReasonLimited, Rule: r.ID, Limit: limit,
-				RetryAfter: left, ResetAfter: left}
-			st.count(false) // a deny rule refuses the request
+			denied(&res.Statuses[i], r, limit)
 			continue
 		}
 		start := len(res.keyBuf)
-		for j, en := range d.Entries {
-			v := en.Value
-			if r.Envoy != nil && j < len(r.Envoy.Entries) && r.Envoy.Entries[j].Share {
-				v = r.Envoy.Entries[j].Value // every matching value shares one count
-			}
-			res.keyBuf = strconv.AppendInt(res.keyBuf, int64(len(en.Key)+1+len(v)), 10)
-			res.keyBuf = append(res.keyBuf, ':')
-			res.keyBuf = append(res.keyBuf, en.Key...)
-			res.keyBuf = append(res.keyBuf, '=')
-			res.keyBuf = append(res.keyBuf, v...)
-		}
+		res.keyBuf = appendDescriptorKey(res.keyBuf, r, d.Entries)
 		res.keyBuf = boundKey(res.keyBuf, start)
 		usage := d.HitsSet && hits > 0 && !r.Shadow
-		list = append(list, counted{i: i, r: r, limit: limit, cost: hits, usage: usage, start: start, end: len(res.keyBuf)})
+		list = append(list, descriptorTake{i: i, r: r, limit: limit, cost: hits, usage: usage, start: start, end: len(res.keyBuf)})
 	}
-	// Four groups: plain descriptors together (all or nothing), then each
-	// quota descriptor alone, then the usage reports, then the shadow ones.
-	type group struct {
-		shadow, quota, usage bool
-		only                 int // for a quota descriptor: its index in list
+	return list
+}
+
+// descriptorOverride is a descriptor's own limit: counted with its rule's
+// algorithm (a fixed window without a rule), or nil past the bound on
+// distinct overrides.
+func (e *Engine) descriptorOverride(domain string, r *rule, l sluice.Limit) *sluice.Limit {
+	id, alg := domain+"#override", sluice.FixedWindow
+	if r != nil {
+		id, alg = r.ID, r.Limit.Algorithm
 	}
-	groups := []group{{}}
+	l.Algorithm = alg
+	if !alg.IsBucket() {
+		l.Burst = 0
+	}
+	if !e.overrides.admit(id, l) {
+		return nil
+	}
+	return &l
+}
+
+// denied answers a requests_per_unit: 0 descriptor: always over, consuming
+// nothing, with the end of the current unit (aligned to the Unix epoch, as
+// fixed windows are) as its reset: what the reference answers.
+func denied(st *Status, r *rule, limit sluice.Limit) {
+	left := limit.Period
+	if limit.Period > 0 {
+		left -= time.Duration(time.Now().UnixNano() % int64(limit.Period))
+	}
+	st.r, st.Shadow = r, r.Shadow
+	st.Decision = sluice.Decision{Reason: sluice.ReasonLimited, Rule: r.ID, Limit: limit,
+		RetryAfter: left, ResetAfter: left}
+	st.count(false) // a deny rule refuses the request
+}
+
+// appendDescriptorKey appends a descriptor's key: its entries,
+// length-prefixed; a share_threshold wildcard counts under its pattern,
+// not the value.
+func appendDescriptorKey(buf []byte, r *rule, entries []rules.EnvoyEntry) []byte {
+	for j, en := range entries {
+		v := en.Value
+		if r.Envoy != nil && j < len(r.Envoy.Entries) && r.Envoy.Entries[j].Share {
+			v = r.Envoy.Entries[j].Value // every matching value shares one count
+		}
+		buf = strconv.AppendInt(buf, int64(len(en.Key)+1+len(v)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, en.Key...)
+		buf = append(buf, '=')
+		buf = append(buf, v...)
+	}
+	return buf
+}
+
+// descriptorGroup is one store call of a check: the plain descriptors
+// together (all or nothing), each quota descriptor alone, the usage
+// reports, or the shadow descriptors.
+type descriptorGroup struct {
+	shadow, quota, usage bool
+	only                 int // for a quota descriptor: its index in the list
+}
+
+func (g descriptorGroup) holds(j int, c *descriptorTake) bool {
+	switch {
+	case g.shadow != c.r.Shadow:
+		return false
+	case g.shadow:
+		return true
+	case g.usage != c.usage:
+		return false
+	case g.usage:
+		return true
+	case g.quota && j != g.only, !g.quota && c.r.QuotaMode:
+		return false
+	}
+	return true
+}
+
+// takeDescriptors takes the counted descriptors, group by group; a group
+// whose call fails is answered by each rule's fail mode (failMode), as
+// Check answers.
+func (e *Engine) takeDescriptors(ctx context.Context, list []descriptorTake, res *Result) error {
+	groups := []descriptorGroup{{}}
 	for j, c := range list {
 		if c.r.QuotaMode && !c.r.Shadow && !c.usage {
-			groups = append(groups, group{quota: true, only: j})
+			groups = append(groups, descriptorGroup{quota: true, only: j})
 		}
 	}
-	groups = append(groups, group{usage: true}, group{shadow: true})
+	groups = append(groups, descriptorGroup{usage: true}, descriptorGroup{shadow: true})
 	plainRefused := false
 	for _, g := range groups {
 		res.takes = res.takes[:0]
 		res.idx = res.idx[:0]
 		var wait time.Duration // the longest a rule of the group waits for a slow store
-		for j, c := range list {
-			switch {
-			case g.shadow != c.r.Shadow:
-				continue
-			case g.shadow:
-			case g.usage != c.usage:
-				continue
-			case g.usage:
-			case g.quota && j != g.only, !g.quota && c.r.QuotaMode:
+		for j := range list {
+			c := &list[j]
+			if !g.holds(j, c) {
 				continue
 			}
 			if err := c.limit.Validate(); err != nil {
@@ -290,18 +341,17 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 				}
 			case g.shadow:
 				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Allowed: true}
-			case c.r.FailClosed:
-				st.Decision = sluice.Decision{Rule: c.r.ID, Limit: c.limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.client.breakerRetry()}
-				st.FailedClosed = true
 			case g.usage:
-				// Spent all the same: charged to the share, and owed.
-				e.fallbackTake(ctx, c.r, c.limit, res.takes[k])
-				st.Decision = e.fallbackTake(ctx, c.r, c.limit, res.takes[looks+k])
-				st.FailedOpen = true
+				// Spent all the same: charged to the share (and owed),
+				// then answered by a look at it.
+				if !c.r.FailClosed {
+					e.fallbackTake(ctx, c.r, c.limit, res.takes[k])
+				}
+				st.Decision, st.FailedClosed = e.failMode(ctx, c.r, c.limit, res.takes[looks+k])
+				st.FailedOpen = !st.FailedClosed
 			default:
-				// Fail open within the rule's per-node share, as Check does.
-				st.Decision = e.fallbackTake(ctx, c.r, c.limit, res.takes[k])
-				st.FailedOpen = true
+				st.Decision, st.FailedClosed = e.failMode(ctx, c.r, c.limit, res.takes[k])
+				st.FailedOpen = !st.FailedClosed
 			}
 			st.Decision.Rule, st.Decision.Limit = c.r.ID, c.limit
 			if !g.shadow && !g.quota && !st.Allowed {
@@ -312,9 +362,14 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			res.StoreError = err
 		}
 	}
+	return nil
+}
+
+// combineDescriptors decides the request: quota descriptors decide only
+// together, so it is over when a plain descriptor is, or when every quota
+// descriptor is.
+func combineDescriptors(res *Result) {
 	res.combine()
-	// Quota descriptors decide only together: the request is over when a
-	// plain descriptor is, or when every quota descriptor is.
 	quotas, quotasOver, plainOver := 0, 0, false
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
@@ -337,9 +392,6 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 			res.Statuses[i].count(res.Allowed)
 		}
 	}
-	e.decisions.log(res, "envoy")
-	e.observe(res)
-	return nil
 }
 
 // replacesItself guards against a rule listed in its own replaces.
