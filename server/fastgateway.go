@@ -56,14 +56,16 @@ type FastGateway struct {
 	client   *fasthttp.HostClient
 	// whole reads responses whole, up to httplimit.MaxSettleBody, for the
 	// requests a reserve rule settles from a JSON field of the response.
-	whole   *fasthttp.HostClient
-	timeout time.Duration
-	log     *slog.Logger
-	panics  *panics
-	server  *fasthttp.Server
-	pool    sync.Pool // of *fastState
-	up      *upgrader
-	trusted []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
+	whole    *fasthttp.HostClient
+	conns    *upstreamConns // the connections both clients dial
+	maxConns int
+	timeout  time.Duration
+	log      *slog.Logger
+	panics   *panics
+	server   *fasthttp.Server
+	pool     sync.Pool // of *fastState
+	up       *upgrader
+	trusted  []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
 	// warnings are the upstream errors logged, at most one a second.
 	warnings rareWarnings
 }
@@ -101,17 +103,24 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *Fast
 		e: e, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
 		log: o.Logger, panics: &o.Metrics.panics, trusted: o.HTTP.TrustedProxies,
 		up: newUpgrader(upstream, o), warnings: rareWarnings{log: o.Logger},
-		client: &fasthttp.HostClient{
-			Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
-			ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
-			StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
-			DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
-		},
-		pool: sync.Pool{New: func() any { return &fastState{header: http.Header{}, fwd: http.Header{}, out: http.Header{}} }},
+		conns:    &upstreamConns{idle: o.UpstreamIdle},
+		maxConns: o.MaxConns,
+		pool:     sync.Pool{New: func() any { return &fastState{header: http.Header{}, fwd: http.Header{}, out: http.Header{}} }},
+	}
+	// Two clients, one that streams answers and one that reads them whole
+	// (to settle a cost from the body); both dial through g.conns, which
+	// looks at a pooled connection before reusing it (see upstreamConns).
+	g.client = &fasthttp.HostClient{
+		Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
+		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
+		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
+		StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
+		DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
 	g.whole = &fasthttp.HostClient{
 		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
-		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: 90 * time.Second,
+		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
+		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
 		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
 		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
@@ -487,6 +496,11 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		client = g.whole
 	}
 	err := client.DoTimeout(req, &ctx.Response, g.timeout)
+	// A stale pooled connection sent nothing: the request goes again, on
+	// the next pooled connection or a new one (each stale one is closed).
+	for tries := 0; errors.Is(err, errStaleConn) && tries <= g.maxConns; tries++ {
+		err = client.DoTimeout(req, &ctx.Response, g.timeout)
+	}
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", fmt.Sprintf("the upstream's answer is larger than the %d bytes read to settle its cost", httplimit.MaxSettleBody))
@@ -502,6 +516,9 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	// The status line is the gateway's own (HTTP/1.1 and the standard
 	// reason phrase), not the upstream's: an HTTP/1.0 upstream must not
 	// make an HTTP/1.1 client read "HTTP/1.0".
+	if ka := ctx.Response.Header.Peek("Keep-Alive"); len(ka) > 0 {
+		g.conns.announce(ka)
+	}
 	ctx.Response.Header.SetProtocol(nil)
 	ctx.Response.Header.SetStatusMessage(nil)
 	scrubHop(&ctx.Response.Header)

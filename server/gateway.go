@@ -33,6 +33,10 @@ type GatewayOptions struct {
 	Timeout time.Duration
 	// MaxConns bounds the connections to the upstream (default 1024).
 	MaxConns int
+	// UpstreamIdle is the most an idle connection to the upstream is kept
+	// (default DefaultUpstreamIdle), and less if the upstream announces a
+	// shorter keep-alive (Keep-Alive: timeout=N).
+	UpstreamIdle time.Duration
 	// Upgrades says how protocol upgrades (WebSocket) are passed on.
 	Upgrades Upgrades
 	// UpstreamTLS configures TLS to an https upstream (default: the
@@ -53,6 +57,9 @@ func (o *GatewayOptions) defaults() {
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
 	}
+	if o.UpstreamIdle <= 0 {
+		o.UpstreamIdle = DefaultUpstreamIdle
+	}
 	o.HTTP.RewritePath = true // the upstream serves the path that was limited
 	if o.HTTP.TraceVia == "" {
 		o.HTTP.TraceVia = "gateway"
@@ -72,7 +79,7 @@ func (o *GatewayOptions) defaults() {
 func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler {
 	o.defaults()
 	log := o.Logger
-	t := UpstreamTransport(TransportOptions{MaxConnsPerHost: o.MaxConns})
+	t := UpstreamTransport(TransportOptions{MaxConnsPerHost: o.MaxConns, IdleTimeout: o.UpstreamIdle})
 	t.ResponseHeaderTimeout = o.Timeout
 	if o.UpstreamTLS != nil {
 		t.TLSClientConfig = o.UpstreamTLS.Clone()

@@ -50,3 +50,25 @@ func peerClosed(c net.Conn) bool {
 	})
 	return closed
 }
+
+// upstreamGone reports whether an idle upstream connection c, one with no
+// request outstanding, can no longer carry a request: its peer closed or
+// reset it, or sent something no request asked for (a 408 before closing,
+// a TLS close alert). It peeks, as peerClosed does, without reading.
+func upstreamGone(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	var buf [1]byte
+	rc.Control(func(fd uintptr) {
+		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR)
+	})
+	return gone
+}

@@ -33,6 +33,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tunnelIdle := fs.Duration("tunnel-idle-timeout", server.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
 	tunnelMax := fs.Duration("tunnel-max-duration", server.DefaultTunnelMax, "end an upgraded connection this long after it opened")
 	maxTunnels := fs.Int("max-tunnels", 0, "the most upgraded connections open at once, beyond which 503 (0: a quarter of the open-file limit, at most 10000)")
+	upstreamIdle := fs.Duration("upstream-idle-timeout", server.DefaultUpstreamIdle, "close a connection to the upstream idle this long (sooner if the upstream announces a shorter Keep-Alive timeout); keep it under the upstream's own keep-alive timeout")
 	upstreamCA := fs.String("upstream-ca", "", "PEM file of the certificate authorities an https upstream is checked against (default: the system's)")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
@@ -78,6 +79,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *tunnelIdle <= 0 || *tunnelMax <= 0 || *maxTunnels < 0 {
 		return errUsage{errors.New("--tunnel-idle-timeout and --tunnel-max-duration must be > 0, --max-tunnels >= 0")}
 	}
+	if *upstreamIdle <= 0 {
+		return errUsage{errors.New("--upstream-idle-timeout must be > 0")}
+	}
 	var upstreamTLS *tls.Config
 	if *upstreamCA != "" {
 		pem, err := os.ReadFile(*upstreamCA)
@@ -91,9 +95,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		upstreamTLS = &tls.Config{RootCAs: roots}
 	}
 	gwo := server.GatewayOptions{
-		UpstreamTLS: upstreamTLS,
-		HTTP:        httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer.Pipeline()},
-		Logger:      s.log, Metrics: s.metrics,
+		UpstreamTLS: upstreamTLS, UpstreamIdle: *upstreamIdle,
+		HTTP:   httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer.Pipeline()},
+		Logger: s.log, Metrics: s.metrics,
 		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
 	}
 	var front *listening

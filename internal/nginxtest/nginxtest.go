@@ -49,14 +49,48 @@ func Start(t testing.TB, snippetPath, sluiceAddr, upstreamAddr string, edits ...
 		}
 		snippet = []byte(strings.ReplaceAll(string(snippet), edits[i], edits[i+1]))
 	}
+	return serve(t, bin, func(listen string) string {
+		return strings.NewReplacer(
+			snippetUpstream, upstreamAddr,
+			snippetSluice, sluiceAddr,
+			snippetListen, listen,
+		).Replace(string(snippet))
+	})
+}
+
+// Upstream runs nginx as an upstream service that answers every request
+// 200 "ok" (reading and dropping its body), closing a keep-alive
+// connection after keepalive idle, as nginx's keepalive_timeout does; it
+// returns its base URL. It skips or fails as Start does without nginx.
+func Upstream(t testing.TB, keepalive time.Duration) string {
+	t.Helper()
+	bin := lookup()
+	if bin == "" {
+		if CI() {
+			t.Fatal("nginx is not installed, and CI is set: CI must install it (apt-get install nginx)")
+		}
+		t.Skip("SKIPPING: nginx is not installed; install it (apt-get install nginx) to run it as an upstream")
+	}
+	return serve(t, bin, func(listen string) string {
+		return fmt.Sprintf(`server {
+    listen %s;
+    keepalive_timeout %dms;
+    keepalive_requests 100000;
+    location / {
+        client_max_body_size 1m;
+        client_body_buffer_size 1m;
+        return 200 "ok\n";
+    }
+}`, listen, keepalive.Milliseconds())
+	})
+}
+
+// serve runs nginx with the server blocks conf writes for a listen
+// address, on a free loopback port, until the test ends.
+func serve(t testing.TB, bin string, conf func(listen string) string) string {
 	dir := t.TempDir()
 	for attempt := 0; ; attempt++ {
 		port := freePort(t)
-		conf := strings.NewReplacer(
-			snippetUpstream, upstreamAddr,
-			snippetSluice, sluiceAddr,
-			snippetListen, fmt.Sprintf("127.0.0.1:%d", port),
-		).Replace(string(snippet))
 		full := fmt.Sprintf(`daemon off;
 master_process off;
 pid %[1]s/nginx.pid;
@@ -71,7 +105,7 @@ http {
     scgi_temp_path %[1]s/scgi;
 %[2]s
 }
-`, dir, conf)
+`, dir, conf(fmt.Sprintf("127.0.0.1:%d", port)))
 		path := filepath.Join(dir, "nginx.conf")
 		if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
 			t.Fatal(err)
