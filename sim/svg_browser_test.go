@@ -26,11 +26,8 @@ func TestSVGTextsDoNotOverlapInABrowser(t *testing.T) {
 		groups int // bar groups; 0 for lines
 	}
 	var pics []picture
-	for _, s := range Scenarios() {
-		rep, err := s.Run()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range ranScenarios(t) {
+		s, rep := r.Scenario, r.rep
 		var buf bytes.Buffer
 		if err := rep.Write(&buf, "svg"); err != nil {
 			t.Fatal(err)

@@ -74,11 +74,8 @@ func TestEveryScenarioDrawsAsSVG(t *testing.T) {
 		"distributed":          {0, 96}, // 48 configurations x 2 columns
 		"overload":             {0, 60}, // 5 contenders x 6 loads x 2 columns
 	}
-	for _, s := range Scenarios() {
-		rep, err := s.Run()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range ranScenarios(t) {
+		s, rep := r.Scenario, r.rep
 		var buf bytes.Buffer
 		if err := rep.Write(&buf, "svg"); err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
