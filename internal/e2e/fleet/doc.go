@@ -3,11 +3,11 @@
 // default flags, real redis-server processes): exact admission on a
 // machine whose cores are busy, what each sync mode admits against its
 // limit and how many store calls it makes, regions, and what each store
-// fault costs against the bound docs/redis.md states (a cluster master
-// killed and its replica promoted, Redis hung and restarted from its
-// append-only file, slots resharded and rebalanced onto a new master, a
-// master stopped, a Sentinel failover, Redis away at start). They are a
-// package of their own, apart from cmd/sluice's, so that each suite stays
-// well within `go test`'s 10 minutes per package on a loaded 2-core
-// machine; within it they run one at a time, as they must on 2 cores.
+// fault that stops a node costs (Redis slowed, hung, killed, away at
+// start, a cluster master stopped, a Sentinel failover). The faults that
+// move a key's count (a failover, a hang and a restart, a reshard) are in
+// internal/e2e/failover. They are packages of their own, apart from
+// cmd/sluice's, so that each suite stays well within `go test`'s time per
+// package on a loaded 2-core machine; the end-to-end suites take a
+// machine-wide lock (proctest.Exclusive) and never run side by side.
 package fleet
