@@ -176,7 +176,7 @@ func (x *httpExchange) Abandon() { Abandon(x.w) }
 
 func (x *httpExchange) Refuse(res *engine.Result) { x.l.reject(x.w, x.r, res, x.st) }
 
-func (x *httpExchange) Shed() { shed(x.w) }
+func (x *httpExchange) Shed() { WriteShed(x.w) }
 
 func (x *httpExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
 	l, w, r := x.l, x.w, x.r
@@ -270,12 +270,13 @@ func (l *Limiter) visitRejectFields(set func(name string, value []byte), res *en
 
 var noStore = []byte("no-store")
 
-// shed answers a request the concurrency limit refused: 503, the draft's
-// temporary-reduced-capacity problem, and a Retry-After of one second (a
-// permit is usually free well before).
-func shed(w http.ResponseWriter) {
+// WriteShed answers a request a concurrency limit refused: 503, the
+// draft's temporary-reduced-capacity problem, and a Retry-After of one
+// second (a permit is usually free well before). Every plane sheds with it
+// or, without an http.ResponseWriter, with the same fields and
+// AppendProblem(ShedProblem()).
+func WriteShed(w http.ResponseWriter) {
 	w.Header().Set(headerRetryAfter, "1")
-	w.Header().Set("Cache-Control", "no-store")
 	WriteProblem(w, ShedProblem())
 }
 

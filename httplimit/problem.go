@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -35,6 +34,8 @@ type Problem struct {
 	Status           int      `json:"status"`
 	Detail           string   `json:"detail"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// Field names the request's field at fault, for a bad request.
+	Field string `json:"field,omitempty"`
 }
 
 // ProblemFor describes a rejection. It names the rules that rejected the
@@ -171,13 +172,4 @@ func about(d time.Duration) string {
 		return strconv.FormatInt((s+59)/60, 10) + " minutes"
 	}
 	return strconv.FormatInt((s+3599)/3600, 10) + " hours"
-}
-
-// WriteProblem writes p as application/problem+json with its status.
-func WriteProblem(w http.ResponseWriter, p *Problem) {
-	body, _ := json.Marshal(p)
-	h := w.Header()
-	h["Content-Type"] = []string{problemContentType}
-	w.WriteHeader(p.Status)
-	w.Write(append(body, '\n'))
 }

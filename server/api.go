@@ -542,20 +542,8 @@ func writeBad(w http.ResponseWriter, err error) {
 	writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), field)
 }
 
-// problem is an RFC 9457 problem with the field at fault, if any.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Field  string `json:"field,omitempty"`
-}
-
 func writeProblem(w http.ResponseWriter, status int, title, detail, field string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	encode(w, problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
+	httplimit.WriteProblem(w, &httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -160,8 +160,7 @@ func (x *authExchange) Refuse(res *engine.Result) {
 
 // Shed cannot happen: the service has no concurrency limit.
 func (x *authExchange) Shed() {
-	x.w.Header().Set("Retry-After", "1")
-	httplimit.WriteProblem(x.w, httplimit.ShedProblem())
+	httplimit.WriteShed(x.w)
 }
 
 func (x *authExchange) Forward(path string, res *engine.Result, watch, keep bool) int {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"net/url"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -263,7 +261,7 @@ func (x *fastExchange) Abandon() {
 func (x *fastExchange) Shed() {
 	ctx, st := x.ctx, x.st
 	p := httplimit.ShedProblem()
-	st.body = appendProblem(st.body[:0], p)
+	st.body = httplimit.AppendProblem(st.body[:0], p)
 	ctx.SetStatusCode(p.Status)
 	ctx.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Retry-After", "1")
@@ -351,90 +349,16 @@ func (g *FastGateway) render(res *engine.Result, st *fastState) {
 	})
 	p := &st.problem
 	httplimit.FillProblem(p, res)
-	st.refusals = appendProblem(st.refusals[:0], p)
+	st.refusals = httplimit.AppendProblem(st.refusals[:0], p)
 	st.status = p.Status
 }
 
-// appendProblem appends p as JSON, as encoding/json would write it.
-func appendProblem(b []byte, p *httplimit.Problem) []byte {
-	b = append(b, `{"type":`...)
-	b = appendJSONString(b, p.Type)
-	b = append(b, `,"title":`...)
-	b = appendJSONString(b, p.Title)
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(p.Status), 10)
-	b = append(b, `,"detail":`...)
-	b = appendJSONString(b, p.Detail)
-	if len(p.ViolatedPolicies) > 0 {
-		b = append(b, `,"violated-policies":[`...)
-		for i, v := range p.ViolatedPolicies {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, v)
-		}
-		b = append(b, ']')
-	}
-	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string, escaped as json.Marshal
-// escapes it (HTML characters and U+2028/U+2029 included).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0 // s[start:i] needs no escaping: it is copied in one append
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if jsonPlain[c] {
-			continue
-		}
-		if c == 0xe2 && !(i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9)) {
-			continue // another three-byte character: copied as it is
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case 0xe2: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
-			b = append(b, '\\', 'u', '2', '0', '2', hex[s[i+2]&15])
-			i += 2
-		default: // control characters and the HTML ones
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// jsonPlain marks the bytes appendJSONString copies as they are: not a
-// control character, a quote, a backslash, an HTML character, or 0xE2 (the
-// first byte of U+2028 and U+2029, and of other characters, checked apart).
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = !strings.ContainsRune(`"\<>&`, rune(c)) && c != 0xe2
-	}
-	return t
-}()
-
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Reset()
-	body, _ := json.Marshal(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	ctx.SetBody(append(body, '\n'))
+	ctx.SetBody(httplimit.AppendProblem(nil, &httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}))
 }
 
 // forward sends an admitted request to the upstream and its answer back.

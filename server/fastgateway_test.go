@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -11,9 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"unicode/utf8"
-
-	"github.com/sluice-rl/sluice/httplimit"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
@@ -96,31 +92,3 @@ func TestFastGatewayRefusalsNameTheirOwnRule(t *testing.T) {
 }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// The 429 body is written by hand on the fast path: it must be the JSON
-// encoding/json writes.
-func TestAppendProblemIsJSON(t *testing.T) {
-	p := &httplimit.Problem{Type: "https://x/#q", Title: "Quota \"Exceeded\"", Status: 429,
-		Detail: "a\\b\n\tc é <&> \u2028\x01", ViolatedPolicies: []string{"a", "b"}}
-	want, _ := json.Marshal(p)
-	if got := appendProblem(nil, p); string(got) != string(want)+"\n" {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-}
-
-// appendJSONString writes any valid UTF-8 string as encoding/json does:
-// escaped runs and the plain runs copied between them.
-func FuzzAppendJSONStringIsJSON(f *testing.F) {
-	for _, s := range []string{"", "plain", "\"", "a\\", "<x>&", "\u2028\u2029", "é\u2027\u202a", "\x00\x1f\x7f", "ends in \n", "\u2028"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) {
-			return // rule names and details are valid UTF-8; encoding/json would replace the rest
-		}
-		want, _ := json.Marshal(s)
-		if got := appendJSONString(nil, s); string(got) != string(want) {
-			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	})
-}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/httplimit"
 )
 
 const reserveTestRules = `
@@ -73,7 +75,7 @@ func TestBadSettlesAre400ProblemsNamingTheField(t *testing.T) {
 		`{"id":` + `"` + strings.Repeat("A", 5000) + `","actual":1}`: "id",
 	} {
 		w := f.do("POST", "/v1/settle", body)
-		var p problem
+		var p httplimit.Problem
 		json.Unmarshal(w.Body.Bytes(), &p)
 		if w.Code != 400 || p.Field != field || w.Header().Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%.60s: %d field %q (%s), want 400 naming %q", body, w.Code, p.Field, p.Detail, field)
@@ -87,7 +89,7 @@ func TestBadSettlesAre400ProblemsNamingTheField(t *testing.T) {
 		`{"estimate":1,"status":200}`: "status",
 	} {
 		w := f.do("POST", "/v1/reserve", body)
-		var p problem
+		var p httplimit.Problem
 		json.Unmarshal(w.Body.Bytes(), &p)
 		if w.Code != 400 || p.Field != field {
 			t.Errorf("reserve %s: %d field %q (%s), want 400 naming %q", body, w.Code, p.Field, p.Detail, field)

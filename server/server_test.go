@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -132,7 +133,7 @@ func TestBadRequestsAre400ProblemsNamingTheField(t *testing.T) {
 		{`{} {}`, "", "trailing data"},
 	} {
 		w := f.do("POST", "/v1/check", tc.body)
-		var p problem
+		var p httplimit.Problem
 		json.Unmarshal(w.Body.Bytes(), &p)
 		if w.Code != 400 || w.Header().Get("Content-Type") != "application/problem+json" || p.Status != 400 ||
 			p.Field != tc.field || !strings.Contains(p.Detail, tc.detail) {
@@ -158,7 +159,7 @@ func TestBatchChecksInOrder(t *testing.T) {
 		t.Fatalf("batch %+v", out)
 	}
 	w = f.do("POST", "/v1/check:batch", `[{"attributes":{"phone":"1"}},{"cost":-1}]`)
-	var p problem
+	var p httplimit.Problem
 	json.Unmarshal(w.Body.Bytes(), &p)
 	if w.Code != 400 || p.Field != "[1].cost" {
 		t.Fatalf("bad batch item: %d %s", w.Code, w.Body)
