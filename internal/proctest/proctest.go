@@ -52,18 +52,7 @@ var build struct {
 func Sluice(t testing.TB) string {
 	t.Helper()
 	build.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-e2e")
-		if err != nil {
-			build.err = err
-			return
-		}
-		build.bin = filepath.Join(dir, "sluice")
-		// The release build's flags (.goreleaser.yaml): the binary a user
-		// runs, and one set of compiled packages in Go's build cache for
-		// every suite that builds it (and the container image's test).
-		cmd := exec.Command("go", "build", "-trimpath", "-o", build.bin, "github.com/sluice-rl/sluice/cmd/sluice")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.out, build.err = cmd.CombinedOutput()
+		build.bin, build.out, build.err = buildCommand("sluice", "github.com/sluice-rl/sluice/cmd/sluice")
 	})
 	if build.err != nil {
 		t.Fatalf("build: %v\n%s", build.err, build.out)
@@ -71,10 +60,29 @@ func Sluice(t testing.TB) string {
 	return build.bin
 }
 
-// Remove deletes the binary Sluice built, if any.
+// buildCommand builds the command pkg into a temporary directory of its
+// own with the release build's flags (.goreleaser.yaml): the binary a user
+// runs, and one set of compiled packages in Go's build cache for every
+// suite that builds it (and the container image's test). A test binary
+// built with -race does not make it a race build.
+func buildCommand(name, pkg string) (bin string, out []byte, err error) {
+	dir, err := os.MkdirTemp("", "sluice-e2e")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err = cmd.CombinedOutput()
+	return bin, out, err
+}
+
+// Remove deletes the binaries Sluice and the load generator built, if any.
 func Remove() {
-	if build.bin != "" {
-		os.RemoveAll(filepath.Dir(build.bin))
+	for _, bin := range []string{build.bin, loadgen.bin} {
+		if bin != "" {
+			os.RemoveAll(filepath.Dir(bin))
+		}
 	}
 }
 

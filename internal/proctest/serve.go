@@ -1,16 +1,18 @@
 package proctest
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -28,55 +30,128 @@ type Outcome struct {
 
 // Load sends n checks of path for user from 64 callers spread over bases.
 func Load(t *testing.T, bases []string, path, user string, n int) Outcome {
-	body := fmt.Sprintf(`{"request":{"path":%q},"attributes":{"user":%q}}`, path, user)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	o := Outcome{PerBase: make([]int64, len(bases))}
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	for g := range 64 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				b := (int(i) + g) % len(bases)
-				start := time.Now()
-				req, _ := http.NewRequest("POST", bases[b]+"/v1/check", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				// A check may be sent again if a kept-alive connection closes
-				// under it: the client's transport then retries it.
-				req.Header.Set("Idempotency-Key", strconv.Itoa(int(i)))
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var v struct{ Allowed, Degraded bool }
-				json.NewDecoder(resp.Body).Decode(&v)
-				resp.Body.Close()
-				took := time.Since(start)
-				mu.Lock()
-				o.Slowest = max(o.Slowest, took)
-				if v.Allowed {
-					o.Admitted++
-					o.PerBase[b]++
-				} else {
-					o.Refused++
-				}
-				if v.Degraded {
-					o.Degraded++
-					if v.Allowed {
-						o.DegradedAdmitted++
-					}
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	t.Helper()
+	o, _ := Spread(t, Checks{Bases: bases, Path: path, Users: []string{user}, PerUser: n})
 	return o
+}
+
+// Checks are checks for many users, from 64 callers spread over bases: check
+// i is for user i mod len(Users), sent to base (i + caller) mod len(Bases).
+type Checks struct {
+	Bases   []string
+	Path    string
+	Users   []string
+	PerUser int
+	// OnPause, if set, runs before check PauseAt is sent, while every
+	// caller waits: a test injects its fault there, and may pace the
+	// checks that follow (Pacer).
+	PauseAt int
+	OnPause func(p *Pacer)
+}
+
+// UserOutcome is what one user of Checks was answered, and the time from
+// its first check to its last answer.
+type UserOutcome struct {
+	Admitted, Refused, Degraded, DegradedAdmitted int64
+	Span                                          time.Duration
+}
+
+// Pacer paces the checks of a running Spread.
+type Pacer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// Slow paces the checks to about a thousand a second, one at a time, so
+// that they span a fault; Fast lets them go at full speed again.
+func (p *Pacer) Slow() { p.say("slow") }
+func (p *Pacer) Fast() { p.say("fast") }
+
+func (p *Pacer) say(cmd string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.w, cmd)
+}
+
+var loadgen struct {
+	sync.Once
+	bin string
+	err error
+	out []byte
+}
+
+// Spread sends c's checks and returns what they got, in all and by user.
+// The checks are sent by a process of its own (package loadgen), built
+// without the race detector, so that a test binary built with -race loads
+// the processes it tests, not itself.
+func Spread(t *testing.T, c Checks) (Outcome, map[string]UserOutcome) {
+	t.Helper()
+	loadgen.Do(func() {
+		loadgen.bin, loadgen.out, loadgen.err = buildCommand("loadgen", "github.com/sluice-rl/sluice/internal/proctest/loadgen")
+	})
+	if loadgen.err != nil {
+		t.Fatalf("build the load generator: %v\n%s", loadgen.err, loadgen.out)
+	}
+	pauseAt := -1
+	if c.OnPause != nil {
+		pauseAt = c.PauseAt
+	}
+	cmd := exec.Command(loadgen.bin, "-bases", strings.Join(c.Bases, ","), "-path", c.Path,
+		"-users", strings.Join(c.Users, ","), "-per-user", strconv.Itoa(c.PerUser), "-pause-at", strconv.Itoa(pauseAt))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	p := &Pacer{w: stdin}
+	var res struct {
+		Users   map[string]struct{ Admitted, Refused, Degraded, DegradedAdmitted, First, Last int64 }
+		PerBase []int64
+		Slowest time.Duration
+		Errors  int64
+		Error   string
+	}
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(nil, 64<<20)
+	for lines.Scan() {
+		line := lines.Text()
+		switch {
+		case strings.HasPrefix(line, "at "):
+			c.OnPause(p)
+			p.say("go")
+		case strings.HasPrefix(line, "result "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "result ")), &res); err != nil {
+				t.Fatalf("the load generator's result: %v", err)
+			}
+		}
+	}
+	if res.Users == nil {
+		t.Fatalf("the load generator ended without a result: %v", cmd.Wait())
+	}
+	if res.Errors > 0 {
+		t.Errorf("%d checks failed, the first: %s", res.Errors, res.Error)
+	}
+	o := Outcome{PerBase: res.PerBase, Slowest: res.Slowest}
+	users := map[string]UserOutcome{}
+	for name, u := range res.Users {
+		o.Admitted += u.Admitted
+		o.Refused += u.Refused
+		o.Degraded += u.Degraded
+		o.DegradedAdmitted += u.DegradedAdmitted
+		users[name] = UserOutcome{Admitted: u.Admitted, Refused: u.Refused, Degraded: u.Degraded, DegradedAdmitted: u.DegradedAdmitted,
+			Span: time.Duration(u.Last - u.First)}
+	}
+	return o, users
 }
 
 // WaitHealthy waits until every base says it is ready with closed breakers.

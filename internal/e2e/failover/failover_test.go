@@ -1,11 +1,8 @@
 package failover
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +12,12 @@ import (
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
-// manyKeys sends checks for users (perUser each) from 64 callers spread
-// over bases, in a random interleaving, calling at(i) before the i-th
-// check, and returns what each user was admitted, how many answers were
-// degraded, and what each user may be admitted under the tests' rule of 100
-// per hour (see allowance).
+// manyKeys sends checks for users (perUser each) of the tests' rule from
+// 64 callers spread over bases (proctest.Spread), with onPause, if set,
+// run before check pauseAt, and returns what each user was admitted, how
+// many answers were degraded, and what each user may be admitted under
+// the tests' rule of 100 per hour (see allowance).
+//
 // keys is what manyKeys got: per user, what was admitted, what the rule
 // allows in the time its checks took, its degraded answers and what they
 // admitted; and the degraded answers in all.
@@ -28,68 +26,16 @@ type keys struct {
 	degraded                                             int64
 }
 
-func manyKeys(t *testing.T, bases []string, users []string, perUser int, at func(i int)) keys {
+func manyKeys(t *testing.T, bases []string, users []string, perUser int, pauseAt int, onPause func(p *proctest.Pacer)) keys {
 	t.Helper()
-	total := len(users) * perUser
-	order := make([]int32, total) // the i-th check's user
-	for i := range order {
-		order[i] = int32(i % len(users))
-	}
-	var next atomic.Int64
-	var degraded atomic.Int64
-	admitted, degradedAdmitted, degradedAnswers := make([]atomic.Int64, len(users)), make([]atomic.Int64, len(users)), make([]atomic.Int64, len(users))
-	first, last := make([]atomic.Int64, len(users)), make([]atomic.Int64, len(users))
-	var wg sync.WaitGroup
-	var atMu sync.Mutex
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	for g := range 64 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(total) {
-					return
-				}
-				if at != nil {
-					atMu.Lock()
-					at(int(i))
-					atMu.Unlock()
-				}
-				u := users[order[i]]
-				first[order[i]].CompareAndSwap(0, time.Now().UnixNano())
-				body := fmt.Sprintf(`{"request":{"path":"/open"},"attributes":{"user":%q}}`, u)
-				resp, err := client.Post(bases[(int(i)+g)%len(bases)]+"/v1/check", "application/json", strings.NewReader(body))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var v struct{ Allowed, Degraded bool }
-				json.NewDecoder(resp.Body).Decode(&v)
-				resp.Body.Close()
-				for now, l := time.Now().UnixNano(), &last[order[i]]; ; {
-					if was := l.Load(); was >= now || l.CompareAndSwap(was, now) {
-						break
-					}
-				}
-				if v.Allowed {
-					admitted[order[i]].Add(1)
-				}
-				if v.Degraded {
-					degraded.Add(1)
-					degradedAnswers[order[i]].Add(1)
-					if v.Allowed {
-						degradedAdmitted[order[i]].Add(1)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	k := keys{admitted: map[string]int{}, allowed: map[string]int{}, degradedAdmitted: map[string]int{}, degradedAnswers: map[string]int{}, degraded: degraded.Load()}
-	for i, u := range users {
-		k.admitted[u] = int(admitted[i].Load())
-		k.allowed[u] = allowance(time.Duration(last[i].Load() - first[i].Load()))
-		k.degradedAdmitted[u] = int(degradedAdmitted[i].Load())
-		k.degradedAnswers[u] = int(degradedAnswers[i].Load())
+	o, got := proctest.Spread(t, proctest.Checks{Bases: bases, Path: "/open", Users: users, PerUser: perUser, PauseAt: pauseAt, OnPause: onPause})
+	k := keys{admitted: map[string]int{}, allowed: map[string]int{}, degradedAdmitted: map[string]int{}, degradedAnswers: map[string]int{}, degraded: o.Degraded}
+	for _, u := range users {
+		g := got[u]
+		k.admitted[u] = int(g.Admitted)
+		k.allowed[u] = allowance(g.Span)
+		k.degradedAdmitted[u] = int(g.DegradedAdmitted)
+		k.degradedAnswers[u] = int(g.Degraded)
 	}
 	return k
 }
@@ -151,21 +97,18 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	// promotion and the write-back; then at full speed.
 	var killed, promoted time.Time
 	var promotedAt atomic.Int64
-	k := manyKeys(t, bases, users, perUser, func(i int) {
-		switch {
-		case i == len(users)*perUser/3:
-			dead.Stop()
-			killed = time.Now()
-			go func() {
-				for !cluster.Promoted() || !cluster.Healthy() {
-					time.Sleep(50 * time.Millisecond)
-				}
-				promotedAt.Store(time.Now().UnixNano())
-			}()
-		case killed.IsZero():
-		case promotedAt.Load() == 0 || time.Since(time.Unix(0, promotedAt.Load())) < 2*time.Second:
-			time.Sleep(time.Millisecond)
-		}
+	k := manyKeys(t, bases, users, perUser, len(users)*perUser/3, func(p *proctest.Pacer) {
+		dead.Stop()
+		killed = time.Now()
+		p.Slow()
+		go func() {
+			for !cluster.Promoted() || !cluster.Healthy() {
+				time.Sleep(50 * time.Millisecond)
+			}
+			promotedAt.Store(time.Now().UnixNano())
+			time.Sleep(2 * time.Second)
+			p.Fast()
+		}()
 	})
 	if p := promotedAt.Load(); p != 0 {
 		promoted = time.Unix(0, p)
@@ -215,7 +158,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 30 s the cluster is not whole or debts are owed: %v, %v", proctest.Metric(t, bases[0], "sluice_degraded_owed_units"), proctest.Metric(t, bases[1], "sluice_degraded_owed_units"))
 		}
-		manyKeys(t, bases, []string{"fo-traffic"}, 20, nil) // traffic, which brings the write-back
+		manyKeys(t, bases, []string{"fo-traffic"}, 20, 0, nil) // traffic, which brings the write-back
 		time.Sleep(100 * time.Millisecond)
 	}
 	var fresh []string
@@ -223,7 +166,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 		fresh = append(fresh, fmt.Sprint("fo-after-", i))
 	}
 	errsBefore := storeErrors(t, bases)
-	ka := manyKeys(t, bases, fresh, 150, nil)
+	ka := manyKeys(t, bases, fresh, 150, 0, nil)
 	after, degradedAfter, allowedAfter := ka.admitted, ka.degraded, ka.allowed
 	errs := storeErrors(t, bases)
 	for kind := range errs {
@@ -285,20 +228,17 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 			users = append(users, fmt.Sprintf("%s-%d", strings.ReplaceAll(fault.name, " ", "-"), i))
 		}
 		var failed, healed atomic.Int64
-		k := manyKeys(t, bases, users, 150, func(i int) {
-			switch {
-			case i == 200*150/3:
-				fault.fail()
-				failed.Store(time.Now().UnixNano())
-				go func() {
-					time.Sleep(fault.outageFloor)
-					fault.heal()
-					healed.Store(time.Now().UnixNano())
-				}()
-			case failed.Load() == 0:
-			case healed.Load() == 0 || time.Since(time.Unix(0, healed.Load())) < 2*time.Second:
-				time.Sleep(time.Millisecond) // span the outage and what follows it
-			}
+		k := manyKeys(t, bases, users, 150, 200*150/3, func(p *proctest.Pacer) {
+			fault.fail()
+			failed.Store(time.Now().UnixNano())
+			p.Slow() // span the outage and what follows it
+			go func() {
+				time.Sleep(fault.outageFloor)
+				fault.heal()
+				healed.Store(time.Now().UnixNano())
+				time.Sleep(2 * time.Second)
+				p.Fast()
+			}()
 		})
 		admitted, degraded, allowed := k.admitted, k.degraded, k.allowed
 		over, worst := 0, 0
@@ -361,15 +301,11 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 		done := make(chan error, 1)
 		// The checks go on at about a thousand a second while the slots
 		// move, so that they span the whole change; then at full speed.
-		k := manyKeys(t, bases, users, 150, func(i int) {
-			switch {
-			case i == reshardUsers*150/4:
-				began = time.Now()
-				running.Store(true)
-				go func() { done <- change.run(); running.Store(false) }()
-			case running.Load():
-				time.Sleep(time.Millisecond)
-			}
+		k := manyKeys(t, bases, users, 150, reshardUsers*150/4, func(p *proctest.Pacer) {
+			began = time.Now()
+			running.Store(true)
+			p.Slow()
+			go func() { err := change.run(); running.Store(false); p.Fast(); done <- err }()
 		})
 		if err := <-done; err != nil {
 			t.Fatal(err)
