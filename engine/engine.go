@@ -198,6 +198,10 @@ func checks(r *rule) bool { return r.Envoy == nil }
 // without a key, since its check answered for it. It returns false when
 // the request was refused as bad.
 func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(*rule) bool, charging bool) bool {
+	if req.Fragment {
+		res.refuseBadRequest("its request target holds a fragment (#), which clients never send and servers read in different ways")
+		return false
+	}
 	path, ok := rs.cfg.Paths.Normalize(req.Path)
 	if !ok {
 		res.refuseBadRequest(rs.cfg.Paths.Why(req.Path))

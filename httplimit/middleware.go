@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -136,6 +137,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	st.req = rules.Request{
 		Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		Fragment: strings.IndexByte(r.RequestURI, '#') >= 0,
 		ClientIP: ClientIPAtDepth(r, trusted, cfg.ClientIPDepth), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {

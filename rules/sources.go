@@ -131,9 +131,16 @@ const MaxBodyBytes = 64 << 10
 
 // Request is what rules see of a request.
 type Request struct {
-	Method   string
-	Host     string
-	Path     string
+	Method string
+	Host   string
+	// Path is the request target's path as sent, escaped as
+	// url.URL.EscapedPath escapes it (bytes outside ASCII as %XX).
+	Path string
+	// Fragment says the request target held a "#": a client never sends
+	// a fragment (RFC 9112 section 3.2), and servers read what follows it
+	// in different ways (as part of the path, of the query, or dropped),
+	// so such a request is refused as bad.
+	Fragment bool
 	RawQuery string
 	// ClientIP is the client's address, already resolved through trusted
 	// proxies by the caller.

@@ -69,6 +69,7 @@ type FastGateway struct {
 }
 
 type fastState struct {
+	path    []byte // the request's path, escaped as net/http escapes it
 	res     engine.Result
 	req     rules.Request
 	x       fastExchange
@@ -123,7 +124,7 @@ func NewFastGateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) *Fast
 		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
 	g.server = &fasthttp.Server{
-		Handler: g.serve, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
+		Handler: g.serve, ErrorHandler: g.unreadable, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ReadBufferSize: 64 << 10, NoDefaultServerHeader: true, NoDefaultDate: false,
 		DisableHeaderNamesNormalizing: true, CloseOnShutdown: true,
@@ -204,8 +205,10 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 		client = httplimit.ClientIPAtDepth(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: st.fwd}, trusted, cfg.ClientIPDepth)
 	}
 	uri := ctx.Request.URI()
+	st.path = appendEscapedPath(st.path[:0], uri.PathOriginal())
 	st.req = rules.Request{
-		Method: view.String(ctx.Method()), Host: view.String(ctx.Host()), Path: view.String(uri.PathOriginal()), RawQuery: view.String(uri.QueryString()),
+		Method: view.String(ctx.Method()), Host: view.String(ctx.Host()), Path: view.String(st.path), RawQuery: view.String(uri.QueryString()),
+		Fragment: bytes.IndexByte(ctx.Request.Header.RequestURI(), '#') >= 0,
 		ClientIP: client, Header: st.header,
 	}
 	if cfg.NeedsBody() {
@@ -353,6 +356,25 @@ func (g *FastGateway) render(res *engine.Result, st *fastState) {
 	st.status = p.Status
 }
 
+// unreadable answers a request fasthttp could not read, as net/http's
+// server does: 431 for a header too large, 408 for one too slow, 501 for
+// a transfer coding it does not know (RFC 9112 section 6.1), 400
+// otherwise; with a problem body, and the connection closed.
+func (g *FastGateway) unreadable(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var op *net.OpError
+	switch {
+	case errors.As(err, &small):
+		g.problem(ctx, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large", "the request's header is too large")
+	case errors.As(err, &op) && op.Timeout():
+		g.problem(ctx, http.StatusRequestTimeout, "Request Timeout", "the request was not sent in time")
+	case strings.Contains(err.Error(), "unsupported transfer-encoding"):
+		g.problem(ctx, http.StatusNotImplemented, "Not Implemented", "the request's transfer coding is not one this server knows")
+	default:
+		g.problem(ctx, http.StatusBadRequest, "Bad Request", "the request could not be read")
+	}
+}
+
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
@@ -407,6 +429,12 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 		}
 	}
 	req.URI().SetScheme(g.upstream.Scheme)
+	// As net/http's proxy: a request without a Host (HTTP/1.0) goes with
+	// the upstream's, and a body without a type goes without one.
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(g.upstream.Host)
+	}
+	req.Header.SetNoDefaultContentType(true)
 	if asked != "" {
 		clear(st.out)
 		g.limiter.Headers(st.out, res)
@@ -631,4 +659,21 @@ func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// appendEscapedPath appends p escaped as url.URL.EscapedPath escapes a path
+// sent raw: every byte outside printable ASCII, a space and the characters
+// a path never holds unescaped as %XX, so that both planes hand the rules
+// (and the upstream) the same path. A path with none of them, the usual
+// case, is appended as it is.
+func appendEscapedPath(b, p []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for _, c := range p {
+		if c > 0x20 && c < 0x7f && c != '"' && c != '<' && c != '>' && c != '\\' && c != '^' && c != '`' && c != '{' && c != '|' && c != '}' {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hex[c>>4], hex[c&15])
+	}
+	return b
 }

@@ -256,6 +256,10 @@ func UpstreamTransport(o TransportOptions) *http.Transport {
 	t.MaxIdleConns = max(o.MaxIdlePerHost, t.MaxIdleConns)
 	t.MaxIdleConnsPerHost = o.MaxIdlePerHost
 	t.IdleConnTimeout = o.IdleTimeout
+	// The upstream gets the Accept-Encoding the client sent, not one the
+	// transport adds (and then undoes by decompressing): what the fasthttp
+	// plane sends too.
+	t.DisableCompression = true
 	t.MaxConnsPerHost = o.MaxConnsPerHost
 	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	return t
