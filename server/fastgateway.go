@@ -375,6 +375,15 @@ func (g *FastGateway) unreadable(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
+// upstreamFailed answers a failed upstream exchange (upstreamFailure).
+func (g *FastGateway) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
+	p, logged := upstreamFailure(err)
+	if logged {
+		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
+	}
+	g.problem(ctx, p.Status, p.Title, p.Detail)
+}
+
 func (g *FastGateway) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
@@ -453,16 +462,8 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	for tries := 0; errors.Is(err, errStaleConn) && tries <= g.maxConns; tries++ {
 		err = client.DoTimeout(req, &ctx.Response, g.timeout)
 	}
-	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", fmt.Sprintf("the upstream's answer is larger than the %d bytes read to settle its cost", httplimit.MaxSettleBody))
-		return
-	case errors.Is(err, fasthttp.ErrTimeout):
-		g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
-		return
-	case err != nil:
-		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
-		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
+	if err != nil {
+		g.upstreamFailed(ctx, err)
 		return
 	}
 	// The status line is the gateway's own (HTTP/1.1 and the standard
@@ -504,13 +505,7 @@ func (g *FastGateway) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked str
 	a, err := u.exchange(ctx, func(w *bufio.Writer) error { return ctx.Request.Write(w) })
 	if err != nil {
 		u.open.Add(-1)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			g.problem(ctx, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time")
-			return
-		}
-		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
-		g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer")
+		g.upstreamFailed(ctx, err)
 		return
 	}
 	if !a.switched(asked) {
@@ -518,7 +513,7 @@ func (g *FastGateway) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked str
 		body := a.body()
 		if a.resp.StatusCode == http.StatusSwitchingProtocols {
 			body.Close()
-			g.problem(ctx, http.StatusBadGateway, "Bad Gateway", "the upstream switched to a protocol that was not asked for")
+			g.upstreamFailed(ctx, errWrongSwitch)
 			return
 		}
 		// Relayed as an ordinary answer; the client's connection goes on

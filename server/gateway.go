@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -114,13 +113,7 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 				httplimit.Abandon(w) // the client went away: answer nothing, not an empty 200
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
-				return
-			}
-			warnings.warn("sluice: upstream unreachable", "upstream", upstream.Host, "error", err)
-			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
+			upstreamFailed(w, err, upstream.Host, warnings)
 		},
 	}
 	up := newUpgrader(upstream, o)
@@ -171,13 +164,7 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 			httplimit.Abandon(w)
 			return
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream service did not answer in time", "")
-			return
-		}
-		warnings.warn("sluice: upstream unreachable", "upstream", u.upstream.Host, "error", err)
-		writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream service did not answer", "")
+		upstreamFailed(w, err, u.upstream.Host, warnings)
 		return
 	}
 	if !a.switched(asked) {
@@ -185,7 +172,7 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 		body := a.body()
 		defer body.Close()
 		if a.resp.StatusCode == http.StatusSwitchingProtocols {
-			writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream switched to a protocol that was not asked for", "")
+			upstreamFailed(w, errWrongSwitch, u.upstream.Host, warnings)
 			return
 		}
 		h := a.resp.Header.Clone()
@@ -286,4 +273,14 @@ func UpstreamCheck(upstream *url.URL) func(context.Context) (string, error) {
 		c.Close()
 		return addr, nil
 	}
+}
+
+// upstreamFailed answers a failed upstream exchange (upstreamFailure) on
+// net/http.
+func upstreamFailed(w http.ResponseWriter, err error, host string, warnings *rareWarnings) {
+	p, logged := upstreamFailure(err)
+	if logged {
+		warnings.warn("sluice: upstream unreachable", "upstream", host, "error", err)
+	}
+	httplimit.WriteProblem(w, p)
 }
