@@ -6,21 +6,74 @@ import (
 	"strings"
 )
 
-// ClientIP returns the address of the client that sent r. It is the socket's
-// peer, unless the peer is in trusted: then the forwarding headers are
-// walked from the right (the hop nearest to us) and the first address that
-// is not a trusted proxy is the client. RFC 7239 Forwarded is preferred to
+// Trust says whose word about a request's client is taken: the proxies
+// whose forwarding fields are believed, and how the client is read behind
+// them. Every plane finds the client with it, from plain arguments.
+type Trust struct {
+	// Proxies are the trusted proxies; a peer outside them is the client,
+	// whatever its forwarding fields say.
+	Proxies []netip.Prefix
+	// Depth, when above 0, takes the Depth-th X-Forwarded-For address
+	// from the right, as Traefik's ipStrategy.depth does (see
+	// ClientIPAtDepth); 0 walks the chain to the first untrusted hop.
+	Depth int
+	// XFFOnly reads X-Forwarded-For alone, for proxies known to set it and
+	// not Forwarded (a Forwarded field the client sent is then ignored).
+	XFFOnly bool
+}
+
+// Trusts reports whether peer is a trusted proxy.
+func (t Trust) Trusts(peer netip.Addr) bool { return peer.IsValid() && isTrusted(peer, t.Proxies) }
+
+// Client returns the client's address, given the socket's peer and the
+// request's header (only Forwarded and X-Forwarded-For are read): the peer,
+// unless it is a trusted proxy; then the forwarding chain is walked from
+// the right (the hop nearest to us) and the first address that is not a
+// trusted proxy is the client. RFC 7239 Forwarded is preferred to
 // X-Forwarded-For when both are present. Any malformed or obfuscated hop
 // makes the chain unusable, and the peer is returned.
+func (t Trust) Client(peer netip.Addr, header http.Header) netip.Addr {
+	if !t.Trusts(peer) {
+		return peer
+	}
+	var hops []netip.Addr
+	var ok bool
+	if t.Depth > 0 {
+		hops, ok = xForwardedFor(header.Values("X-Forwarded-For"))
+		if !ok || len(hops) == 0 {
+			return peer
+		}
+		return hops[max(len(hops)-t.Depth, 0)]
+	}
+	if fwd := header.Values("Forwarded"); !t.XFFOnly && len(fwd) > 0 {
+		hops, ok = forwardedFor(fwd)
+	} else if xff := header.Values("X-Forwarded-For"); len(xff) > 0 {
+		hops, ok = xForwardedFor(xff)
+	} else {
+		return peer
+	}
+	if !ok || len(hops) == 0 {
+		return peer
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		if !isTrusted(hops[i], t.Proxies) {
+			return hops[i]
+		}
+	}
+	return hops[0] // every hop is a trusted proxy: the first one is the origin
+}
+
+// ClientIP returns the address of the client that sent r, trusting the
+// forwarding fields of the proxies in trusted (see Trust.Client).
 func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	return clientIP(r, trusted, true)
+	return Trust{Proxies: trusted}.Client(parseHost(r.RemoteAddr), r.Header)
 }
 
 // ClientIPFromXFF is ClientIP reading X-Forwarded-For alone, for a trusted
 // proxy known to set that header and not Forwarded: a Forwarded header sent
 // by the client and passed through is then ignored.
 func ClientIPFromXFF(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	return clientIP(r, trusted, false)
+	return Trust{Proxies: trusted, XFFOnly: true}.Client(parseHost(r.RemoteAddr), r.Header)
 }
 
 // ClientIPAtDepth returns the client address as Traefik's ipStrategy.depth
@@ -30,43 +83,7 @@ func ClientIPFromXFF(r *http.Request, trusted []netip.Prefix) netip.Addr {
 // depth-1 proxies after the client, each appending what it saw; with fewer
 // hops, the leftmost is taken. A depth of 0 is ClientIP.
 func ClientIPAtDepth(r *http.Request, trusted []netip.Prefix, depth int) netip.Addr {
-	if depth <= 0 {
-		return ClientIP(r, trusted)
-	}
-	peer := parseHost(r.RemoteAddr)
-	if !peer.IsValid() || !isTrusted(peer, trusted) {
-		return peer
-	}
-	hops, ok := xForwardedFor(r.Header.Values("X-Forwarded-For"))
-	if !ok || len(hops) == 0 {
-		return peer
-	}
-	return hops[max(len(hops)-depth, 0)]
-}
-
-func clientIP(r *http.Request, trusted []netip.Prefix, forwarded bool) netip.Addr {
-	peer := parseHost(r.RemoteAddr)
-	if !peer.IsValid() || !isTrusted(peer, trusted) {
-		return peer
-	}
-	var hops []netip.Addr
-	var ok bool
-	if fwd := r.Header.Values("Forwarded"); forwarded && len(fwd) > 0 {
-		hops, ok = forwardedFor(fwd)
-	} else if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-		hops, ok = xForwardedFor(xff)
-	} else {
-		return peer
-	}
-	if !ok || len(hops) == 0 {
-		return peer
-	}
-	for i := len(hops) - 1; i >= 0; i-- {
-		if !isTrusted(hops[i], trusted) {
-			return hops[i]
-		}
-	}
-	return hops[0] // every hop is a trusted proxy: the first one is the origin
+	return Trust{Proxies: trusted, Depth: depth}.Client(parseHost(r.RemoteAddr), r.Header)
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

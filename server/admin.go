@@ -258,12 +258,3 @@ func (s *Server) adminError(w http.ResponseWriter, err error) {
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the store did not answer", "")
 	}
 }
-
-func containsAddr(ps []netip.Prefix, a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}

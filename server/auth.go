@@ -99,8 +99,8 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	if trusted == nil {
 		trusted = cfg.TrustedProxies
 	}
-	peer := httplimit.ClientIP(&http.Request{RemoteAddr: r.RemoteAddr}, nil)
-	if !peer.IsValid() || !containsAddr(trusted, peer) {
+	peer := httplimit.ParseAddr(r.RemoteAddr)
+	if !(httplimit.Trust{Proxies: trusted}).Trusts(peer) {
 		writeProblem(w, http.StatusForbidden, "Forbidden",
 			"forward-auth requests must come from a trusted proxy (trustedProxies in the rule file)", "")
 		return

@@ -200,10 +200,7 @@ func (g *FastGateway) serve(ctx *fasthttp.RequestCtx) {
 			st.fwd[ck] = append(st.fwd[ck], string(v))
 		}
 	}
-	client := peer
-	if peer.IsValid() && containsAddr(trusted, peer) && len(st.fwd) > 0 {
-		client = httplimit.ClientIPAtDepth(&http.Request{RemoteAddr: netip.AddrPortFrom(peer, 1).String(), Header: st.fwd}, trusted, cfg.ClientIPDepth)
-	}
+	client := httplimit.Trust{Proxies: trusted, Depth: cfg.ClientIPDepth}.Client(peer, st.fwd)
 	uri := ctx.Request.URI()
 	st.path = appendEscapedPath(st.path[:0], uri.PathOriginal())
 	st.req = rules.Request{
@@ -398,7 +395,7 @@ func (g *FastGateway) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted
 	// The forwarding fields are rebuilt: any the client sent go, whatever
 	// the case of their names, and so do the other fields naming a client
 	// address unless a trusted proxy sent them.
-	fromTrusted := peer.IsValid() && containsAddr(trusted, peer)
+	fromTrusted := httplimit.Trust{Proxies: trusted}.Trusts(peer)
 	drop := forwardingHeaders
 	if !fromTrusted {
 		drop = untrustedHeaders

@@ -91,8 +91,8 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 		if trusted == nil {
 			trusted = e.Config().TrustedProxies
 		}
-		peer := httplimit.ClientIP(&http.Request{RemoteAddr: pr.In.RemoteAddr}, nil)
-		if peer.IsValid() && containsAddr(trusted, peer) {
+		trust := httplimit.Trust{Proxies: trusted, Depth: e.Config().ClientIPDepth}
+		if trust.Trusts(httplimit.ParseAddr(pr.In.RemoteAddr)) {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 		} else {
 			for _, k := range clientAddressHeaders {
@@ -101,7 +101,7 @@ func Gateway(upstream *url.URL, e *engine.Engine, o GatewayOptions) http.Handler
 		}
 		pr.SetXForwarded()
 		pr.Out.Header.Del("X-Real-Ip")
-		if client := httplimit.ClientIPAtDepth(pr.In, trusted, e.Config().ClientIPDepth); client.IsValid() {
+		if client := trust.Client(httplimit.ParseAddr(pr.In.RemoteAddr), pr.In.Header); client.IsValid() {
 			pr.Out.Header.Set("X-Real-Ip", client.String())
 		}
 	}
