@@ -169,11 +169,22 @@ func (g *guard) call(ctx context.Context, s sluice.Store, partition string, wait
 	deadline := g.deadline()
 	ctx, cancel := context.WithTimeout(ctx, max(deadline+ext, wait))
 	defer cancel()
-	_, err := g.breaker(partition).Execute(func() (struct{}, error) {
-		return struct{}{}, s.Take(ctx, takes, out)
-	})
-	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return ErrBreakerOpen
+	b := g.breaker(partition)
+	var err error
+	if wait > 0 && b.State() != gobreaker.StateClosed {
+		// A rule that waits for a slow store (onSlowStore: wait) is never
+		// answered by a breaker that other rules' calls past their
+		// deadline opened: it is sent, and waits, whatever the breaker
+		// says, so that it is never over while the store answers within
+		// its wait. A dead store then costs its requests their wait.
+		err = s.Take(ctx, takes, out)
+	} else {
+		_, err = b.Execute(func() (struct{}, error) {
+			return struct{}{}, s.Take(ctx, takes, out)
+		})
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			return ErrBreakerOpen
+		}
 	}
 	switch {
 	case err == nil:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,5 +103,46 @@ func TestOnSlowStoreWaitCoversTheWholeCall(t *testing.T) {
 		if st.FailedOpen || st.FailedClosed {
 			t.Fatalf("%s answered degraded", st.Rule)
 		}
+	}
+}
+
+// A breaker opened by other rules' calls past their deadline does not
+// answer for a rule that waits: while the store answers within the wait,
+// such a rule's calls are sent and decided by the store, so it is never
+// over (found by attack: three gateways on a Redis stalled 1.8 s, share
+// traffic on other keys opening the breakers, and a spent key on a wait
+// rule admitted from the share, 66 over a limit of 100).
+func TestAnOpenBreakerDoesNotAnswerForARuleThatWaits(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: share, match: {path: /share}, key: [user], rate: 5, per: 1h}\n  - {id: wait, match: {path: /wait}, key: [user], rate: 5, per: 1h, onSlowStore: wait}\n", Options{
+		BreakerFailures: 3, BreakerOpenFor: time.Hour,
+	})
+	wait := userReq("spent")
+	wait.Path = "/wait"
+	for range 5 {
+		if res := f.check(t, wait); !res.Allowed {
+			t.Fatalf("the wait rule refused within its limit: %+v", res.Decision)
+		}
+	}
+	f.store.mode.Store(1) // the store fails: the share rule's calls open the breaker
+	share := userReq("other")
+	share.Path = "/share"
+	for range 6 { // at least half of the calls, as the breaker counts
+		f.check(t, share)
+	}
+	if s := f.e.Store().BreakerState(); s != "open" {
+		t.Fatalf("breaker %s after 6 failures, want open", s)
+	}
+	f.store.mode.Store(0) // the store answers again; the breaker is still open
+	calls := f.store.calls.Load()
+	for range 5 {
+		if res := f.check(t, wait); res.Allowed || res.StoreError != nil {
+			t.Fatalf("a spent key on a wait rule with the breaker open: allowed %v, store error %v; want refused by the store", res.Allowed, res.StoreError)
+		}
+	}
+	if f.store.calls.Load() == calls {
+		t.Fatal("the wait rule's checks never reached the store")
+	}
+	if res := f.check(t, share); !errors.Is(res.StoreError, ErrBreakerOpen) {
+		t.Fatalf("the share rule with the breaker open: %v, want answered by the breaker", res.StoreError)
 	}
 }

@@ -75,7 +75,7 @@ func busyLoops(t *testing.T, n int) {
 //     degraded answers (a store call that took longer than its wait, which
 //     a healthy Redis does not);
 //   - a rule answering from its share (the default) is over by at most its
-//     degraded admissions, and by at most L(N-1)/N, the bound docs/redis.md
+//     degraded admissions, and by at most L, the bound docs/redis.md
 //     states for N gateways' stale looks (E): a call that
 //     misses its deadline on a starved machine is answered from the
 //     gateway's part of what the store last said was left, and only such an
@@ -172,7 +172,7 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 }
 
 // staleBound is the most N gateways' stale looks at a key can admit over
-// what the store would have (docs/redis.md, E): when the others took all
-// of what one gateway last saw as left, its part of it, (N-1)/N of the
-// limit in all.
-func staleBound(limit int64, n int) int64 { return limit * int64(n-1) / int64(n) }
+// what the store would have (docs/redis.md, E): one limit, when every
+// gateway's look is stale by a whole limit (a fresh key the store spent
+// before any of them asked), N parts of L/N.
+func staleBound(limit int64, _ int) int64 { return limit }
