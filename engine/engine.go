@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,7 +199,7 @@ func checks(r *rule) bool { return r.Envoy == nil }
 // without a key, since its check answered for it. It returns false when
 // the request was refused as bad.
 func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(*rule) bool, charging bool) bool {
-	if req.Fragment {
+	if req.Fragment || strings.IndexByte(req.Path, '#') >= 0 {
 		res.refuseBadRequest("its request target holds a fragment (#), which clients never send and servers read in different ways")
 		return false
 	}

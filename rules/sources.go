@@ -136,7 +136,8 @@ type Request struct {
 	// Path is the request target's path as sent, escaped as
 	// url.URL.EscapedPath escapes it (bytes outside ASCII as %XX).
 	Path string
-	// Fragment says the request target held a "#": a client never sends
+	// Fragment says the request target held a "#" (a "#" in Path says so
+	// too, for the callers that pass a path as they got it): a client never sends
 	// a fragment (RFC 9112 section 3.2), and servers read what follows it
 	// in different ways (as part of the path, of the query, or dropped),
 	// so such a request is refused as bad.

@@ -131,6 +131,7 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	}
 	req := rules.Request{
 		Method: strings.ToUpper(f.method), Host: f.host, Path: u.EscapedPath(), RawQuery: u.RawQuery,
+		Fragment: strings.IndexByte(f.uri, '#') >= 0,
 		ClientIP: f.client, Header: r.Header, BodyUnseen: true, // the proxy sends no body
 	}
 	var res engine.Result
