@@ -197,6 +197,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect sends every metric, in the order Describe lists them: one
+// linear sequence of reads of the engine's, the store's and the planes'
+// counters, each a few lines, read whole.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)

@@ -56,7 +56,8 @@ func (r *Report) numeric(i int) bool {
 }
 
 // writeSVG draws r (see Chart) as a self-contained SVG document: no script,
-// no external reference, text escaped.
+// no external reference, text escaped. It draws top to bottom (title,
+// axes, bars or lines, legend), one linear sequence that reads best whole.
 func (r *Report) writeSVG(w io.Writer) error {
 	ch := r.Chart
 	if ch == nil {

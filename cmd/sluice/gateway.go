@@ -18,6 +18,9 @@ import (
 	"github.com/sluice-rl/sluice/server"
 )
 
+// runGateway is `sluice gateway`: its flags, their checks, the chosen data
+// plane in front of the upstream, then serving until ctx ends; one linear
+// sequence, read whole.
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -134,6 +134,11 @@ func (s *setup) say(stdout io.Writer, format string, args ...any) {
 	fmt.Fprintln(stdout, line)
 }
 
+// build makes what serve and gateway share from the common flags, in the
+// order each part needs the one before: logger, rule files, store (and its
+// fallback), engine, metrics, tracing, TLS, the membership heartbeat. It
+// is one linear sequence of steps, each failing with the flag at fault,
+// and reads best whole.
 func (c *common) build(stderr io.Writer) (*setup, error) {
 	if len(c.configs) == 0 {
 		if v := os.Getenv("SLUICE_CONFIG"); v != "" {
@@ -456,6 +461,8 @@ func listen(addr string, h http.Handler, certs *certFiles) (*listening, error) {
 	}}, nil
 }
 
+// runServe is `sluice serve`: its flags, their checks, then the listeners
+// started and served until ctx ends; one linear sequence, read whole.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
