@@ -25,29 +25,11 @@ func peerClosed(c net.Conn) bool {
 	if isTLS {
 		c = tc.NetConn()
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	closed := false
 	var buf [25]byte
-	rc.Control(func(fd uintptr) {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR):
-			// nothing waiting: still there
-		case err != nil:
-			closed = true // reset
-		case n == 0:
-			closed = true // end of stream
-		case isTLS:
-			closed = buf[0] == 21 || n == 24 && buf[0] == 23 && buf[3] == 0 && buf[4] == 19
-		}
-	})
+	n, waiting, closed := peek(c, buf[:])
+	if isTLS && waiting {
+		closed = buf[0] == 21 || n == 24 && buf[0] == 23 && buf[3] == 0 && buf[4] == 19
+	}
 	return closed
 }
 
@@ -56,19 +38,36 @@ func peerClosed(c net.Conn) bool {
 // reset it, or sent something no request asked for (a 408 before closing,
 // a TLS close alert). It peeks, as peerClosed does, without reading.
 func upstreamGone(c net.Conn) bool {
+	var buf [1]byte
+	_, waiting, closed := peek(c, buf[:])
+	return waiting || closed
+}
+
+// peek looks at what c's socket holds without reading it (MSG_PEEK,
+// non-blocking): n bytes waiting, or the peer's end of stream or reset
+// (closed). A connection that is not a socket shows nothing.
+func peek(c net.Conn, buf []byte) (n int, waiting, closed bool) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return false
+		return 0, false, false
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, false, false
 	}
-	gone := false
-	var buf [1]byte
 	rc.Control(func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		gone = !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR)
+		var err error
+		n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR):
+			n = 0 // nothing waiting: still there
+		case err != nil:
+			n, closed = 0, true // reset
+		case n == 0:
+			closed = true // end of stream
+		default:
+			waiting = true
+		}
 	})
-	return gone
+	return n, waiting, closed
 }

@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -22,10 +21,4 @@ func TestMain(m *testing.M) {
 func start(t testing.TB, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	return proctest.Start(t, os.Stderr, args...)
-}
-
-// startTo is start with the process's stderr (its log) sent to stderr.
-func startTo(t testing.TB, stderr io.Writer, args ...string) (string, *exec.Cmd) {
-	t.Helper()
-	return proctest.Start(t, stderr, args...)
 }
