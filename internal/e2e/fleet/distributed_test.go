@@ -79,7 +79,7 @@ func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
 					// machine: each answered from its gateway's share, within
 					// the bound docs/redis.md states (see exact_test.go).
 					switch {
-					case o.Admitted-1000 > o.DegradedAdmitted, o.Admitted-1000 > staleBound(1000, len(bases)):
+					case o.Admitted-1000 > o.DegradedAdmitted, o.Admitted-1000 > staleBound(1000):
 						t.Errorf("%s admitted %d, over the limit of 1000 by more than its %d degraded admissions or the stale looks' bound", mode, o.Admitted, o.DegradedAdmitted)
 					case 1000-o.Admitted > o.Degraded:
 						t.Errorf("%s admitted %d, under the limit of 1000 by more than its %d degraded answers", mode, o.Admitted, o.Degraded)
