@@ -1,6 +1,8 @@
 package algo
 
 import (
+	"fmt"
+	"math"
 	"math/big"
 	"slices"
 
@@ -200,17 +202,28 @@ type refSliding struct {
 	counts map[int64]int64
 }
 
-func (m *refSliding) estimate(t int64) *big.Rat {
+// scaled is the estimate times W, prev*(W-e) + cur*W: an integer, so the
+// comparisons with L below are exact. The test's counts and windows keep it
+// far below overflow; refMul fails loudly if that ever changes.
+func (m *refSliding) scaled(t int64) int64 {
 	idx := floorDiv(t, m.W)
 	e := t - idx*m.W
-	est := big.NewRat(m.counts[idx-1]*(m.W-e), m.W)
-	return est.Add(est, big.NewRat(m.counts[idx], 1))
+	return refMul(m.counts[idx-1], m.W-e) + refMul(m.counts[idx], m.W)
 }
 
 func (m *refSliding) admits(t, cost int64) bool {
-	est := m.estimate(t)
-	est.Add(est, big.NewRat(cost-1, 1))
-	return est.Cmp(big.NewRat(m.L, 1)) < 0
+	return m.scaled(t)+refMul(cost-1, m.W) < refMul(m.L, m.W)
+}
+
+func (m *refSliding) over(t int64) bool { return m.scaled(t) > refMul(m.L, m.W) }
+
+// refMul is a*b, and panics where that overflows int64.
+func refMul(a, b int64) int64 {
+	p := a * b
+	if a != 0 && (p/a != b || (a == -1 && b == math.MinInt64)) {
+		panic(fmt.Sprintf("reference: %d*%d overflows int64", a, b))
+	}
+	return p
 }
 
 func (m *refSliding) remaining(t int64) int64 {
@@ -234,14 +247,13 @@ func (m *refSliding) resetAfter(t int64) int64 {
 
 func (m *refSliding) take(now, cost int64) Result {
 	rem, reset := m.remaining(now), m.resetAfter(now)
-	over := func(t int64) bool { return m.estimate(t).Cmp(big.NewRat(m.L, 1)) > 0 }
 	switch {
-	case cost == 0 && over(now):
+	case cost == 0 && m.over(now):
 		// In debt: over until the estimate is back to at most L.
 		lo, hi := now, now+2*m.W
 		for lo < hi {
 			mid := lo + (hi-lo)/2
-			if !over(mid) {
+			if !m.over(mid) {
 				hi = mid
 			} else {
 				lo = mid + 1
