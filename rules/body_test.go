@@ -267,6 +267,10 @@ func qsForm(raw, name string) []string {
 }
 
 // A random body built from the tricks that servers read in different ways.
+// gzipWriter is reset for each compressed body: a new writer's buffers,
+// under -race, cost the property test nine tenths of its time.
+var gzipWriter = gzip.NewWriter(io.Discard)
+
 func randomBody(rng *rand.Rand) ([]byte, http.Header) {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	values := []string{"8801799999999", "8801700000001", "x y"}
@@ -332,7 +336,8 @@ func randomBody(rng *rand.Rand) ([]byte, http.Header) {
 	switch rng.IntN(10) {
 	case 0: // compressed
 		var z bytes.Buffer
-		zw := gzip.NewWriter(&z)
+		zw := gzipWriter
+		zw.Reset(&z)
 		zw.Write(raw)
 		zw.Close()
 		raw = z.Bytes()
