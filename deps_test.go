@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,28 @@ func TestTheLibraryDoesNotImportTheServicesDependencies(t *testing.T) {
 		for _, f := range forbidden {
 			if strings.HasPrefix(pkg, f) {
 				t.Errorf("the library imports %s", pkg)
+			}
+		}
+	}
+}
+
+// Each deployable face is a package of its own and imports none of the
+// others: the gateway, the Envoy side and the decision service meet only in
+// cmd/sluice (and share package metrics).
+func TestTheFacesDoNotImportEachOther(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	faces := []string{"github.com/sluice-rl/sluice/gateway", "github.com/sluice-rl/sluice/envoy", "github.com/sluice-rl/sluice/server"}
+	for _, face := range faces {
+		out, err := exec.Command("go", "list", "-deps", face).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		deps := strings.Fields(string(out))
+		for _, other := range faces {
+			if other != face && slices.Contains(deps, other) {
+				t.Errorf("%s imports %s", face, other)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -171,3 +172,21 @@ func duplicateRule(before []engine.Status, rule string) bool {
 	}
 	return false
 }
+
+// DisplayName spells a canonical header name as the RateLimit draft does
+// (RateLimit, RateLimit-Policy), for answers that carry header names as
+// data: the JSON API's headers and Envoy's headers to add.
+func DisplayName(canonical string) string {
+	switch canonical {
+	case "Ratelimit":
+		return "RateLimit"
+	case "Ratelimit-Policy":
+		return "RateLimit-Policy"
+	}
+	if !strings.Contains(canonical, "Ratelimit") {
+		return canonical
+	}
+	return rateLimitSpelling.Replace(canonical)
+}
+
+var rateLimitSpelling = strings.NewReplacer("Ratelimit", "RateLimit")

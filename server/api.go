@@ -392,7 +392,7 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 	h := http.Header{}
 	s.limiter.Headers(h, res)
 	for k, v := range h {
-		resp.Headers[displayName(k)] = strings.Join(v, ", ")
+		resp.Headers[httplimit.DisplayName(k)] = strings.Join(v, ", ")
 	}
 	return resp
 }
@@ -407,22 +407,6 @@ func reasonOf(r sluice.Reason, reduced bool) string {
 	}
 	return r.String()
 }
-
-// displayName spells a header as the RateLimit draft does.
-func displayName(canonical string) string {
-	switch canonical {
-	case "Ratelimit":
-		return "RateLimit"
-	case "Ratelimit-Policy":
-		return "RateLimit-Policy"
-	}
-	if !strings.Contains(canonical, "Ratelimit") {
-		return canonical
-	}
-	return rateLimitSpelling.Replace(canonical)
-}
-
-var rateLimitSpelling = strings.NewReplacer("Ratelimit", "RateLimit")
 
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 

@@ -4,19 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A batch answered 400 consumes nothing: every item is validated first.
@@ -68,7 +64,7 @@ func (panicStore) Take(context.Context, []sluice.Take, []sluice.Decision) error 
 }
 
 // No input may crash the process: a panic below a request is answered 500
-// (HTTP) or Internal (gRPC), and counted.
+// and counted (package metrics holds the gRPC boundary to the same).
 func TestPanicsAreAnsweredAndCounted(t *testing.T) {
 	g := newFixture(t, Options{Loopback: true})
 	cfg, err := rules.Parse("test.yaml", []byte(testRules))
@@ -79,7 +75,7 @@ func TestPanicsAreAnsweredAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Engine: e, Loopback: true, Metrics: NewMetrics("t"), Logger: g.srv.log})
+	srv, err := New(Options{Engine: e, Loopback: true, Metrics: metrics.New("t"), Logger: g.srv.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,28 +89,6 @@ func TestPanicsAreAnsweredAndCounted(t *testing.T) {
 	if !strings.Contains(h.Body.String(), `sluice_panics_total{boundary="http"} 1`) {
 		t.Fatal("the panic was not counted")
 	}
-	// gRPC: the interceptor turns it into codes.Internal.
-	_, err = srv.UnaryRecover()(context.Background(), &rlsv3.RateLimitRequest{}, &grpc.UnaryServerInfo{FullMethod: "/x"},
-		func(context.Context, any) (any, error) { panic("boom") })
-	if status.Code(err) != codes.Internal {
-		t.Fatalf("panic over gRPC: %v", err)
-	}
-	// The gateway recovers too, and http.ErrAbortHandler passes through.
-	h = httptest.NewRecorder()
-	recoverHTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("x") }), &srv.metrics.panics, srv.log).
-		ServeHTTP(h, httptest.NewRequest("GET", "/", nil))
-	if h.Code != 500 {
-		t.Fatalf("recoverHTTP: %d", h.Code)
-	}
-	func() {
-		defer func() {
-			if recover() != http.ErrAbortHandler {
-				t.Error("ErrAbortHandler was swallowed")
-			}
-		}()
-		recoverHTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), &srv.metrics.panics, srv.log).
-			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	}()
 }
 
 // downStore fails every call.
@@ -136,7 +110,7 @@ func TestAChargeWhileTheStoreIsDownIsCountedAndSaidDegraded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Engine: e, Loopback: true, Metrics: NewMetrics("t"), Logger: g.srv.log})
+	srv, err := New(Options{Engine: e, Loopback: true, Metrics: metrics.New("t"), Logger: g.srv.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -40,9 +41,6 @@ type Options struct {
 	// leases, deny cache and hot keys are served by /metrics and
 	// /v1/admin/hot.
 	Share *share.Store
-	// EnvoyDynamicMetadata adds the reference service's dynamic metadata to
-	// Envoy answers (its RESPONSE_DYNAMIC_METADATA setting).
-	EnvoyDynamicMetadata bool
 	// AuthProxy is the proxy that calls the forward-auth endpoint (default
 	// nginx): it decides which forwarding headers are believed.
 	AuthProxy AuthProxy
@@ -52,10 +50,10 @@ type Options struct {
 	// that requests to the admin endpoints without a token may name in
 	// their Host (for a listener reached under a name of its own).
 	AdminHosts []string
-	// Metrics, if set, are the metrics to serve; make them with NewMetrics
+	// Metrics, if set, are the metrics to serve; make them with metrics.New
 	// before the engine, so the engine can report store calls to them
 	// (engine.Options.OnStoreCall = m.ObserveStoreCall).
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// Pressure, if set, is the factor rules marked adaptive follow: GET and
 	// PUT /v1/pressure (admin) read it and set an operator's factor.
@@ -77,16 +75,8 @@ type Options struct {
 }
 
 // RulesSource is a source of rules other than files, such as an xDS
-// subscription (package server/xds).
-type RulesSource interface {
-	// Version is the version of the configuration applied last, and
-	// whether one has been.
-	Version() (string, bool)
-	// Updates counts the configurations applied and refused.
-	Updates() (applied, refused uint64)
-	// Connected reports whether the source is reachable now.
-	Connected() bool
-}
+// subscription (package envoy/xds).
+type RulesSource = metrics.RulesSource
 
 // Server is the service's HTTP handler.
 type Server struct {
@@ -95,7 +85,7 @@ type Server struct {
 	limiter *httplimit.Limiter
 	mux     *http.ServeMux
 	handler http.Handler // mux behind the panic boundary
-	metrics *Metrics
+	metrics *metrics.Metrics
 	log     *slog.Logger
 }
 
@@ -105,13 +95,13 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("server: Options.Engine is required")
 	}
 	if o.Metrics == nil {
-		o.Metrics = NewMetrics("")
+		o.Metrics = metrics.New("")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	s := &Server{o: o, e: o.Engine, limiter: httplimit.New(o.Engine, withTracer(o.HTTP, o.Tracer, "http")), mux: http.NewServeMux(), log: o.Logger, metrics: o.Metrics}
-	s.metrics.watch(o.Engine, o.Memory, o.Share)
+	s.metrics.Watch(o.Engine, o.Memory, o.Share)
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
@@ -122,7 +112,7 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("/v1/auth/", s.auth) // Envoy ext_authz: /v1/auth + the original path
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.ready)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry(), promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /v1/rules", s.admin(s.listRules))
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))
@@ -135,7 +125,7 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /ui", s.livePage)
 	s.mux.HandleFunc("GET /v1/ui/state", s.admin(s.liveState))
 	s.mux.HandleFunc("GET /{$}", index)
-	s.handler = s.Recover(s.mux)
+	s.handler = s.metrics.Recover(s.mux, s.log)
 	return s, nil
 }
 
@@ -241,15 +231,6 @@ func withTracer(o httplimit.Options, t *tracing.Tracer, via string) httplimit.Op
 		o.Tracer, o.TraceVia = t.Pipeline(), via
 	}
 	return o
-}
-
-// traceHeaders are the request fields that carry a trace context, when
-// tracing is on.
-func (s *Server) traceHeaders() []string {
-	if s.o.Tracer == nil {
-		return nil
-	}
-	return []string{"traceparent", "tracestate"}
 }
 
 // index names what the listener serves, for whoever opens it in a browser

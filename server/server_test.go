@@ -21,7 +21,9 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -53,7 +55,7 @@ func newFixtureOf(t testing.TB, src string, o Options) *fixture {
 	clock := sluice.NewManualClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	mem := memory.New(memory.WithClock(clock))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	o.Metrics = NewMetrics("test")
+	o.Metrics = metrics.New("test")
 	e, err := engine.New(cfg, engine.Options{Store: mem, Logger: quiet, OnStoreCall: o.Metrics.ObserveStoreCall})
 	if err != nil {
 		t.Fatal(err)
@@ -434,7 +436,7 @@ func TestReadinessIncludesTheUpstream(t *testing.T) {
 		code int
 		want string
 	}{{live, 200, "reachable"}, {dead, 503, "cannot be reached"}} {
-		f := newFixture(t, Options{Loopback: true, Upstream: UpstreamCheck(tc.u)})
+		f := newFixture(t, Options{Loopback: true, Upstream: gateway.UpstreamCheck(tc.u)})
 		if w := f.do("GET", "/readyz", ""); w.Code != tc.code || !strings.Contains(w.Body.String(), tc.want) {
 			t.Errorf("upstream %s: %d %s", tc.u, w.Code, w.Body)
 		}
@@ -718,7 +720,7 @@ func TestMetricsOfAGuardedStoreAreServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := NewMetrics("test")
+	m := metrics.New("test")
 	e, err := engine.New(cfg, engine.Options{Store: remoteStore{memory.New()}, Logger: quiet, OnStoreCall: m.ObserveStoreCall})
 	if err != nil {
 		t.Fatal(err)
@@ -745,7 +747,7 @@ func TestMetricsOfAGuardedStoreAreServed(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	problems, err := testutil.GatherAndLint(m.reg)
+	problems, err := testutil.GatherAndLint(m.Registry())
 	if err != nil {
 		t.Fatal(err)
 	}

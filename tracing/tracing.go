@@ -161,6 +161,16 @@ func (s Span) End(res *engine.Result, err error) {
 	s.s.End()
 }
 
+// Fields are the request fields that carry a trace context, when t traces
+// (nil traces nothing): a server that keeps only the fields it reads keeps
+// these too.
+func (t *Tracer) Fields() []string {
+	if t == nil {
+		return nil
+	}
+	return []string{"traceparent", "tracestate"}
+}
+
 // Pipeline is t as the request pipeline of package httplimit calls it
 // (httplimit.Options.Tracer): nil when t is nil, so that tracing off costs
 // the pipeline nothing.

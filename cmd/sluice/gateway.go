@@ -14,7 +14,9 @@ import (
 
 	"github.com/sluice-rl/sluice/concurrency"
 
+	"github.com/sluice-rl/sluice/gateway"
 	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/internal/patient"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -33,10 +35,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	adaptiveLatency := fs.Duration("adaptive-latency", 0, "with --adaptive, the upstream latency above which adaptive rules shrink their rate (target / latency); 0: only failures count (over 5% of answers failing, shed or 5xx)")
 	adaptiveFloor := fs.Float64("adaptive-floor", 0.1, "with --adaptive, the smallest share of their rate adaptive rules keep under pressure")
 	noUpgrades := fs.Bool("no-upgrades", false, "refuse protocol upgrades (WebSocket) with 501 instead of passing them to the upstream")
-	tunnelIdle := fs.Duration("tunnel-idle-timeout", server.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
-	tunnelMax := fs.Duration("tunnel-max-duration", server.DefaultTunnelMax, "end an upgraded connection this long after it opened")
+	tunnelIdle := fs.Duration("tunnel-idle-timeout", gateway.DefaultTunnelIdle, "end an upgraded connection (WebSocket) no byte has crossed for this long")
+	tunnelMax := fs.Duration("tunnel-max-duration", gateway.DefaultTunnelMax, "end an upgraded connection this long after it opened")
 	maxTunnels := fs.Int("max-tunnels", 0, "the most upgraded connections open at once, beyond which 503 (0: a quarter of the open-file limit, at most 10000)")
-	upstreamIdle := fs.Duration("upstream-idle-timeout", server.DefaultUpstreamIdle, "close a connection to the upstream idle this long (sooner if the upstream announces a shorter Keep-Alive timeout); keep it under the upstream's own keep-alive timeout")
+	upstreamIdle := fs.Duration("upstream-idle-timeout", gateway.DefaultUpstreamIdle, "close a connection to the upstream idle this long (sooner if the upstream announces a shorter Keep-Alive timeout); keep it under the upstream's own keep-alive timeout")
 	upstreamCA := fs.String("upstream-ca", "", "PEM file of the certificate authorities an https upstream is checked against (default: the system's)")
 	plane := fs.String("data-plane", envDefault("SLUICE_DATA_PLANE", "fasthttp"), "the proxy's HTTP stack: fasthttp (faster, HTTP/1.x to clients) or net/http (HTTP/2 to clients too)")
 	fs.Usage = func() {
@@ -97,36 +99,27 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		upstreamTLS = &tls.Config{RootCAs: roots}
 	}
-	gwo := server.GatewayOptions{
+	gwo := gateway.Options{
 		UpstreamTLS: upstreamTLS, UpstreamIdle: *upstreamIdle,
 		HTTP:   httplimit.Options{LegacyHeaders: *legacy, Concurrency: conc, Pressure: c.pressure, Tracer: s.tracer.Pipeline()},
 		Logger: s.log, Metrics: s.metrics,
-		Upgrades: server.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
+		Upgrades: gateway.Upgrades{Refuse: *noUpgrades, IdleTimeout: *tunnelIdle, MaxDuration: *tunnelMax, MaxTunnels: *maxTunnels},
 	}
-	var front *listening
-	switch *plane {
-	case "fasthttp":
-		ln, err := net.Listen("tcp", *c.listen)
-		if err != nil {
-			return err
-		}
-		ln = s.tls.wrap(server.PatientListener(ln, s.log), "http/1.1") // fasthttp speaks HTTP/1.1 only
-		g := server.NewFastGateway(u, s.eng, gwo)
-		front = &listening{ln: ln, srv: fastServer{g}}
-	case "net/http":
-		front, err = listen(*c.listen, server.Gateway(u, s.eng, gwo), s.tls)
-		if err != nil {
-			return err
-		}
-	default:
-		return errUsage{fmt.Errorf("--data-plane %q: want fasthttp or net/http", *plane)}
+	p, err := gateway.New(*plane, u, s.eng, gwo)
+	if err != nil {
+		return errUsage{fmt.Errorf("--data-plane: %w", err)}
 	}
+	ln, err := net.Listen("tcp", *c.listen)
+	if err != nil {
+		return err
+	}
+	front := &listening{ln: s.tls.wrap(patient.Listener(ln, s.log), p.Protocols()...), srv: p}
 	servers := []*listening{front}
 	if *adminListen != "" {
 		adm, err := server.New(server.Options{
 			Engine: s.eng, Region: *c.region, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen), AdminHosts: c.allowedHosts(),
-			Upstream: server.UpstreamCheck(u), Live: s.live, Pressure: c.pressure,
+			Upstream: gateway.UpstreamCheck(u), Live: s.live, Pressure: c.pressure,
 		})
 		if err != nil {
 			return err

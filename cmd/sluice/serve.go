@@ -21,10 +21,13 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/envoy"
+	"github.com/sluice-rl/sluice/envoy/xds"
 	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/internal/patient"
+	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
-	"github.com/sluice-rl/sluice/server/xds"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
@@ -116,7 +119,7 @@ type setup struct {
 	closers []func()
 	eng     *engine.Engine
 	engine  atomic.Pointer[engine.Engine] // eng, for goroutines started before it
-	metrics *server.Metrics
+	metrics *metrics.Metrics
 	tracer  *tracing.Tracer // nil: tracing off
 	rules   int
 	json    bool // --log-format json: the start-up lines on stdout are JSON too
@@ -237,7 +240,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	})
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
-	s.metrics = server.NewMetrics(buildVersion())
+	s.metrics = metrics.New(buildVersion())
 	tracer, flush, err := tracingFromEnv(s.log)
 	if err != nil {
 		return nil, errUsage{err}
@@ -434,21 +437,6 @@ type listening struct {
 	ln net.Listener
 }
 
-// fastServer adapts the fasthttp gateway to serveUntilDone.
-type fastServer struct{ g *server.FastGateway }
-
-func (f fastServer) Serve(ln net.Listener) error { return f.g.Serve(ln) }
-func (f fastServer) Shutdown(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- f.g.Shutdown() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // listen opens addr with server timeouts against slow clients.
 func listen(addr string, h http.Handler, certs *certFiles) (*listening, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -469,10 +457,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := commonFlags(fs, "127.0.0.1:8080")
 	grpcListen := fs.String("grpc-listen", envDefault("SLUICE_GRPC_LISTEN", ""), "listen address of Envoy's rate limit service (gRPC), such as 127.0.0.1:8081")
 	grpcServer := fs.String("grpc-server", envDefault("SLUICE_GRPC_SERVER", "sluice"), "the gRPC server behind --grpc-listen: sluice (its own unary HTTP/2 server, the faster) or grpc-go")
-	grpcMaxConns := fs.Int("grpc-max-connections", server.DefaultGRPCMaxConnections, "the most gRPC connections served at once; beyond it, new ones wait to be accepted")
-	grpcIdle := fs.Duration("grpc-max-connection-idle", server.DefaultGRPCIdle, "close a gRPC connection that has had no call for this long (negative: never)")
-	grpcAge := fs.Duration("grpc-max-connection-age", server.DefaultGRPCMaxAge, "drain a gRPC connection this long after it opened, ±10%, so that clients spread over new replicas (negative: never)")
-	grpcGrace := fs.Duration("grpc-max-connection-age-grace", server.DefaultGRPCMaxAgeGrace, "what the calls of a connection drained for its age have before it closes")
+	grpcMaxConns := fs.Int("grpc-max-connections", envoy.DefaultGRPCMaxConnections, "the most gRPC connections served at once; beyond it, new ones wait to be accepted")
+	grpcIdle := fs.Duration("grpc-max-connection-idle", envoy.DefaultGRPCIdle, "close a gRPC connection that has had no call for this long (negative: never)")
+	grpcAge := fs.Duration("grpc-max-connection-age", envoy.DefaultGRPCMaxAge, "drain a gRPC connection this long after it opened, ±10%, so that clients spread over new replicas (negative: never)")
+	grpcGrace := fs.Duration("grpc-max-connection-age-grace", envoy.DefaultGRPCMaxAgeGrace, "what the calls of a connection drained for its age have before it closes")
 	dynMeta := fs.Bool("envoy-dynamic-metadata", os.Getenv("SLUICE_ENVOY_DYNAMIC_METADATA") == "true", "add envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hits_addend, metadata of passed descriptors) to Envoy answers")
 	legacy := fs.Bool("legacy-headers", os.Getenv("SLUICE_LEGACY_HEADERS") == "true", "also answer X-RateLimit-Limit, -Remaining and -Reset (in /v1/check's headers, forward-auth answers and Envoy's response headers)")
 	xf := xdsFlagSet(fs)
@@ -533,7 +521,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Options{
 		Rules: rulesSource, Tracer: s.tracer, Region: *c.region,
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
-		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy, EnvoyDynamicMetadata: *dynMeta,
+		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy,
 		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
 	})
 	if err != nil {
@@ -567,20 +555,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return err
 		}
-		o := server.GRPCOptions{
+		o := envoy.GRPCOptions{
 			MaxConnections: *grpcMaxConns, MaxConnectionIdle: *grpcIdle,
 			MaxConnectionAge: *grpcAge, MaxConnectionAgeGrace: *grpcGrace,
 		}
 		if s.tls != nil {
 			o.TLS = s.tls.config()
 		}
-		g, err := srv.NewGRPC(*grpcServer, o)
+		rls, err := envoy.New(envoy.Options{
+			Engine: s.eng, HTTP: httplimit.Options{LegacyHeaders: *legacy}, DynamicMetadata: *dynMeta,
+			Metrics: s.metrics, Logger: s.log, Tracer: s.tracer,
+		})
+		if err != nil {
+			gl.Close()
+			l.ln.Close()
+			return err
+		}
+		g, err := rls.NewGRPC(*grpcServer, o)
 		if err != nil {
 			gl.Close()
 			l.ln.Close()
 			return errUsage{err}
 		}
-		servers = append(servers, &listening{ln: server.PatientListener(gl, s.log), srv: g})
+		servers = append(servers, &listening{ln: patient.Listener(gl, s.log), srv: g})
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
 		s.say(stdout, "sluice Envoy rate limit service on %s://%s", s.scheme("grpc"), gl.Addr())
 	}

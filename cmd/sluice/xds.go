@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/server/xds"
+	"github.com/sluice-rl/sluice/envoy/xds"
 )
 
 // xdsFlags are serve's flags for taking the rules from an xDS management

@@ -1,0 +1,673 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"iter"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/view"
+	"github.com/sluice-rl/sluice/metrics"
+	"github.com/sluice-rl/sluice/tracing"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/valyala/fasthttp"
+)
+
+// Fast is `sluice gateway`'s data plane on github.com/valyala/fasthttp:
+// the request pipeline of httplimit (Limiter.Serve) on fasthttp's server and
+// upstream client, which reuse their request and response objects, for
+// about three times the requests per second of the net/http plane on the
+// same cores (docs/benchmarks.md). It is an httplimit.Exchange and nothing
+// more: every limit, delay, refund, permit, charge and settlement is the
+// pipeline's, and the plane conformance suite (planes_test.go) runs the
+// same cases against this plane and Handler (net/http).
+//
+// What it keeps of an HTTP/1.1 proxy: hop-by-hop headers (RFC 9110 §7.6.1,
+// and those named in Connection) are dropped both ways; X-Forwarded-For is
+// rebuilt (the chain received from a trusted proxy kept, the peer
+// appended; a chain from anyone else dropped) with X-Forwarded-Host and
+// -Proto; the client's Host is kept; request and response bodies of any
+// size are streamed; an upgrade is tunnelled only once the upstream has
+// switched protocols (see Upgrades); every upstream exchange has a timeout,
+// and an unreachable or slow upstream gives 502 or 504 with a problem body.
+// What it drops: HTTP/2 from clients (fasthttp serves HTTP/1.x; use
+// Handler, --data-plane net/http, for HTTP/2).
+type Fast struct {
+	e        *engine.Engine
+	limiter  *httplimit.Limiter
+	upstream *url.URL
+	client   *fasthttp.HostClient
+	// whole reads responses whole, up to httplimit.MaxSettleBody, for the
+	// requests a reserve rule settles from a JSON field of the response.
+	whole    *fasthttp.HostClient
+	conns    *upstreamConns // the connections both clients dial
+	maxConns int
+	timeout  time.Duration
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	server   *fasthttp.Server
+	pool     sync.Pool // of *fastState
+	up       *upgrader
+	trusted  []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
+	// warnings are the upstream errors logged, at most one a second.
+	warnings rareWarnings
+}
+
+type fastState struct {
+	path    []byte // the request's path, escaped as net/http escapes it
+	res     engine.Result
+	req     rules.Request
+	x       fastExchange
+	header  http.Header // the request headers rules read
+	fwd     http.Header // the request's X-Forwarded-For and Forwarded lines, whatever the case of their names
+	out     http.Header // the limit's response fields, for an upgrade
+	body    []byte
+	problem httplimit.Problem // a refusal's body, before it is written out
+
+	// The last refusal written from this state, kept to be written again
+	// while the refusals repeat (httplimit.RefusalKey): its fields (names,
+	// and values in vals), status and body.
+	refused  bool
+	key      httplimit.RefusalKey
+	fields   []renderedField
+	vals     []byte
+	status   int
+	refusals []byte
+}
+
+type renderedField struct {
+	name       string
+	start, end int // its value in vals
+}
+
+// NewFast returns the fasthttp data plane for upstream.
+func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
+	o.defaults()
+	g := &Fast{
+		e: e, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
+		log: o.Logger, metrics: o.Metrics, trusted: o.HTTP.TrustedProxies,
+		up: newUpgrader(upstream, o), warnings: rareWarnings{log: o.Logger},
+		conns:    &upstreamConns{idle: o.UpstreamIdle},
+		maxConns: o.MaxConns,
+		pool:     sync.Pool{New: func() any { return &fastState{header: http.Header{}, fwd: http.Header{}, out: http.Header{}} }},
+	}
+	// Two clients, one that streams answers and one that reads them whole
+	// (to settle a cost from the body); both dial through g.conns, which
+	// looks at a pooled connection before reusing it (see upstreamConns).
+	g.client = &fasthttp.HostClient{
+		Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
+		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
+		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
+		StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
+		DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
+	}
+	g.whole = &fasthttp.HostClient{
+		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
+		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
+		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
+		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
+		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
+	}
+	g.server = &fasthttp.Server{
+		Handler: g.serve, ErrorHandler: g.unreadable, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ReadBufferSize: 64 << 10, NoDefaultServerHeader: true, NoDefaultDate: false,
+		DisableHeaderNamesNormalizing: true, CloseOnShutdown: true,
+		Concurrency: clientConnections(o.MaxConns, g.up.MaxTunnels),
+	}
+	return g
+}
+
+// clientConnections is how many client connections the fasthttp plane
+// serves at once: what the open-file limit leaves once the upstream's
+// connections (two clients of maxConns each) and the tunnels (two
+// descriptors each) have theirs, and a margin. Beyond it fasthttp answers
+// new connections 503 and closes them; the process never runs out of
+// descriptors on client connections alone (PatientListener waits out the
+// rest).
+func clientConnections(maxConns, maxTunnels int) int {
+	n := fileLimit()
+	if n <= 0 {
+		return 0 // fasthttp's default
+	}
+	return max(64, n-2*maxConns-2*maxTunnels-256)
+}
+
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return u.Host + ":443"
+	}
+	return u.Host + ":80"
+}
+
+// Serve serves on ln until Shutdown.
+func (g *Fast) Serve(ln net.Listener) error { return g.server.Serve(ln) }
+
+// Shutdown stops accepting, then waits for the requests in flight, or
+// until ctx ends.
+func (g *Fast) Shutdown(ctx context.Context) error { return g.server.ShutdownWithContext(ctx) }
+
+// Protocols are what the plane speaks: fasthttp serves HTTP/1.x only.
+func (g *Fast) Protocols() []string { return []string{"http/1.1"} }
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (with the
+// obsolete Keep-Alive and Proxy-Connection), never forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if v := recover(); v != nil {
+			g.metrics.Panicked(g.log, metrics.HTTP, v, "method", string(ctx.Method()), "path", string(ctx.Path()))
+			g.problem(ctx, http.StatusInternalServerError, "Internal Server Error", "sluice could not answer this request")
+		}
+	}()
+	st := g.pool.Get().(*fastState)
+	defer g.pool.Put(st)
+	cfg := g.e.Config()
+	trusted := g.trusted
+	if trusted == nil {
+		trusted = cfg.TrustedProxies
+	}
+	peer := remoteAddr(ctx)
+	clear(st.header)
+	clear(st.fwd)
+	// Only the headers the rules can read, and the forwarding ones, are
+	// copied out: the request's own stay in fasthttp's buffers. Names are
+	// kept as sent (DisableHeaderNamesNormalizing), so they are compared in
+	// canonical form: "x-forwarded-for" is X-Forwarded-For.
+	for k, v := range ctx.Request.Header.All() {
+		ck := http.CanonicalHeaderKey(view.String(k))
+		if cfg.ReadsHeader(ck) {
+			st.header[ck] = append(st.header[ck], string(v))
+		}
+		if ck == "X-Forwarded-For" || ck == "Forwarded" {
+			st.fwd[ck] = append(st.fwd[ck], string(v))
+		}
+	}
+	client := httplimit.Trust{Proxies: trusted, Depth: cfg.ClientIPDepth}.Client(peer, st.fwd)
+	uri := ctx.Request.URI()
+	st.path = appendEscapedPath(st.path[:0], uri.PathOriginal())
+	st.req = rules.Request{
+		Method: view.String(ctx.Method()), Host: view.String(ctx.Host()), Path: view.String(st.path), RawQuery: view.String(uri.QueryString()),
+		Fragment: bytes.IndexByte(ctx.Request.Header.RequestURI(), '#') >= 0,
+		ClientIP: client, Header: st.header,
+	}
+	if cfg.NeedsBody() {
+		st.req.Body, st.req.BodyTruncated = g.peekBody(ctx)
+	}
+	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
+	g.limiter.Serve(&st.x, &st.req, &st.res)
+	st.req, st.x = rules.Request{}, fastExchange{} // drop the request's references before pooling
+}
+
+// fastExchange is the fasthttp plane's side of the pipeline.
+type fastExchange struct {
+	g       *Fast
+	ctx     *fasthttp.RequestCtx
+	st      *fastState
+	peer    netip.Addr
+	trusted []netip.Prefix
+	keep    bool
+}
+
+func (x *fastExchange) Context() context.Context { return x.ctx }
+
+// Hold waits, looking at the client's connection every holdPoll: fasthttp
+// does not read a connection while its handler runs, so a client that
+// leaves is seen by peeking at its socket (peerClosed).
+func (x *fastExchange) Hold(d time.Duration) bool {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left > 0 {
+			time.Sleep(min(left, holdPoll))
+		}
+		if peerClosed(x.ctx.Conn()) {
+			return false
+		}
+		if left <= holdPoll {
+			return true
+		}
+	}
+}
+
+// holdPoll is how often a held request's connection is looked at.
+const holdPoll = 20 * time.Millisecond
+
+func (x *fastExchange) Refuse(res *engine.Result) { x.g.reject(x.ctx, res, x.st) }
+
+// Abandon closes the client's connection without an answer.
+func (x *fastExchange) Abandon() {
+	x.ctx.HijackSetNoResponse(true)
+	x.ctx.Hijack(func(net.Conn) {}) // fasthttp closes it once this returns
+}
+
+func (x *fastExchange) Shed() {
+	ctx, st := x.ctx, x.st
+	p := httplimit.ShedProblem()
+	st.body = httplimit.AppendProblem(st.body[:0], p)
+	ctx.SetStatusCode(p.Status)
+	ctx.SetContentType("application/problem+json")
+	ctx.Response.Header.Set("Retry-After", "1")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetBody(st.body)
+}
+
+func (x *fastExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
+	x.keep = keep
+	x.g.forward(x.ctx, x.peer, x.trusted, path, res, x.st, keep)
+	return x.ctx.Response.StatusCode()
+}
+
+func (x *fastExchange) ResponseHeader(name string) string {
+	return string(x.ctx.Response.Header.Peek(name))
+}
+
+func (x *fastExchange) SeesResponse() bool { return true }
+
+func (x *fastExchange) TraceContext() (string, httplimit.HeaderCarrier) {
+	return "gateway", tracing.HeaderFunc(x.requestHeader)
+}
+
+// requestHeader is a request field by name in any case: the names are kept
+// as sent (DisableHeaderNamesNormalizing), so Peek would match one case.
+func (x *fastExchange) requestHeader(name string) string {
+	for k, v := range x.ctx.Request.Header.All() {
+		if strings.EqualFold(view.String(k), name) {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+func (x *fastExchange) ResponseBody() []byte {
+	if !x.keep || x.ctx.Response.IsBodyStream() {
+		return nil
+	}
+	return x.ctx.Response.Body()
+}
+
+// peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
+// leaving the body whole for the upstream, and whether the body is longer.
+func (g *Fast) peekBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	if s := ctx.RequestBodyStream(); s != nil {
+		buf := make([]byte, rules.MaxBodyBytes+1) // one byte more, to know
+		n, _ := io.ReadFull(s, buf)
+		buf = buf[:n]
+		// Forwarded with the length the client declared, if it did: an
+		// upstream that refuses chunked requests still takes it.
+		ctx.Request.SetBodyStream(io.MultiReader(strings.NewReader(string(buf)), s), max(ctx.Request.Header.ContentLength(), -1))
+		return buf[:min(n, rules.MaxBodyBytes)], n > rules.MaxBodyBytes
+	}
+	body := ctx.Request.Body()
+	return body[:min(len(body), rules.MaxBodyBytes)], len(body) > rules.MaxBodyBytes
+}
+
+// reject answers a refused request without touching the upstream: the
+// limit's fields and the problem body, written straight into the response.
+//
+// A refusal like the last one written from st (the same RefusalKey) is
+// written again as it was rendered: under a flood most refusals repeat, and
+// rendering is most of the limiter's work on this path.
+func (g *Fast) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *fastState) {
+	var k httplimit.RefusalKey
+	keyed := g.limiter.RefusalKey(res, &k)
+	if !keyed || !st.refused || k != st.key {
+		g.render(res, st)
+		st.refused, st.key = keyed, k
+	}
+	for _, f := range st.fields {
+		ctx.Response.Header.AddBytesV(f.name, st.vals[f.start:f.end]) // copied in
+	}
+	ctx.SetStatusCode(st.status)
+	ctx.SetContentType("application/problem+json")
+	ctx.SetBody(st.refusals) // copied into the response
+}
+
+// render writes a refusal's fields, status and problem body into st.
+func (g *Fast) render(res *engine.Result, st *fastState) {
+	st.fields, st.vals = st.fields[:0], st.vals[:0]
+	g.limiter.VisitHeaders(res, func(name string, v []byte) {
+		st.fields = append(st.fields, renderedField{name: name, start: len(st.vals), end: len(st.vals) + len(v)})
+		st.vals = append(st.vals, v...)
+	})
+	p := &st.problem
+	httplimit.FillProblem(p, res)
+	st.refusals = httplimit.AppendProblem(st.refusals[:0], p)
+	st.status = p.Status
+}
+
+// unreadable answers a request fasthttp could not read, as net/http's
+// server does: 431 for a header too large, 408 for one too slow, 501 for
+// a transfer coding it does not know (RFC 9112 section 6.1), 400
+// otherwise; with a problem body, and the connection closed.
+func (g *Fast) unreadable(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var op *net.OpError
+	switch {
+	case errors.As(err, &small):
+		g.problem(ctx, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large", "the request's header is too large")
+	case errors.As(err, &op) && op.Timeout():
+		g.problem(ctx, http.StatusRequestTimeout, "Request Timeout", "the request was not sent in time")
+	case strings.Contains(err.Error(), "unsupported transfer-encoding"):
+		g.problem(ctx, http.StatusNotImplemented, "Not Implemented", "the request's transfer coding is not one this server knows")
+	default:
+		g.problem(ctx, http.StatusBadRequest, "Bad Request", "the request could not be read")
+	}
+}
+
+// upstreamFailed answers a failed upstream exchange (upstreamFailure).
+func (g *Fast) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
+	p, logged := upstreamFailure(err)
+	if logged {
+		g.warnings.warn("sluice: upstream unreachable", "upstream", g.upstream.Host, "error", err)
+	}
+	g.problem(ctx, p.Status, p.Title, p.Detail)
+}
+
+func (g *Fast) problem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/problem+json")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetBody(httplimit.AppendProblem(nil, &httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}))
+}
+
+// forward sends an admitted request to the upstream and its answer back.
+func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
+	req := &ctx.Request
+	// The forwarding fields are rebuilt: any the client sent go, whatever
+	// the case of their names, and so do the other fields naming a client
+	// address unless a trusted proxy sent them.
+	fromTrusted := httplimit.Trust{Proxies: trusted}.Trusts(peer)
+	drop := forwardingHeaders
+	if !fromTrusted {
+		drop = untrustedHeaders
+	}
+	hop := scrubHop(&req.Header, drop...)
+	asked := ""
+	if hop.connUpgrade {
+		asked = hop.upgrade
+	}
+	if hop.trailers {
+		req.Header.Set("Te", "trailers") // the one TE value passed on, as httputil.ReverseProxy does
+	}
+	// X-Forwarded-For: keep a trusted proxy's chain, drop anyone else's.
+	var buf [64]byte
+	xff := buf[:0]
+	if chain := st.fwd["X-Forwarded-For"]; len(chain) > 0 && fromTrusted {
+		for _, c := range chain {
+			xff = append(append(xff, c...), ", "...)
+		}
+	}
+	req.Header.SetBytesV("X-Forwarded-For", peer.AppendTo(xff))
+	req.Header.SetBytesV("X-Forwarded-Host", ctx.Host())
+	if client := st.req.ClientIP; client.IsValid() {
+		req.Header.SetBytesV("X-Real-IP", client.AppendTo(buf[:0]))
+	}
+	proto := "http"
+	if ctx.IsTLS() {
+		proto = "https"
+	}
+	req.Header.Set("X-Forwarded-Proto", proto)
+	// What was limited is what is served: the normalised path.
+	if path != view.String(req.URI().PathOriginal()) {
+		if q := req.URI().QueryString(); len(q) > 0 {
+			req.SetRequestURI(path + "?" + string(q))
+		} else {
+			req.SetRequestURI(path)
+		}
+	}
+	req.URI().SetScheme(g.upstream.Scheme)
+	// As net/http's proxy: a request without a Host (HTTP/1.0) goes with
+	// the upstream's, and a body without a type goes without one.
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(g.upstream.Host)
+	}
+	req.Header.SetNoDefaultContentType(true)
+	if asked != "" {
+		clear(st.out)
+		g.limiter.Headers(st.out, res)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", asked)
+		g.upgrade(ctx, st, asked)
+		return
+	}
+	client := g.client
+	if whole {
+		client = g.whole
+	}
+	err := client.DoTimeout(req, &ctx.Response, g.timeout)
+	// A stale pooled connection sent nothing: the request goes again, on
+	// the next pooled connection or a new one (each stale one is closed).
+	for tries := 0; errors.Is(err, errStaleConn) && tries <= g.maxConns; tries++ {
+		err = client.DoTimeout(req, &ctx.Response, g.timeout)
+	}
+	if err != nil {
+		g.upstreamFailed(ctx, err)
+		return
+	}
+	// The status line is the gateway's own (HTTP/1.1 and the standard
+	// reason phrase), not the upstream's: an HTTP/1.0 upstream must not
+	// make an HTTP/1.1 client read "HTTP/1.0".
+	if ka := ctx.Response.Header.Peek("Keep-Alive"); len(ka) > 0 {
+		g.conns.announce(ka)
+	}
+	ctx.Response.Header.SetProtocol(nil)
+	ctx.Response.Header.SetStatusMessage(nil)
+	scrubHop(&ctx.Response.Header)
+	h := &ctx.Response.Header
+	g.limiter.VisitHeaders(res, func(name string, v []byte) { h.SetBytesV(name, v) })
+}
+
+// forwardingHeaders are the fields the gateway rebuilds for the upstream;
+// untrustedHeaders those it also drops when the peer is not a trusted
+// proxy: every field an upstream might take a client's address or the
+// original request from (see clientAddressHeaders).
+var (
+	forwardingHeaders = []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip"}
+	untrustedHeaders  = append(slices.Clone(forwardingHeaders), clientAddressHeaders...)
+)
+
+// upgrade passes an upgrade request on (see Upgrades): a tunnel once the
+// upstream has switched to the protocol asked, its answer relayed
+// otherwise.
+func (g *Fast) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked string) {
+	u := g.up
+	if u.Refuse {
+		g.problem(ctx, http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades")
+		return
+	}
+	if !u.take() {
+		g.problem(ctx, http.StatusServiceUnavailable, "Service Unavailable", "too many upgraded connections are open")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	}
+	a, err := u.exchange(ctx, func(w *bufio.Writer) error { return ctx.Request.Write(w) })
+	if err != nil {
+		u.open.Add(-1)
+		g.upstreamFailed(ctx, err)
+		return
+	}
+	if !a.switched(asked) {
+		u.open.Add(-1)
+		body := a.body()
+		if a.resp.StatusCode == http.StatusSwitchingProtocols {
+			body.Close()
+			g.upstreamFailed(ctx, errWrongSwitch)
+			return
+		}
+		// Relayed as an ordinary answer; the client's connection goes on
+		// through the limiter.
+		ctx.SetStatusCode(a.resp.StatusCode)
+		dropHopHeader(a.resp.Header)
+		for k, vs := range a.resp.Header {
+			if k == "Content-Length" {
+				continue // SetBodyStream sets it
+			}
+			for _, v := range vs {
+				ctx.Response.Header.Add(k, v)
+			}
+		}
+		for k, vs := range st.out {
+			for _, v := range vs {
+				ctx.Response.Header.Set(k, v)
+			}
+		}
+		ctx.SetBodyStream(body, int(a.resp.ContentLength))
+		return
+	}
+	extra := st.out.Clone() // st goes back to its pool before the tunnel opens
+	ctx.SetStatusCode(http.StatusSwitchingProtocols)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		c.SetWriteDeadline(time.Now().Add(u.timeout))
+		bw := bufio.NewWriterSize(c, 1024)
+		if a.writeSwitch(bw, extra) != nil || bw.Flush() != nil {
+			u.open.Add(-1)
+			a.conn.Close()
+			return
+		}
+		c.SetWriteDeadline(time.Time{})
+		u.tunnel(c, c, a) // c reads first what the client sent after its request
+	})
+}
+
+// fastHeader is what scrubHop needs of fasthttp's request and response
+// headers.
+type fastHeader interface {
+	All() iter.Seq2[[]byte, []byte]
+	DelBytes([]byte)
+}
+
+// hopFields is what scrubHop saw of the fields it removed.
+type hopFields struct {
+	trailers    bool   // TE held "trailers"
+	upgrade     string // the Upgrade field
+	connUpgrade bool   // Connection named "upgrade"
+}
+
+// scrubHop removes the hop-by-hop fields of h (RFC 9110 §7.6.1: the fixed
+// list and those its Connection fields name) and the fields also names,
+// matching names in any case: the gateway keeps names as they arrive, and
+// "proxy-authorization" is Proxy-Authorization. It makes one pass over the
+// fields (two when Connection names a field of its own), and allocates only
+// what it removes.
+func scrubHop(h fastHeader, also ...string) (f hopFields) {
+	var named []string // fields Connection names beyond the fixed list, copied: h changes below
+	var doomed [][]byte
+	doom := func(k []byte) {
+		if !slices.ContainsFunc(doomed, func(d []byte) bool { return bytes.Equal(d, k) }) {
+			doomed = append(doomed, bytes.Clone(k))
+		}
+	}
+	for k, v := range h.All() {
+		switch {
+		case isHopName(k):
+			switch {
+			case foldEq(k, "Connection"):
+				for t := range strings.SplitSeq(view.String(v), ",") {
+					t = strings.TrimSpace(t)
+					switch {
+					case strings.EqualFold(t, "upgrade"):
+						f.connUpgrade = true
+					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)) ||
+						strings.EqualFold(t, "Content-Length") || strings.EqualFold(t, "Host"):
+						// The request's framing and target are not the
+						// Connection field's to remove.
+					default:
+						named = append(named, strings.Clone(t))
+					}
+				}
+			case foldEq(k, "Te"):
+				f.trailers = f.trailers || hasToken(view.String(v), "trailers")
+			case foldEq(k, "Upgrade") && f.upgrade == "":
+				f.upgrade = strings.TrimSpace(string(v))
+			}
+			doom(k)
+		case slices.ContainsFunc(also, func(a string) bool { return foldEq(k, a) }):
+			doom(k)
+		}
+	}
+	if len(named) > 0 {
+		for k := range h.All() {
+			if slices.ContainsFunc(named, func(n string) bool { return foldEq(k, n) }) {
+				doom(k)
+			}
+		}
+	}
+	for _, k := range doomed {
+		h.DelBytes(k)
+	}
+	return f
+}
+
+// isHopName reports whether k names a hop-by-hop field of the fixed list,
+// in any case.
+func isHopName(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return foldEq(k, "Te")
+	case 7:
+		return foldEq(k, "Trailer") || foldEq(k, "Upgrade")
+	case 10:
+		return foldEq(k, "Connection") || foldEq(k, "Keep-Alive")
+	case 16:
+		return foldEq(k, "Proxy-Connection")
+	case 17:
+		return foldEq(k, "Transfer-Encoding")
+	case 18:
+		return foldEq(k, "Proxy-Authenticate")
+	case 19:
+		return foldEq(k, "Proxy-Authorization")
+	}
+	return false
+}
+
+func foldEq(k []byte, name string) bool {
+	return len(k) == len(name) && strings.EqualFold(view.String(k), name)
+}
+
+func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// appendEscapedPath appends p escaped as url.URL.EscapedPath escapes a path
+// sent raw: every byte outside printable ASCII, a space and the characters
+// a path never holds unescaped as %XX, so that both planes hand the rules
+// (and the upstream) the same path. A path with none of them, the usual
+// case, is appended as it is.
+func appendEscapedPath(b, p []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for _, c := range p {
+		if c > 0x20 && c < 0x7f && c != '"' && c != '<' && c != '>' && c != '\\' && c != '^' && c != '`' && c != '{' && c != '|' && c != '}' {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hex[c>>4], hex[c&15])
+	}
+	return b
+}
