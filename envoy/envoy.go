@@ -100,11 +100,43 @@ func (x *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return x.decide(ctx, req, sc, nil)
 }
 
-// decide is ShouldRateLimit with the call's scratch. The answer's messages
+// decide is ShouldRateLimit with the call's scratch: the request's
+// descriptors, the engine's decision, the answer. The answer's messages
 // come from a when it is not nil, and are then valid only until a is reused:
 // for a caller that encodes the answer before it returns (the h2grpc
 // server); grpc-go encodes after the method returns, so it gets fresh ones.
 func (x *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *envoyState, a *answerArena) (*rlsv3.RateLimitResponse, error) {
+	descs, err := descriptors(req, sc)
+	if err != nil {
+		return nil, err
+	}
+	res := &sc.res
+	ctx, span := x.o.Tracer.StartGRPC(ctx, "envoy")
+	span.SetDomain(req.Domain)
+	err = x.o.Engine.CheckDescriptors(ctx, req.Domain, descs, res)
+	span.End(res, err)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp := a.response()
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if !res.Allowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i := range res.Statuses {
+		resp.Statuses = append(resp.Statuses, descriptorStatus(&res.Statuses[i], a))
+	}
+	if x.o.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, res)
+	}
+	x.addHeaders(resp, res, sc, a)
+	return resp, nil
+}
+
+// descriptors checks the request and turns its descriptors into the
+// engine's, in sc's buffers: at most maxDescriptors, each with entries, the
+// request's hits_addend (1 when unset) unless the descriptor sets its own.
+func descriptors(req *rlsv3.RateLimitRequest, sc *envoyState) ([]engine.Descriptor, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain is required")
 	}
@@ -143,56 +175,50 @@ func (x *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *e
 		descs = append(descs, ed)
 	}
 	sc.descs = descs
-	res := &sc.res
-	ctx, span := x.o.Tracer.StartGRPC(ctx, "envoy")
-	span.SetDomain(req.Domain)
-	err := x.o.Engine.CheckDescriptors(ctx, req.Domain, descs, res)
-	span.End(res, err)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	return descs, nil
+}
+
+// descriptorStatus is one descriptor's status as the reference service
+// answers it: its code, its limit (named as the reference names it),
+// what is left and when it resets.
+func descriptorStatus(st *engine.Status, a *answerArena) *rlsv3.RateLimitResponse_DescriptorStatus {
+	ds := a.status()
+	ds.Code = rlsv3.RateLimitResponse_OK
+	if st.Unlimited {
+		ds.LimitRemaining = math.MaxUint32 // as the reference service answers
 	}
-	resp := a.response()
-	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	if !res.Allowed {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	if !st.Allowed && !st.Shadow {
+		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT // a shadow descriptor's own code stays OK
 	}
-	for i := range res.Statuses {
-		st := &res.Statuses[i]
-		ds := a.status()
-		ds.Code = rlsv3.RateLimitResponse_OK
-		if st.Unlimited {
-			ds.LimitRemaining = math.MaxUint32 // as the reference service answers
+	if st.Rule == "" {
+		return ds
+	}
+	unit, mult := unitOf(st.Limit.Period)
+	// As the reference service: the limit's name (rate_limit.name), and for
+	// sluice-format rules their id.
+	name, perUnit := st.Rule, uint32(min(st.Limit.Rate, 1<<32-1))
+	if def := st.RuleDef(); def != nil && def.Envoy != nil {
+		name = def.Name
+		if def.Deny {
+			perUnit = 0
 		}
-		if !st.Allowed && !st.Shadow {
-			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT // a shadow descriptor's own code stays OK
-		}
-		if st.Rule != "" {
-			unit, mult := unitOf(st.Limit.Period)
-			// As the reference service: the limit's name (rate_limit.name),
-			// and for sluice-format rules their id.
-			name, perUnit := st.Rule, uint32(min(st.Limit.Rate, 1<<32-1))
-			if def := st.RuleDef(); def != nil && def.Envoy != nil {
-				name = def.Name
-				if def.Deny {
-					perUnit = 0
-				}
-			}
-			ds.CurrentLimit = a.limit()
-			ds.CurrentLimit.Name, ds.CurrentLimit.RequestsPerUnit, ds.CurrentLimit.Unit = name, perUnit, unit
-			if mult > 1 {
-				ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, 1<<32-1)))
-			}
-			ds.LimitRemaining = uint32(min(max(st.Remaining, 0), 1<<32-1))
-			if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-				ds.LimitRemaining = 0
-			}
-			ds.DurationUntilReset = a.duration(st.ResetAfter)
-		}
-		resp.Statuses = append(resp.Statuses, ds)
 	}
-	if x.o.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, res)
+	ds.CurrentLimit = a.limit()
+	ds.CurrentLimit.Name, ds.CurrentLimit.RequestsPerUnit, ds.CurrentLimit.Unit = name, perUnit, unit
+	if mult > 1 {
+		ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, 1<<32-1)))
 	}
+	ds.LimitRemaining = uint32(min(max(st.Remaining, 0), 1<<32-1))
+	if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		ds.LimitRemaining = 0
+	}
+	ds.DurationUntilReset = a.duration(st.ResetAfter)
+	return ds
+}
+
+// addHeaders adds the RateLimit fields (and Retry-After) for Envoy to send,
+// in a stable order, response after response.
+func (x *Service) addHeaders(resp *rlsv3.RateLimitResponse, res *engine.Result, sc *envoyState, a *answerArena) {
 	if sc.header == nil {
 		sc.header = http.Header{}
 	}
@@ -204,7 +230,7 @@ func (x *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *e
 		names = append(names, k)
 		n += len(vs)
 	}
-	sort.Strings(names) // a stable order, response after response
+	sort.Strings(names)
 	sc.names = names
 	values := a.headerValues(n) // never grown: the pointers into it stay valid
 	for _, k := range names {
@@ -213,7 +239,6 @@ func (x *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *e
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &values[len(values)-1])
 		}
 	}
-	return resp, nil
 }
 
 // dynamicMetadata is the reference service's response metadata: the domain,
