@@ -55,36 +55,8 @@ func (r *Rule) SummaryIn(region string) string {
 		fmt.Fprintf(&b, "; only responses %v count", r.CountOn)
 	}
 	if len(r.Tiers) > 0 {
-		name := func(i int) string {
-			if i < len(r.levels) {
-				return r.levels[i]
-			}
-			return fmt.Sprintf("level %d", i)
-		}
-		lowest := len(r.Tiers)
-		if len(r.levels) > 0 {
-			lowest = len(r.levels) - 1
-		}
-		var kept []string
-		above := 0.0 // the shares the lowest tier may not take
-		for i, x := range r.Tiers {
-			if x > 0 {
-				if i < lowest {
-					above += x
-				}
-				if i == 0 {
-					kept = append(kept, fmt.Sprintf("%.4g%% for %s", x*100, name(i)))
-				} else {
-					kept = append(kept, fmt.Sprintf("%.4g%% for %s and above", x*100, name(i)))
-				}
-			}
-		}
 		b.WriteString("; tiers: ")
-		if len(kept) == 0 {
-			b.WriteString("none kept for any tier")
-		} else {
-			fmt.Fprintf(&b, "keeps %s (%s may use %.4g%%)", strings.Join(kept, ", "), name(lowest), 100-above*100)
-		}
+		b.WriteString(r.tierWords())
 	}
 	if r.Adaptive {
 		b.WriteString("; adaptive: admits less while the protected service is under pressure")
@@ -112,22 +84,63 @@ func (r *Rule) SummaryIn(region string) string {
 		fmt.Fprintf(&b, "; shared by %s", SharingBound(sh, r.Limit))
 	}
 	if len(r.Regions) > 0 {
-		names := make([]string, 0, len(r.Regions))
-		for n := range r.Regions {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		parts := make([]string, len(names))
-		for i, n := range names {
-			parts[i] = fmt.Sprintf("%s %.4g%%", n, r.Regions[n]*100)
-		}
-		fmt.Fprintf(&b, "; regions %s", strings.Join(parts, ", "))
-		if f, ok := r.Regions[region]; ok {
-			fmt.Fprintf(&b, ": this gateway (%s) enforces %s", region, Ceiling(r.Limit.Part(f)))
-		}
+		b.WriteString("; regions ")
+		b.WriteString(r.regionWords(region))
 	}
 	fmt.Fprintf(&b, " (%s)", r.Limit.Algorithm)
 	return b.String()
+}
+
+// tierWords says what each priority tier keeps of the limit, and what the
+// lowest may use.
+func (r *Rule) tierWords() string {
+	name := func(i int) string {
+		if i < len(r.levels) {
+			return r.levels[i]
+		}
+		return fmt.Sprintf("level %d", i)
+	}
+	lowest := len(r.Tiers)
+	if len(r.levels) > 0 {
+		lowest = len(r.levels) - 1
+	}
+	var kept []string
+	above := 0.0 // the shares the lowest tier may not take
+	for i, x := range r.Tiers {
+		if x > 0 {
+			if i < lowest {
+				above += x
+			}
+			if i == 0 {
+				kept = append(kept, fmt.Sprintf("%.4g%% for %s", x*100, name(i)))
+			} else {
+				kept = append(kept, fmt.Sprintf("%.4g%% for %s and above", x*100, name(i)))
+			}
+		}
+	}
+	if len(kept) == 0 {
+		return "none kept for any tier"
+	}
+	return fmt.Sprintf("keeps %s (%s may use %.4g%%)", strings.Join(kept, ", "), name(lowest), 100-above*100)
+}
+
+// regionWords names each region's share, and the limit a gateway of
+// region enforces.
+func (r *Rule) regionWords(region string) string {
+	names := make([]string, 0, len(r.Regions))
+	for n := range r.Regions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.4g%%", n, r.Regions[n]*100)
+	}
+	s := strings.Join(parts, ", ")
+	if f, ok := r.Regions[region]; ok {
+		s += fmt.Sprintf(": this gateway (%s) enforces %s", region, Ceiling(r.Limit.Part(f)))
+	}
+	return s
 }
 
 // SharingBound says in words how a rule is shared among gateways and what
