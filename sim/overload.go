@@ -232,122 +232,146 @@ func (h *overEvents) Pop() any {
 	return e
 }
 
+// overQueued is a request waiting: admitted and waiting for a server, or
+// refused and waiting for a permit (contenders with a queue).
+type overQueued struct {
+	arrived time.Duration
+	tier    int
+	step    int
+	done    func(time.Duration, bool)
+}
+
+// overStats are one load level's counts. Each request counts in the step
+// it arrived in, whenever it ends: the run drains every admitted request
+// at its end.
+type overStats struct {
+	offered, good, shed   int
+	tierOffered, tierGood [3]int
+	lat                   []time.Duration
+}
+
+// overloadRun is one contender's run through the load levels: the
+// requests being served (by completion time), those waiting, and each
+// level's counts.
+type overloadRun struct {
+	c       overloadContender
+	clock   *sluice.ManualClock
+	base    time.Duration // a request's service time with nothing else in flight
+	busy    overEvents
+	queue   []overQueued // admitted, waiting for a server
+	waiting []overQueued // refused, waiting for a permit
+	stats   []overStats
+}
+
+// finish ends a served request: its latency, whether it was in time, and
+// the contender told.
+func (o *overloadRun) finish(e overEvent) {
+	lat := e.at - e.arrived
+	late := lat > overDeadline
+	st := &o.stats[e.step]
+	if !late {
+		st.good++
+		st.tierGood[e.tier]++
+	}
+	st.lat = append(st.lat, lat)
+	if e.done != nil {
+		o.clock.Set(at(e.at.Seconds()))
+		e.done(lat, late)
+	}
+}
+
+// start serves q from t: contention slows every request as more are in
+// the backend.
+func (o *overloadRun) start(t time.Duration, q overQueued) {
+	n := len(o.busy) + len(o.queue)
+	service := time.Duration(float64(o.base) * (1 + overSlow*float64(n)/overC))
+	heap.Push(&o.busy, overEvent{at: t + service, arrived: q.arrived, tier: q.tier, step: q.step, done: q.done})
+}
+
+// enter gives an admitted request a server, or a place in the queue.
+func (o *overloadRun) enter(t time.Duration, q overQueued) {
+	if len(o.busy) < overC {
+		o.start(t, q)
+	} else {
+		o.queue = append(o.queue, q)
+	}
+}
+
+// expire sheds the waiters that have waited overWait by t.
+func (o *overloadRun) expire(t time.Duration) {
+	kept := o.waiting[:0]
+	for _, w := range o.waiting {
+		if t-w.arrived > overWait {
+			o.stats[w.step].shed++
+			continue
+		}
+		kept = append(kept, w)
+	}
+	o.waiting = kept
+}
+
+// admitWaiting gives the permits free at t to waiters, the highest tier
+// first with tiers, else the longest waiting.
+func (o *overloadRun) admitWaiting(t time.Duration) {
+	o.expire(t)
+	for len(o.waiting) > 0 {
+		best := 0
+		for i, w := range o.waiting {
+			if o.c.tiers && w.tier < o.waiting[best].tier {
+				best = i
+			}
+		}
+		w := o.waiting[best]
+		o.clock.Set(at(t.Seconds()))
+		done, ok := o.c.admit(time.Unix(0, o.clock.Now()), w.tier)
+		if !ok {
+			return
+		}
+		o.waiting = slices.Delete(o.waiting, best, best+1)
+		w.done = done
+		o.enter(t, w)
+	}
+}
+
+// advance completes every request due by t, starting queued ones as
+// servers free up and handing freed permits to waiters.
+func (o *overloadRun) advance(t time.Duration) {
+	for len(o.busy) > 0 && o.busy[0].at <= t {
+		e := heap.Pop(&o.busy).(overEvent)
+		o.finish(e)
+		if len(o.queue) > 0 {
+			q := o.queue[0]
+			o.queue = o.queue[1:]
+			o.start(e.at, q)
+		}
+		if len(o.waiting) > 0 {
+			o.admitWaiting(e.at)
+		}
+	}
+	o.expire(t)
+}
+
 // runOverload simulates one contender through every load level, then the
-// slow ones.
+// slow ones: Poisson arrivals at each level's rate, each admitted or
+// refused by the contender as it arrives.
 func runOverload(c overloadContender, clock *sluice.ManualClock, capacity float64) []OverloadRow {
 	rng := NewMulberry32(1011)
-	var busy overEvents // requests being served, by completion time
-	type queued struct {
-		arrived time.Duration
-		tier    int
-		step    int
-		done    func(time.Duration, bool)
-	}
-	var queue []queued   // admitted, waiting for a server
-	var waiting []queued // refused, waiting for a permit (contenders with a queue)
-	now := time.Duration(0)
-	base := overBase
-	// Each request counts in the step it arrived in, whenever it ends: the
-	// run drains every admitted request at its end.
-	type stepStats struct {
-		offered, good, shed   int
-		tierOffered, tierGood [3]int
-		lat                   []time.Duration
-	}
 	levels := append(slices.Clone(overLoads), overSlowLoads...)
-	stats := make([]stepStats, len(levels))
-	cur := 0
-	finish := func(e overEvent) {
-		lat := e.at - e.arrived
-		late := lat > overDeadline
-		st := &stats[e.step]
-		if !late {
-			st.good++
-			st.tierGood[e.tier]++
-		}
-		st.lat = append(st.lat, lat)
-		if e.done != nil {
-			clock.Set(at(e.at.Seconds()))
-			e.done(lat, late)
-		}
-	}
-	start := func(t time.Duration, q queued) {
-		n := len(busy) + len(queue)
-		service := time.Duration(float64(base) * (1 + overSlow*float64(n)/overC))
-		heap.Push(&busy, overEvent{at: t + service, arrived: q.arrived, tier: q.tier, step: q.step, done: q.done})
-	}
-	enter := func(t time.Duration, q queued) {
-		if len(busy) < overC {
-			start(t, q)
-		} else {
-			queue = append(queue, q)
-		}
-	}
-	// expire sheds the waiters that have waited overWait by t.
-	expire := func(t time.Duration) {
-		kept := waiting[:0]
-		for _, w := range waiting {
-			if t-w.arrived > overWait {
-				stats[w.step].shed++
-				continue
-			}
-			kept = append(kept, w)
-		}
-		waiting = kept
-	}
-	// admitWaiting gives the permits free at t to waiters, the highest
-	// tier first with tiers, else the longest waiting.
-	admitWaiting := func(t time.Duration) {
-		expire(t)
-		for len(waiting) > 0 {
-			best := 0
-			for i, w := range waiting {
-				if c.tiers && w.tier < waiting[best].tier {
-					best = i
-				}
-			}
-			w := waiting[best]
-			clock.Set(at(t.Seconds()))
-			done, ok := c.admit(time.Unix(0, clock.Now()), w.tier)
-			if !ok {
-				return
-			}
-			waiting = slices.Delete(waiting, best, best+1)
-			w.done = done
-			enter(t, w)
-		}
-	}
-	// advance completes every request due by t, starting queued ones as
-	// servers free up and handing freed permits to waiters.
-	advance := func(t time.Duration) {
-		for len(busy) > 0 && busy[0].at <= t {
-			e := heap.Pop(&busy).(overEvent)
-			finish(e)
-			if len(queue) > 0 {
-				q := queue[0]
-				queue = queue[1:]
-				start(e.at, q)
-			}
-			if len(waiting) > 0 {
-				admitWaiting(e.at)
-			}
-		}
-		expire(t)
-	}
+	o := &overloadRun{c: c, clock: clock, base: overBase, stats: make([]overStats, len(levels))}
+	now := time.Duration(0)
 	for i, load := range levels {
-		cur = i
 		if i >= len(overLoads) {
-			base = 2 * overBase
+			o.base = 2 * overBase
 		}
 		rate := load * capacity
 		end := now + overStep
-		step := &stats[i]
+		step := &o.stats[i]
 		for {
 			now += time.Duration(-math.Log(1-rng.Float64()) / rate * float64(time.Second))
 			if now >= end {
 				break
 			}
-			advance(now)
+			o.advance(now)
 			clock.Set(at(now.Seconds()))
 			tier, x := 0, rng.Float64()
 			for tier < len(overMix)-1 && x >= overMix[tier] {
@@ -359,21 +383,21 @@ func runOverload(c overloadContender, clock *sluice.ManualClock, capacity float6
 			done, ok := c.admit(time.Unix(0, clock.Now()), tier)
 			if !ok {
 				if c.queue {
-					waiting = append(waiting, queued{arrived: now, tier: tier, step: cur})
+					o.waiting = append(o.waiting, overQueued{arrived: now, tier: tier, step: i})
 				} else {
 					step.shed++
 				}
 				continue
 			}
-			enter(now, queued{arrived: now, tier: tier, step: cur, done: done})
+			o.enter(now, overQueued{arrived: now, tier: tier, step: i, done: done})
 		}
 		now = end
-		advance(now)
+		o.advance(now)
 	}
-	advance(math.MaxInt64) // drain: every admitted request ends
+	o.advance(math.MaxInt64) // drain: every admitted request ends
 	var rows []OverloadRow
 	for i, load := range levels {
-		step := &stats[i]
+		step := &o.stats[i]
 		secs := overStep.Seconds()
 		row := OverloadRow{Contender: c.name, Load: load, Slow: i >= len(overLoads), Offered: float64(step.offered) / secs, Goodput: float64(step.good) / secs, Shed: float64(step.shed) / secs}
 		if len(step.lat) > 0 {

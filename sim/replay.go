@@ -107,16 +107,7 @@ func Replay(r io.Reader, cfg *rules.Config, o ReplayOptions) (*ReplayResult, err
 	for i := range recs {
 		rec := &recs[i]
 		clock.Set(rec.Time)
-		*req = rules.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, RawQuery: rec.RawQuery,
-			ClientIP: rec.IP, Header: rec.Header, Attributes: rec.Attrs}
-		if rec.User != "" {
-			if req.Attributes == nil {
-				req.Attributes = map[string]string{}
-			}
-			if _, ok := req.Attributes["user"]; !ok {
-				req.Attributes["user"] = rec.User
-			}
-		}
+		rec.request(req)
 		eng.Check(ctx, req, engine.CheckOptions{}, &result)
 		rejected, shadowOnly := false, false
 		for j := range result.Statuses {
@@ -155,19 +146,37 @@ func Replay(r io.Reader, cfg *rules.Config, o ReplayOptions) (*ReplayResult, err
 		res.PerMinute, res.ShadowPerMinute = []int{}, []int{}
 	}
 	for i := range res.Rules {
-		rr := &res.Rules[i]
-		rr.TopKeys = []KeyCount{}
-		for k, n := range keys[rr.Rule] {
-			rr.TopKeys = append(rr.TopKeys, KeyCount{k, n})
-		}
-		slices.SortFunc(rr.TopKeys, func(a, b KeyCount) int {
-			return cmp.Or(cmp.Compare(b.Rejected, a.Rejected), strings.Compare(a.Key, b.Key))
-		})
-		if len(rr.TopKeys) > o.TopKeys {
-			rr.TopKeys = rr.TopKeys[:o.TopKeys]
-		}
+		res.Rules[i].TopKeys = topKeys(keys[res.Rules[i].Rule], o.TopKeys)
 	}
 	return res, nil
+}
+
+// request sets req to the logged request; the log's user, if any, is the
+// "user" attribute unless the record names one.
+func (rec *LogRecord) request(req *rules.Request) {
+	*req = rules.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, RawQuery: rec.RawQuery,
+		ClientIP: rec.IP, Header: rec.Header, Attributes: rec.Attrs}
+	if rec.User != "" {
+		if req.Attributes == nil {
+			req.Attributes = map[string]string{}
+		}
+		if _, ok := req.Attributes["user"]; !ok {
+			req.Attributes["user"] = rec.User
+		}
+	}
+}
+
+// topKeys are the n keys most rejected, the most first (ties by key), of
+// rejections counted by key; never nil.
+func topKeys(rejections map[string]int, n int) []KeyCount {
+	top := []KeyCount{}
+	for k, r := range rejections {
+		top = append(top, KeyCount{k, r})
+	}
+	slices.SortFunc(top, func(a, b KeyCount) int {
+		return cmp.Or(cmp.Compare(b.Rejected, a.Rejected), strings.Compare(a.Key, b.Key))
+	})
+	return top[:min(len(top), n)]
 }
 
 func readLog(r io.Reader, res *ReplayResult, progress func(int64)) ([]LogRecord, error) {
