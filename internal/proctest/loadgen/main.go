@@ -40,6 +40,42 @@ type result struct {
 	Slowest time.Duration
 	Errors  int64
 	Error   string // the first error
+
+	mu sync.Mutex
+}
+
+// fail counts a check that got no answer.
+func (res *result) fail(err error) {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if res.Errors++; res.Error == "" {
+		res.Error = err.Error()
+	}
+}
+
+// record counts the answer to a check of user name sent to base b at
+// start and answered at now.
+func (res *result) record(name string, b int, start, now time.Time, allowed, degraded bool) {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	u := res.Users[name]
+	if u.First == 0 || start.UnixNano() < u.First {
+		u.First = start.UnixNano()
+	}
+	u.Last = max(u.Last, now.UnixNano())
+	res.Slowest = max(res.Slowest, now.Sub(start))
+	if allowed {
+		u.Admitted++
+		res.PerBase[b]++
+	} else {
+		u.Refused++
+	}
+	if degraded {
+		u.Degraded++
+		if allowed {
+			u.DegradedAdmitted++
+		}
+	}
 }
 
 func main() {
@@ -52,7 +88,7 @@ func main() {
 	flag.Parse()
 	bs, us := strings.Split(*bases, ","), strings.Split(*users, ",")
 	total := len(us) * *perUser
-	res := result{Users: map[string]*user{}, PerBase: make([]int64, len(bs))}
+	res := &result{Users: map[string]*user{}, PerBase: make([]int64, len(bs))}
 	for _, u := range us {
 		res.Users[u] = &user{}
 	}
@@ -77,7 +113,6 @@ func main() {
 	}()
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *callers}}
 	var next atomic.Int64
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for g := range *callers {
 		wg.Go(func() {
@@ -106,37 +141,13 @@ func main() {
 				req.Header.Set("Idempotency-Key", strconv.Itoa(i))
 				resp, err := client.Do(req)
 				if err != nil {
-					mu.Lock()
-					if res.Errors++; res.Error == "" {
-						res.Error = err.Error()
-					}
-					mu.Unlock()
+					res.fail(err)
 					continue
 				}
 				var v struct{ Allowed, Degraded bool }
 				json.NewDecoder(resp.Body).Decode(&v)
 				resp.Body.Close()
-				now := time.Now()
-				mu.Lock()
-				u := res.Users[name]
-				if u.First == 0 || start.UnixNano() < u.First {
-					u.First = start.UnixNano()
-				}
-				u.Last = max(u.Last, now.UnixNano())
-				res.Slowest = max(res.Slowest, now.Sub(start))
-				if v.Allowed {
-					u.Admitted++
-					res.PerBase[b]++
-				} else {
-					u.Refused++
-				}
-				if v.Degraded {
-					u.Degraded++
-					if v.Allowed {
-						u.DegradedAdmitted++
-					}
-				}
-				mu.Unlock()
+				res.record(name, b, start, time.Now(), v.Allowed, v.Degraded)
 			}
 		})
 	}
