@@ -12,10 +12,13 @@
 //
 // Both run the same request pipeline (httplimit.Limiter.Serve: check,
 // refuse or delay, the concurrency permit, forward, charge and settle),
-// each as an httplimit.Exchange that supplies only its bytes; both map an
-// upstream's failure to the same 502 or 504 (upstreamerr.go) and pass a
-// protocol upgrade (WebSocket) on through one upgrader, tunnelled only once
-// the upstream answered 101 (upgrade.go). One conformance suite holds the
+// each as an httplimit.Exchange that supplies only its bytes
+// (fastexchange.go for fasthttp); both map an upstream's failure to the
+// same 502 or 504 (upstreamerr.go), drop the same hop-by-hop fields
+// (hop.go), and pass a protocol upgrade (WebSocket) on through one flow,
+// upgrader.serve, tunnelled only once the upstream answered 101
+// (upgrade.go; each plane supplies an upgradeSide: fastupgrade.go,
+// nethttp.go). One conformance suite holds the
 // two planes, and forward-auth behind nginx, to the same behaviour
 // (planes_test.go, planes_odd_test.go). docs/http.md is the reference.
 package gateway

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
-	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/metrics"
-	"github.com/sluice-rl/sluice/tracing"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -167,11 +164,6 @@ func (g *Fast) Shutdown(ctx context.Context) error { return g.server.ShutdownWit
 // Protocols are what the plane speaks: fasthttp serves HTTP/1.x only.
 func (g *Fast) Protocols() []string { return []string{"http/1.1"} }
 
-// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (with the
-// obsolete Keep-Alive and Proxy-Connection), never forwarded.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
 func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -216,93 +208,6 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
 	g.limiter.Serve(&st.x, &st.req, &st.res)
 	st.req, st.x = rules.Request{}, fastExchange{} // drop the request's references before pooling
-}
-
-// fastExchange is the fasthttp plane's side of the pipeline.
-type fastExchange struct {
-	g       *Fast
-	ctx     *fasthttp.RequestCtx
-	st      *fastState
-	peer    netip.Addr
-	trusted []netip.Prefix
-	keep    bool
-}
-
-func (x *fastExchange) Context() context.Context { return x.ctx }
-
-// Hold waits, looking at the client's connection every holdPoll: fasthttp
-// does not read a connection while its handler runs, so a client that
-// leaves is seen by peeking at its socket (peerClosed).
-func (x *fastExchange) Hold(d time.Duration) bool {
-	end := time.Now().Add(d)
-	for {
-		left := time.Until(end)
-		if left > 0 {
-			time.Sleep(min(left, holdPoll))
-		}
-		if peerClosed(x.ctx.Conn()) {
-			return false
-		}
-		if left <= holdPoll {
-			return true
-		}
-	}
-}
-
-// holdPoll is how often a held request's connection is looked at.
-const holdPoll = 20 * time.Millisecond
-
-func (x *fastExchange) Refuse(res *engine.Result) { x.g.reject(x.ctx, res, x.st) }
-
-// Abandon closes the client's connection without an answer.
-func (x *fastExchange) Abandon() {
-	x.ctx.HijackSetNoResponse(true)
-	x.ctx.Hijack(func(net.Conn) {}) // fasthttp closes it once this returns
-}
-
-func (x *fastExchange) Shed() {
-	ctx, st := x.ctx, x.st
-	p := httplimit.ShedProblem()
-	st.body = httplimit.AppendProblem(st.body[:0], p)
-	ctx.SetStatusCode(p.Status)
-	ctx.SetContentType("application/problem+json")
-	ctx.Response.Header.Set("Retry-After", "1")
-	ctx.Response.Header.Set("Cache-Control", "no-store")
-	ctx.SetBody(st.body)
-}
-
-func (x *fastExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
-	x.keep = keep
-	x.g.forward(x.ctx, x.peer, x.trusted, path, res, x.st, keep)
-	return x.ctx.Response.StatusCode()
-}
-
-func (x *fastExchange) ResponseHeader(name string) string {
-	return string(x.ctx.Response.Header.Peek(name))
-}
-
-func (x *fastExchange) SeesResponse() bool { return true }
-
-func (x *fastExchange) TraceContext() (string, httplimit.HeaderCarrier) {
-	return "gateway", tracing.HeaderFunc(x.requestHeader)
-}
-
-// requestHeader is a request field by name in any case: the names are kept
-// as sent (DisableHeaderNamesNormalizing), so Peek would match one case.
-func (x *fastExchange) requestHeader(name string) string {
-	for k, v := range x.ctx.Request.Header.All() {
-		if strings.EqualFold(view.String(k), name) {
-			return string(v)
-		}
-	}
-	return ""
-}
-
-func (x *fastExchange) ResponseBody() []byte {
-	if !x.keep || x.ctx.Response.IsBodyStream() {
-		return nil
-	}
-	return x.ctx.Response.Body()
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,
@@ -487,165 +392,6 @@ var (
 	untrustedHeaders  = append(slices.Clone(forwardingHeaders), clientAddressHeaders...)
 )
 
-// upgrade passes an upgrade request on (see Upgrades): a tunnel once the
-// upstream has switched to the protocol asked, its answer relayed
-// otherwise.
-func (g *Fast) upgrade(ctx *fasthttp.RequestCtx, st *fastState, asked string) {
-	u := g.up
-	if u.Refuse {
-		g.problem(ctx, http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades")
-		return
-	}
-	if !u.take() {
-		g.problem(ctx, http.StatusServiceUnavailable, "Service Unavailable", "too many upgraded connections are open")
-		ctx.Response.Header.Set("Retry-After", "1")
-		return
-	}
-	a, err := u.exchange(ctx, func(w *bufio.Writer) error { return ctx.Request.Write(w) })
-	if err != nil {
-		u.open.Add(-1)
-		g.upstreamFailed(ctx, err)
-		return
-	}
-	if !a.switched(asked) {
-		u.open.Add(-1)
-		body := a.body()
-		if a.resp.StatusCode == http.StatusSwitchingProtocols {
-			body.Close()
-			g.upstreamFailed(ctx, errWrongSwitch)
-			return
-		}
-		// Relayed as an ordinary answer; the client's connection goes on
-		// through the limiter.
-		ctx.SetStatusCode(a.resp.StatusCode)
-		dropHopHeader(a.resp.Header)
-		for k, vs := range a.resp.Header {
-			if k == "Content-Length" {
-				continue // SetBodyStream sets it
-			}
-			for _, v := range vs {
-				ctx.Response.Header.Add(k, v)
-			}
-		}
-		for k, vs := range st.out {
-			for _, v := range vs {
-				ctx.Response.Header.Set(k, v)
-			}
-		}
-		ctx.SetBodyStream(body, int(a.resp.ContentLength))
-		return
-	}
-	extra := st.out.Clone() // st goes back to its pool before the tunnel opens
-	ctx.SetStatusCode(http.StatusSwitchingProtocols)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		c.SetWriteDeadline(time.Now().Add(u.timeout))
-		bw := bufio.NewWriterSize(c, 1024)
-		if a.writeSwitch(bw, extra) != nil || bw.Flush() != nil {
-			u.open.Add(-1)
-			a.conn.Close()
-			return
-		}
-		c.SetWriteDeadline(time.Time{})
-		u.tunnel(c, c, a) // c reads first what the client sent after its request
-	})
-}
-
-// fastHeader is what scrubHop needs of fasthttp's request and response
-// headers.
-type fastHeader interface {
-	All() iter.Seq2[[]byte, []byte]
-	DelBytes([]byte)
-}
-
-// hopFields is what scrubHop saw of the fields it removed.
-type hopFields struct {
-	trailers    bool   // TE held "trailers"
-	upgrade     string // the Upgrade field
-	connUpgrade bool   // Connection named "upgrade"
-}
-
-// scrubHop removes the hop-by-hop fields of h (RFC 9110 §7.6.1: the fixed
-// list and those its Connection fields name) and the fields also names,
-// matching names in any case: the gateway keeps names as they arrive, and
-// "proxy-authorization" is Proxy-Authorization. It makes one pass over the
-// fields (two when Connection names a field of its own), and allocates only
-// what it removes.
-func scrubHop(h fastHeader, also ...string) (f hopFields) {
-	var named []string // fields Connection names beyond the fixed list, copied: h changes below
-	var doomed [][]byte
-	doom := func(k []byte) {
-		if !slices.ContainsFunc(doomed, func(d []byte) bool { return bytes.Equal(d, k) }) {
-			doomed = append(doomed, bytes.Clone(k))
-		}
-	}
-	for k, v := range h.All() {
-		switch {
-		case isHopName(k):
-			switch {
-			case foldEq(k, "Connection"):
-				for t := range strings.SplitSeq(view.String(v), ",") {
-					t = strings.TrimSpace(t)
-					switch {
-					case strings.EqualFold(t, "upgrade"):
-						f.connUpgrade = true
-					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)) ||
-						strings.EqualFold(t, "Content-Length") || strings.EqualFold(t, "Host"):
-						// The request's framing and target are not the
-						// Connection field's to remove.
-					default:
-						named = append(named, strings.Clone(t))
-					}
-				}
-			case foldEq(k, "Te"):
-				f.trailers = f.trailers || hasToken(view.String(v), "trailers")
-			case foldEq(k, "Upgrade") && f.upgrade == "":
-				f.upgrade = strings.TrimSpace(string(v))
-			}
-			doom(k)
-		case slices.ContainsFunc(also, func(a string) bool { return foldEq(k, a) }):
-			doom(k)
-		}
-	}
-	if len(named) > 0 {
-		for k := range h.All() {
-			if slices.ContainsFunc(named, func(n string) bool { return foldEq(k, n) }) {
-				doom(k)
-			}
-		}
-	}
-	for _, k := range doomed {
-		h.DelBytes(k)
-	}
-	return f
-}
-
-// isHopName reports whether k names a hop-by-hop field of the fixed list,
-// in any case.
-func isHopName(k []byte) bool {
-	switch len(k) {
-	case 2:
-		return foldEq(k, "Te")
-	case 7:
-		return foldEq(k, "Trailer") || foldEq(k, "Upgrade")
-	case 10:
-		return foldEq(k, "Connection") || foldEq(k, "Keep-Alive")
-	case 16:
-		return foldEq(k, "Proxy-Connection")
-	case 17:
-		return foldEq(k, "Transfer-Encoding")
-	case 18:
-		return foldEq(k, "Proxy-Authenticate")
-	case 19:
-		return foldEq(k, "Proxy-Authorization")
-	}
-	return false
-}
-
-func foldEq(k []byte, name string) bool {
-	return len(k) == len(name) && strings.EqualFold(view.String(k), name)
-}
-
 func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
@@ -653,21 +399,4 @@ func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 		}
 	}
 	return netip.Addr{}
-}
-
-// appendEscapedPath appends p escaped as url.URL.EscapedPath escapes a path
-// sent raw: every byte outside printable ASCII, a space and the characters
-// a path never holds unescaped as %XX, so that both planes hand the rules
-// (and the upstream) the same path. A path with none of them, the usual
-// case, is appended as it is.
-func appendEscapedPath(b, p []byte) []byte {
-	const hex = "0123456789ABCDEF"
-	for _, c := range p {
-		if c > 0x20 && c < 0x7f && c != '"' && c != '<' && c != '>' && c != '\\' && c != '^' && c != '`' && c != '{' && c != '|' && c != '}' {
-			b = append(b, c)
-			continue
-		}
-		b = append(b, '%', hex[c>>4], hex[c&15])
-	}
-	return b
 }

@@ -68,7 +68,7 @@ func Handler(upstream *url.URL, e *engine.Engine, o Options) http.Handler {
 	up := newUpgrader(upstream, o)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 1 && isUpgrade(r.Header.Get("Connection"), r.Header.Get("Upgrade")) {
-			up.serveHTTP(w, r, rewrite, warnings)
+			up.upgrade(w, r, rewrite, warnings)
 			return
 		}
 		proxy.ServeHTTP(w, r)
@@ -76,25 +76,18 @@ func Handler(upstream *url.URL, e *engine.Engine, o Options) http.Handler {
 	return o.Metrics.Recover(httplimit.Middleware(e, o.HTTP)(next), log)
 }
 
-// serveHTTP passes an upgrade request on for the net/http plane: the
-// request as the proxy would send it, then a tunnel if the upstream
-// switches, or its answer relayed if not.
-func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), warnings *rareWarnings) {
-	if u.Refuse {
-		httplimit.WriteProblem(w, &httplimit.Problem{Type: "about:blank", Title: "Not Implemented", Status: http.StatusNotImplemented, Detail: "this gateway does not pass protocol upgrades"})
-		return
-	}
-	if !u.take() {
-		w.Header().Set("Retry-After", "1")
-		httplimit.WriteProblem(w, &httplimit.Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable, Detail: "too many upgraded connections are open"})
-		return
-	}
-	tunnelled := false
-	defer func() {
-		if !tunnelled {
-			u.open.Add(-1)
-		}
-	}()
+// netHTTPUpgrade is the net/http plane's side of an upgrade.
+type netHTTPUpgrade struct {
+	w        http.ResponseWriter
+	r, out   *http.Request // as received, and as the upstream gets it
+	host     string        // the upstream's, for the log
+	warnings *rareWarnings
+}
+
+// upgrade passes r, an upgrade request, on (upgrader.serve): the request
+// the upstream gets is rewritten as the reverse proxy rewrites any other,
+// its hop-by-hop fields but the upgrade's own dropped.
+func (u *upgrader) upgrade(w http.ResponseWriter, r *http.Request, rewrite func(*httputil.ProxyRequest), warnings *rareWarnings) {
 	asked := r.Header.Get("Upgrade")
 	out := r.Clone(r.Context())
 	out.Header = r.Header.Clone()
@@ -107,47 +100,42 @@ func (u *upgrader) serveHTTP(w http.ResponseWriter, r *http.Request, rewrite fun
 	rewrite(&httputil.ProxyRequest{In: r, Out: out})
 	out.Header.Set("Connection", "Upgrade")
 	out.Header.Set("Upgrade", asked)
-	a, err := u.exchange(r.Context(), func(w *bufio.Writer) error { return out.Write(w) })
+	u.serve(r.Context(), &netHTTPUpgrade{w: w, r: r, out: out, host: u.upstream.Host, warnings: warnings}, asked)
+}
+
+func (x *netHTTPUpgrade) problem(status int, title, detail string, retry bool) {
+	if retry {
+		x.w.Header().Set("Retry-After", "1")
+	}
+	httplimit.WriteProblem(x.w, &httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+}
+
+func (x *netHTTPUpgrade) writeRequest(w *bufio.Writer) error { return x.out.Write(w) }
+
+func (x *netHTTPUpgrade) failed(err error) {
+	if x.r.Context().Err() != nil {
+		httplimit.Abandon(x.w)
+		return
+	}
+	upstreamFailed(x.w, err, x.host, x.warnings)
+}
+
+func (x *netHTTPUpgrade) relay(resp *http.Response, body io.ReadCloser) {
+	defer body.Close()
+	for k, vs := range resp.Header {
+		x.w.Header()[k] = vs
+	}
+	x.w.WriteHeader(resp.StatusCode)
+	io.Copy(x.w, body)
+}
+
+func (x *netHTTPUpgrade) hijack(then func(net.Conn, io.Reader, http.Header)) bool {
+	conn, brw, err := http.NewResponseController(x.w).Hijack()
 	if err != nil {
-		if r.Context().Err() != nil {
-			httplimit.Abandon(w)
-			return
-		}
-		upstreamFailed(w, err, u.upstream.Host, warnings)
-		return
+		return false
 	}
-	if !a.switched(asked) {
-		// Relayed as an ordinary answer; the client's connection goes on.
-		body := a.body()
-		defer body.Close()
-		if a.resp.StatusCode == http.StatusSwitchingProtocols {
-			upstreamFailed(w, errWrongSwitch, u.upstream.Host, warnings)
-			return
-		}
-		h := a.resp.Header.Clone()
-		dropHopHeader(h)
-		for k, vs := range h {
-			w.Header()[k] = vs
-		}
-		w.WriteHeader(a.resp.StatusCode)
-		io.Copy(w, body)
-		return
-	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		a.conn.Close()
-		httplimit.WriteProblem(w, &httplimit.Problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError, Detail: "this connection cannot be upgraded"})
-		return
-	}
-	conn.SetDeadline(time.Now().Add(u.timeout))
-	if a.writeSwitch(brw.Writer, w.Header()) != nil || brw.Writer.Flush() != nil {
-		conn.Close()
-		a.conn.Close()
-		return
-	}
-	conn.SetDeadline(time.Time{})
-	tunnelled = true
-	u.tunnel(conn, brw.Reader, a)
+	then(conn, brw.Reader, x.w.Header())
+	return true
 }
 
 // clientAddressHeaders are the fields, besides X-Forwarded-For and

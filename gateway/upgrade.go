@@ -112,6 +112,80 @@ func hasToken(v, token string) bool {
 }
 
 // errTooManyTunnels is the answer when MaxTunnels are open.
+// upgradeSide is what a data plane supplies to pass an upgrade on: its
+// own bytes, how it writes the request to the upstream, an answer and a
+// problem to the client, and how it takes the client's connection over.
+// upgrader.serve holds the flow, the same for both planes.
+type upgradeSide interface {
+	// problem answers status with a problem+json body, and Retry-After: 1
+	// if retry.
+	problem(status int, title, detail string, retry bool)
+	// writeRequest writes the request, as the upstream is to get it.
+	writeRequest(w *bufio.Writer) error
+	// failed answers the upstream's failure (502 or 504), or abandons the
+	// answer if the client has gone.
+	failed(err error)
+	// relay answers the upstream's ordinary answer (its hop-by-hop fields
+	// dropped) and closes body when done; the client's connection goes on.
+	relay(resp *http.Response, body io.ReadCloser)
+	// hijack takes the client's connection over, now or once the plane's
+	// handler has returned, and calls then with it, what the client sent
+	// after its request, and the fields the limit adds to the 101; false if
+	// it cannot.
+	hijack(then func(c net.Conn, fromClient io.Reader, extra http.Header)) bool
+}
+
+// serve passes one upgrade request on: refused with 501 if upgrades are,
+// 503 past MaxTunnels; otherwise the request goes to the upstream, and only
+// an upstream's 101 switching to the protocol asked opens a tunnel (any
+// other answer is relayed as it is, and a 101 to another protocol is a
+// 502). Every tunnel slot taken is given back on every path.
+func (u *upgrader) serve(ctx context.Context, side upgradeSide, asked string) {
+	if u.Refuse {
+		side.problem(http.StatusNotImplemented, "Not Implemented", "this gateway does not pass protocol upgrades", false)
+		return
+	}
+	if !u.take() {
+		side.problem(http.StatusServiceUnavailable, "Service Unavailable", "too many upgraded connections are open", true)
+		return
+	}
+	a, err := u.exchange(ctx, side.writeRequest)
+	if err != nil {
+		u.open.Add(-1)
+		side.failed(err)
+		return
+	}
+	if !a.switched(asked) {
+		u.open.Add(-1)
+		body := a.body()
+		if a.resp.StatusCode == http.StatusSwitchingProtocols {
+			body.Close()
+			side.failed(errWrongSwitch)
+			return
+		}
+		dropHopHeader(a.resp.Header)
+		side.relay(a.resp, body)
+		return
+	}
+	taken := side.hijack(func(c net.Conn, fromClient io.Reader, extra http.Header) {
+		c.SetDeadline(time.Now().Add(u.timeout)) // and none after: the tunnel keeps its own
+		w := bufio.NewWriterSize(c, 1024)
+		if a.writeSwitch(w, extra) != nil || w.Flush() != nil {
+			u.open.Add(-1)
+			c.Close()
+			a.conn.Close()
+			return
+		}
+		c.SetDeadline(time.Time{})
+		u.tunnel(c, fromClient, a)
+	})
+	if !taken {
+		u.open.Add(-1)
+		a.conn.Close()
+		side.problem(http.StatusInternalServerError, "Internal Server Error", "this connection cannot be upgraded", false)
+	}
+}
+
 var errTooManyTunnels = errors.New("too many tunnels open")
 
 // upstreamAnswer is the upstream's answer to an upgrade request, on the
