@@ -241,6 +241,7 @@ rules:
   - {id: ws, match: {path: /ws}, key: [ip], rate: 2, per: 1h}
   - {id: sms, match: {method: POST, path: /sms}, key: [phone], rate: 3, per: 10m}
   - {id: tenant, match: {path: /tenant}, key: [header:X-Tenant], rate: 5, per: 1h, onMissingKey: reject}
+  - {id: as-nginx, match: {path: /as-nginx}, key: [ip], rate: 1, per: 1h, status: 503}
 keys:
   phone: {body: phone}
 `
@@ -279,6 +280,18 @@ var planeCases = []planeCase{
 		}
 		if n := up.count("/otp"); n != 3 {
 			t.Fatalf("the upstream saw %d, want 3", n)
+		}
+	}},
+	{name: "a rule that says status: 503 refuses with 503, by the book otherwise", run: func(t *testing.T, p testPlane) {
+		up := newRecorder(t, nil)
+		base, _ := p.start(t, up.srv.URL, planeRules, Options{})
+		if resp, _ := send(t, "GET", base+"/as-nginx", nil, ""); resp.StatusCode != 200 {
+			t.Fatalf("the first request: %d", resp.StatusCode)
+		}
+		resp, _ := send(t, "GET", base+"/as-nginx", nil, "")
+		checkRefusal(t, resp, 503, "as-nginx")
+		if n := up.count("/as-nginx"); n != 1 {
+			t.Fatalf("the upstream saw %d, want 1", n)
 		}
 	}},
 	{name: "keys: each header value counts alone, odd bytes and spoofed forwarding headers change nothing", run: func(t *testing.T, p testPlane) {

@@ -88,9 +88,26 @@ func FillProblem(p *Problem, res *engine.Result) {
 	default:
 		p.Detail = "Limit is " + limitWords(d.Limit, unitsOf(res)) + ". Try again in about " + about(d.RetryAfter) + "."
 	}
+	if p.Status == http.StatusTooManyRequests {
+		p.Status = refusalStatus(res) // the rule's own refusals: limited, too large, locked
+	}
 	if len(p.ViolatedPolicies) == 0 {
 		p.ViolatedPolicies = nil // omitted, as a fresh Problem's
 	}
+}
+
+// refusalStatus is the status the deciding rule refuses with: 429, or 503
+// when the rule says so (status: 503, as nginx's limit_req answers).
+func refusalStatus(res *engine.Result) int {
+	for i := range res.Statuses {
+		if st := &res.Statuses[i]; st.Rule == res.Decision.Rule {
+			if r := st.RuleDef(); r != nil && r.RefusalStatus != 0 {
+				return r.RefusalStatus
+			}
+			break
+		}
+	}
+	return http.StatusTooManyRequests
 }
 
 func contains(list []string, s string) bool {

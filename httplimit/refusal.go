@@ -35,6 +35,7 @@ type RefusalKey struct {
 	remaining int64
 	retry     int64 // whole seconds in Retry-After, 0 when there is none
 	reset     int64 // whole seconds to reset, for the legacy fields
+	status    int   // the deciding rule's refusal status (a reload may change it)
 }
 
 type keyStatus struct {
@@ -54,7 +55,7 @@ func (l *Limiter) RefusalKey(res *engine.Result, k *RefusalKey) bool {
 	d := &res.Decision
 	*k = RefusalKey{
 		n: len(res.Statuses), rule: d.Rule, limit: d.Limit, reason: d.Reason, reduced: res.Reduced,
-		remaining: d.Remaining,
+		remaining: d.Remaining, status: refusalStatus(res),
 	}
 	if d.RetryAfter > 0 {
 		k.retry = seconds(d.RetryAfter, 1)

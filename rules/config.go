@@ -109,6 +109,10 @@ type Rule struct {
 	Unit string
 	// Shadow rules are evaluated and reported but never reject.
 	Shadow bool
+	// RefusalStatus is the HTTP status of the rule's refusals (status:):
+	// 429 Too Many Requests, the default (0), or 503 Service Unavailable,
+	// what nginx's limit_req answers unless limit_req_status says otherwise.
+	RefusalStatus int
 	// FailClosed rejects when the store fails; the default fails open.
 	FailClosed bool
 	// SlowStoreWait, when above 0, is how long a request waits for a store

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -154,6 +155,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		},
 		"fallbackKey": func(v *yaml.Node, f string) { r.FallbackKey = d.sources(c, v, f) },
 		"showKeys":    func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
+		"status":      func(v *yaml.Node, f string) { r.RefusalStatus = d.refusalStatus(v, f) },
 
 		// When the store fails or is slow, and how gateways share it.
 		"failMode": func(v *yaml.Node, f string) {
@@ -182,6 +184,16 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 	d.ruleLimit(r, n, field, &at)
 	d.ruleCombinations(r, n, field)
 	return r
+}
+
+// refusalStatus decodes a rule's status:, the HTTP status of its refusals.
+func (d *decoder) refusalStatus(n *yaml.Node, field string) int {
+	x, ok := d.integer(n, field)
+	if ok && x != http.StatusTooManyRequests && x != http.StatusServiceUnavailable {
+		d.fail(n, field, "want 429 (Too Many Requests, the default) or 503 (Service Unavailable, as nginx's limit_req answers by default), got %d", x)
+		return 0
+	}
+	return int(x)
 }
 
 // ruleLimit checks the limit a rule's rate, per, burst and cost make, and

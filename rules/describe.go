@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -73,6 +74,9 @@ func (r *Rule) SummaryIn(region string) string {
 	}
 	if r.Penalty != nil {
 		fmt.Fprintf(&b, "; locked for %s after %d rejections", amountWords(r.Penalty.Block), r.Penalty.After)
+	}
+	if r.RefusalStatus == http.StatusServiceUnavailable {
+		b.WriteString("; refused with 503")
 	}
 	if r.FailClosed {
 		b.WriteString("; fails closed")

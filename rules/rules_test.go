@@ -758,3 +758,36 @@ func TestOnSlowStoreReadsShareWaitOrAWait(t *testing.T) {
 		}
 	}
 }
+
+// status reads 429 or 503, the two statuses a refusal by a limit is
+// answered with, and refuses any other with the field named.
+func TestStatusReads429Or503(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int
+		err   string
+	}{
+		{"429", 429, ""},
+		{"503", 503, ""},
+		{"418", 0, "f.yaml:2:50: rules[0].status: want 429 (Too Many Requests, the default) or 503"},
+		{"200", 0, "rules[0].status: want 429"},
+		{"busy", 0, "rules[0].status: want an integer"},
+	} {
+		src := "rules:\n  - {id: a, key: [ip], rate: 1, per: 1s, status: " + tc.value + "}\n"
+		c, err := Parse("f.yaml", []byte(src))
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want %q", tc.value, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.value, err)
+		case c.Rules[0].RefusalStatus != tc.want:
+			t.Errorf("%s: status %d, want %d", tc.value, c.Rules[0].RefusalStatus, tc.want)
+		}
+	}
+	c, err := Parse("f.yaml", []byte("rules:\n  - {id: a, key: [ip], rate: 1, per: 1s, status: 503}\n"))
+	if err != nil || !strings.Contains(c.Rules[0].Summary(), "; refused with 503") {
+		t.Fatalf("%v: the summary of a 503 rule: %q", err, c.Rules[0].Summary())
+	}
+}

@@ -108,7 +108,8 @@ type CheckResponse struct {
 	Rule    string `json:"rule"`
 	Reason  string `json:"reason"`
 	// Status is the HTTP status the gateway and forward-auth answer for
-	// this decision: 200, 429 for a spent quota, 503 when the service's
+	// this decision: 200, 429 for a spent quota (or the deciding rule's
+	// own status: 503, as nginx answers), 503 when the service's
 	// pressure reduced an adaptive rule (reason reduced-capacity) or a
 	// fail-closed rule lost its store, 400 for a request that cannot be
 	// counted. A caller relaying the decision answers it.

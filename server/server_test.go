@@ -769,3 +769,17 @@ func TestRuleDescriptionsNameThisGatewaysRegionalShare(t *testing.T) {
 		t.Errorf("/v1/ui/state: %d %s, want %q", w.Code, w.Body, want)
 	}
 }
+
+// /v1/check tells the caller the status to answer: a rule's own refusal
+// status (status: 503, as nginx answers), 429 otherwise.
+func TestCheckSaysTheRulesRefusalStatus(t *testing.T) {
+	f := newFixtureOf(t, "rules:\n  - {id: nginx-like, key: [ip], rate: 1, per: 1h, status: 503}\n", Options{Loopback: true})
+	body := `{"request":{"ip":"203.0.113.9"}}`
+	for i, want := range []int{200, 503} {
+		w := f.do("POST", "/v1/check", body)
+		var resp CheckResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.Status != want {
+			t.Fatalf("check %d: %v %s, want status %d", i+1, err, w.Body, want)
+		}
+	}
+}
