@@ -660,6 +660,35 @@ var planeCases = []planeCase{
 			c.Close()
 		}
 	}},
+	{name: "a 2xx that names an upgrade is an ordinary answer, never a tunnel", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
+		// The upstream answers 200 with Connection: Upgrade and Upgrade,
+		// then echoes whatever follows: had the gateway tunnelled, the
+		// client's next request would come back to it as its answer.
+		up := rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 200 OK\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 3\r\n\r\nok\n"))
+			io.Copy(c, br)
+		})
+		base, _ := p.start(t, "http://"+up, planeRules, Options{})
+		c := dialPlane(t, base)
+		defer c.Close()
+		br := bufio.NewReader(c)
+		fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+		for i := range 2 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer %d: %v (a tunnel would echo the request back)", i+1, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "ok\n" {
+				t.Fatalf("answer %d: %d %q, want the upstream's 200", i+1, resp.StatusCode, body)
+			}
+			fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: x\r\n\r\n") // an ordinary request on the same connection
+		}
+	}},
 	{name: "an upgrade to another protocol than asked is refused", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
 		addr := echoUpgradeUpstream(t, true)
 		base, _ := p.start(t, "http://"+addr, planeRules, Options{})
