@@ -242,6 +242,7 @@ rules:
   - {id: sms, match: {method: POST, path: /sms}, key: [phone], rate: 3, per: 10m}
   - {id: tenant, match: {path: /tenant}, key: [header:X-Tenant], rate: 5, per: 1h, onMissingKey: reject}
   - {id: as-nginx, match: {path: /as-nginx}, key: [ip], rate: 1, per: 1h, status: 503}
+  - {id: ok-counted, match: {path: /ok-counted}, key: [ip], rate: 2, per: 1h, countOn: {status: [200]}}
 keys:
   phone: {body: phone}
 `
@@ -507,6 +508,15 @@ var planeCases = []planeCase{
 		}
 		if resp, _ := send(t, "POST", base+"/login", nil, ""); resp.StatusCode != 429 {
 			t.Fatalf("after two charged failures: %d, want 429", resp.StatusCode)
+		}
+		// Nor does it charge what the application answers 200 to: only
+		// the application's charge counts, and here there is none.
+		ok := newRecorder(t, nil)
+		base, _ = p.start(t, ok.srv.URL, planeRules, Options{})
+		for i := range 4 {
+			if resp, _ := send(t, "GET", base+"/ok-counted", nil, ""); resp.StatusCode != 200 {
+				t.Fatalf("request %d to a countOn: [200] rule nobody charged: %d, want 200", i+1, resp.StatusCode)
+			}
 		}
 	}},
 	{name: "a queued request is held, and a client that leaves gets its units back", run: func(t *testing.T, p testPlane) {
