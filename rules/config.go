@@ -252,7 +252,11 @@ type Penalty struct {
 type Match struct {
 	Methods []string
 	Paths   []*Pattern
-	Hosts   []string
+	// NotPaths are paths the rule does not match even where Paths do
+	// (match: {notPath: ...}): what nginx's longest-prefix location leaves
+	// to another location, say.
+	NotPaths []*Pattern
+	Hosts    []string
 	// Values are key source values the request must have, each of its
 	// set (match: {values: {plan: [gold]}}).
 	Values []ValueSet

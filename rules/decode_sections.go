@@ -168,17 +168,8 @@ func (d *decoder) match(c *Config, m *Match, n *yaml.Node, field string) {
 				m.Methods = append(m.Methods, u)
 			}
 		},
-		"path": func(v *yaml.Node, f string) {
-			ps, nodes := d.strings(v, f)
-			for i, s := range ps {
-				p, err := d.pattern(s)
-				if err != nil {
-					d.fail(nodes[i], fmt.Sprintf("%s[%d]", f, i), "%v", err)
-					continue
-				}
-				m.Paths = append(m.Paths, p)
-			}
-		},
+		"path":    func(v *yaml.Node, f string) { m.Paths = d.patterns(v, f) },
+		"notPath": func(v *yaml.Node, f string) { m.NotPaths = d.patterns(v, f) },
 		"host": func(v *yaml.Node, f string) {
 			hs, _ := d.strings(v, f)
 			for _, s := range hs {
@@ -186,6 +177,21 @@ func (d *decoder) match(c *Config, m *Match, n *yaml.Node, field string) {
 			}
 		},
 	})
+}
+
+// patterns reads one path pattern or a list of them.
+func (d *decoder) patterns(n *yaml.Node, field string) []*Pattern {
+	var out []*Pattern
+	ps, nodes := d.strings(n, field)
+	for i, s := range ps {
+		p, err := d.pattern(s)
+		if err != nil {
+			d.fail(nodes[i], fmt.Sprintf("%s[%d]", field, i), "%v", err)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // sharing reads a rule's sync setting: a mode name, or a mapping with mode,

@@ -205,6 +205,13 @@ func (m *Match) String() string {
 		}
 		parts = append(parts, strings.Join(ps, "|"))
 	}
+	if len(m.NotPaths) > 0 {
+		ps := make([]string, len(m.NotPaths))
+		for i, p := range m.NotPaths {
+			ps[i] = p.String()
+		}
+		parts = append(parts, "except "+strings.Join(ps, "|"))
+	}
 	if len(m.Hosts) > 0 {
 		parts = append(parts, "on "+strings.Join(m.Hosts, "|"))
 	}

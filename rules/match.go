@@ -84,6 +84,11 @@ func (m *Match) Matches(method, host, path string) (pattern string, ok bool) {
 	if len(m.Hosts) > 0 && !containsFold(m.Hosts, stripPort(host)) {
 		return "", false
 	}
+	for _, p := range m.NotPaths {
+		if p.Match(path) {
+			return "", false
+		}
+	}
 	if len(m.Paths) == 0 {
 		return path, true
 	}

@@ -791,3 +791,39 @@ func TestStatusReads429Or503(t *testing.T) {
 		t.Fatalf("%v: the summary of a 503 rule: %q", err, c.Rules[0].Summary())
 	}
 }
+
+// notPath takes paths out of a rule's match, whatever else matches them.
+func TestNotPathTakesPathsOutOfAMatch(t *testing.T) {
+	c, err := Parse("f.yaml", []byte(`rules:
+  - {id: site, match: {notPath: [/api/*, /login]}, key: [ip], rate: 1, per: 1s}
+  - {id: api, match: {path: /api/*, notPath: /api/health}, key: [ip], rate: 1, per: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, api := &c.Rules[0].Match, &c.Rules[1].Match
+	for _, tc := range []struct {
+		path      string
+		site, api bool
+	}{
+		{"/", true, false},
+		{"/static/a.css", true, false},
+		{"/login", false, false},
+		{"/login/x", true, false},
+		{"/api", false, true},
+		{"/api/users/7", false, true},
+		{"/api/health", false, false},
+	} {
+		_, s := site.Matches("GET", "h", tc.path)
+		_, a := api.Matches("GET", "h", tc.path)
+		if s != tc.site || a != tc.api {
+			t.Errorf("%s: site %v api %v, want %v %v", tc.path, s, a, tc.site, tc.api)
+		}
+	}
+	if got := c.Rules[1].Summary(); !strings.Contains(got, "/api/* except /api/health") {
+		t.Errorf("summary %q", got)
+	}
+	if _, err := Parse("f.yaml", []byte("rules:\n  - {id: a, match: {notPath: api}, key: [ip], rate: 1, per: 1s}\n")); err == nil || !strings.Contains(err.Error(), "rules[0].match.notPath[0]") {
+		t.Errorf("a pattern without its slash: %v", err)
+	}
+}
