@@ -35,3 +35,15 @@ func ranScenarios(t *testing.T) []ranScenario {
 	}
 	return runs
 }
+
+// ranReport is the shared run's report of the built-in scenario name.
+func ranReport(t *testing.T, name string) *Report {
+	t.Helper()
+	for _, r := range ranScenarios(t) {
+		if r.Name == name {
+			return r.rep
+		}
+	}
+	t.Fatalf("no built-in scenario %q", name)
+	return nil
+}

@@ -11,10 +11,7 @@ import (
 )
 
 func TestSharedStoreAdmitsFiveLocalStoresAdmitAll(t *testing.T) {
-	rep, err := SharedVsLocal()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := ranReport(t, "shared-vs-local")
 	res := rep.JSON.(*SharedVsLocalResult)
 	for i := range 8 {
 		if res.Shared[i] != (i < 5) || !res.Local[i] {
@@ -24,10 +21,7 @@ func TestSharedStoreAdmitsFiveLocalStoresAdmitAll(t *testing.T) {
 }
 
 func TestTokenVsLeakyShapesTheBursts(t *testing.T) {
-	rep, err := TokenVsLeaky()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := ranReport(t, "token-vs-leaky")
 	res := rep.JSON.(TokenVsLeakyResult)
 	total := 0
 	for _, s := range res.Seconds {
@@ -51,10 +45,7 @@ func TestTokenVsLeakyShapesTheBursts(t *testing.T) {
 }
 
 func TestWindowsShowTheBoundaryEffect(t *testing.T) {
-	rep, err := Windows()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := ranReport(t, "windows")
 	a := rep.JSON.(*WindowsResult).Cases[0]
 	if a.FixedWindow != [2]int{100, 100} || a.SlidingLog != [2]int{100, 0} {
 		t.Fatalf("case A: fixed %v, log %v; want 100+100 (2x at the boundary) and 100+0", a.FixedWindow, a.SlidingLog)
@@ -69,10 +60,7 @@ func TestWindowsShowTheBoundaryEffect(t *testing.T) {
 }
 
 func TestRaceOnlyAtomicMethodsHoldTheLimit(t *testing.T) {
-	rep, err := Race()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := ranReport(t, "race")
 	for _, m := range rep.JSON.(*RaceResult).Methods {
 		atomic := m.Method == "sluice" || m.Method == "atomic-incr"
 		if atomic && (m.Admitted != 100 || m.OverLimit != 0) {
@@ -91,10 +79,7 @@ func TestRaceOnlyAtomicMethodsHoldTheLimit(t *testing.T) {
 // admit more than one exact limiter, lease under-admits by at most 2%, local
 // admits about N times the limit, and every mode but exact saves calls.
 func TestDistributedScenarioShowsEachModesCost(t *testing.T) {
-	rep, err := Distributed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := ranReport(t, "distributed")
 	rows := rep.JSON.([]DistributedRow)
 	if len(rows) != 48 {
 		t.Fatalf("%d rows, want 2 x 2 x 2 x 6", len(rows))
