@@ -134,7 +134,7 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 // connections (two clients of maxConns each) and the tunnels (two
 // descriptors each) have theirs, and a margin. Beyond it fasthttp answers
 // new connections 503 and closes them; the process never runs out of
-// descriptors on client connections alone (PatientListener waits out the
+// descriptors on client connections alone (patient.Listener waits out the
 // rest).
 func clientConnections(maxConns, maxTunnels int) int {
 	n := fileLimit()
