@@ -3,6 +3,7 @@
 //	sluice serve --config FILE [--listen 127.0.0.1:8080]
 //	sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8080]
 //	sluice check FILE...
+//	sluice import nginx NGINX_CONF
 //	sluice estimate --keys 10M --limit 100/1m [--active 5%]
 //	sluice replay --config RULES ACCESS_LOG
 //	sluice simulate SCENARIO [--format table|json|csv]
@@ -33,6 +34,7 @@ func commands() []command {
 		{"serve", "serve the decision API, Envoy's gRPC service, forward-auth and metrics", runServe},
 		{"gateway", "a reverse proxy that applies the rules in front of a service", runGateway},
 		{"check", "validate rule files and describe their rules", runCheck},
+		{"import", "translate nginx's limit_req configuration into a rule file", runImport},
 		{"test", "run requests through rules and compare the decisions with those expected", runTest},
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
