@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -882,5 +883,33 @@ func TestPressureFactorAndInflationEdges(t *testing.T) {
 	}
 	if got := inflate(3, 0.5); got != 3*64*2 {
 		t.Fatalf("inflate(3, 0.5) = %d, want %d", got, 3*64*2)
+	}
+}
+
+// delayAfter lets the first requests beyond the rate through at once, as
+// nginx's limit_req delay= does: burst 5 at 10/s admits six at one instant,
+// delayed 0, 100, ..., 500 ms without it; with delayAfter: 3 each delay is
+// 300 ms shorter, never below 0, and what is admitted is the same.
+func TestDelayAfterShortensALeakyQueuesDelays(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want []time.Duration
+	}{
+		{"rules:\n  - {id: q, key: [user], rate: 10, per: 1s, burst: 5, algorithm: leaky-queue}\n", []time.Duration{0, 100, 200, 300, 400, 500}},
+		{"rules:\n  - {id: q, key: [user], rate: 10, per: 1s, burst: 5, algorithm: leaky-queue, delayAfter: 3}\n", []time.Duration{0, 0, 0, 0, 100, 200}},
+	} {
+		f := newFixture(t, tc.src, Options{})
+		for i, want := range tc.want {
+			res := f.check(t, userReq("u"))
+			if !res.Allowed || res.Delay != want*time.Millisecond || res.Statuses[0].Delay != res.Delay {
+				t.Fatalf("%s request %d: allowed %v, delay %v, want %v", tc.src, i+1, res.Allowed, res.Delay, want*time.Millisecond)
+			}
+		}
+		if res := f.check(t, userReq("u")); res.Allowed {
+			t.Fatalf("%s: a seventh request at the same instant was admitted", tc.src)
+		}
+	}
+	if _, err := rules.Parse("f.yaml", []byte("rules:\n  - {id: g, key: [user], rate: 10, per: 1s, delayAfter: 3}\n")); err == nil || !strings.Contains(err.Error(), "rules[0].delayAfter: applies to leaky-queue rules") {
+		t.Fatalf("delayAfter on a gcra rule: %v", err)
 	}
 }

@@ -184,8 +184,24 @@ func (res *Result) reset(rs *ruleSet) {
 }
 
 func (res *Result) add(r *rule, key string, d sluice.Decision) *Status {
+	if r != nil && r.DelayAfter > 0 && d.Delay > 0 {
+		d.Delay = undelayed(r, d)
+	}
 	res.Statuses = append(res.Statuses, Status{Decision: d, r: r, key: key})
 	return &res.Statuses[len(res.Statuses)-1]
+}
+
+// undelayed is a leaky-queue decision's delay with the rule's first
+// DelayAfter requests beyond the rate let through at once (nginx's
+// limit_req delay=): the queue's state and what it admits are unchanged,
+// and each delay is shortened by DelayAfter intervals, never below 0. An
+// adaptive rule's decision is in scaled units: its interval is the rule's.
+func undelayed(r *rule, d sluice.Decision) time.Duration {
+	interval := d.Limit.Interval()
+	if r.Adaptive {
+		interval = r.Limit.Interval()
+	}
+	return max(0, d.Delay-time.Duration(r.DelayAfter)*interval)
 }
 
 func (res *Result) decisions(n int) []sluice.Decision {

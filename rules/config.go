@@ -109,6 +109,10 @@ type Rule struct {
 	Unit string
 	// Shadow rules are evaluated and reported but never reject.
 	Shadow bool
+	// DelayAfter, for a leaky-queue rule, lets that many requests beyond
+	// the rate through at once before the rest wait their turn (nginx's
+	// limit_req delay=): each delay is shortened by DelayAfter intervals.
+	DelayAfter int64
 	// RefusalStatus is the HTTP status of the rule's refusals (status:):
 	// 429 Too Many Requests, the default (0), or 503 Service Unavailable,
 	// what nginx's limit_req answers unless limit_req_status says otherwise.

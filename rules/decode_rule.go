@@ -114,6 +114,7 @@ type ruleNodes struct {
 	rate, per, burst, cost *yaml.Node
 	fallback               *yaml.Node
 	fallbackLimit          sluice.Limit
+	delayAfter             *yaml.Node
 }
 
 func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
@@ -156,6 +157,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		"fallbackKey": func(v *yaml.Node, f string) { r.FallbackKey = d.sources(c, v, f) },
 		"showKeys":    func(v *yaml.Node, f string) { r.ShowKeys, _ = d.boolean(v, f) },
 		"status":      func(v *yaml.Node, f string) { r.RefusalStatus = d.refusalStatus(v, f) },
+		"delayAfter":  func(v *yaml.Node, f string) { at.delayAfter = v; r.DelayAfter, _ = d.positive(v, f) },
 
 		// When the store fails or is slow, and how gateways share it.
 		"failMode": func(v *yaml.Node, f string) {
@@ -182,6 +184,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		r.FallbackKey = []*Source{{Name: "ip", Kind: FromIP}}
 	}
 	d.ruleLimit(r, n, field, &at)
+	if at.delayAfter != nil && r.Limit.Algorithm != sluice.LeakyQueue {
+		d.fail(at.delayAfter, field+".delayAfter", "applies to leaky-queue rules: it lets the first requests beyond the rate through before the rest wait; this rule is %s", r.Limit.Algorithm)
+	}
 	d.ruleCombinations(r, n, field)
 	return r
 }

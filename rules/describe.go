@@ -75,6 +75,9 @@ func (r *Rule) SummaryIn(region string) string {
 	if r.Penalty != nil {
 		fmt.Fprintf(&b, "; locked for %s after %d rejections", amountWords(r.Penalty.Block), r.Penalty.After)
 	}
+	if r.DelayAfter > 0 {
+		fmt.Fprintf(&b, "; the first %d beyond the rate pass at once, the rest wait their turn", r.DelayAfter)
+	}
 	if r.RefusalStatus == http.StatusServiceUnavailable {
 		b.WriteString("; refused with 503")
 	}

@@ -18,7 +18,8 @@ import (
 // same requests go to both, in the same order, and every answer's status
 // is compared: bursts on three locations and the server's other paths, a
 // key per user (and no key at all, which nginx does not count), a steady
-// rate without burst, and paths at the edges of the locations.
+// rate without burst, paths at the edges of the locations, and bursts
+// paced instead of refused (all of it, and past its first two: delay=).
 func TestImportedNginxLimitsCountAsNginxDoes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -81,6 +82,28 @@ func TestImportedNginxLimitsCountAsNginxDoes(t *testing.T) {
 		}
 	}
 	run(steps)
+	// Bursts that are paced, sent at once: /paced/ (burst=2) admits three,
+	// delayed 0, 1 and 2 s, and refuses two; /upload/ (burst=3 delay=2)
+	// admits four, the fourth delayed 1 s, and refuses two. Their answers
+	// come back in any order: the statuses are counted.
+	for _, b := range []struct {
+		path        string
+		n, admitted int
+	}{{"/paced/x", 5, 3}, {"/upload/x", 6, 4}} {
+		for _, base := range []string{nginx, sluice} {
+			codes := make(chan int, b.n)
+			for range b.n {
+				go func() { codes <- send(base, "GET", b.path, "") }()
+			}
+			counts := map[int]int{}
+			for range b.n {
+				counts[<-codes]++
+			}
+			if counts[200] != b.admitted || counts[503] != b.n-b.admitted {
+				t.Fatalf("%d at once to %s on %s: %v, want %d answered 200 and the rest 503", b.n, b.path, base, counts, b.admitted)
+			}
+		}
+	}
 	// A steady client, one request every 1.5 s, is never refused by
 	// either: the rate is one a second.
 	for range 3 {

@@ -12,8 +12,9 @@
 //   - burst=B without nodelay delays the k-th request of a burst by (k-1)/rate
 //     and refuses past B waiting: a leaky-queue with burst B (which admits
 //     B+1, the first at once); B = 0 is gcra with burst 1;
-//   - delay=D with 0 < D < B (two stages, the first D not delayed) has no
-//     counterpart yet and is refused with the line named;
+//   - delay=D with 0 < D < B (two stages: the first D beyond the rate not
+//     delayed, the rest delayed by (excess - D)/rate) is that leaky queue
+//     with delayAfter: D;
 //   - limit_req_status is status: (nginx's default is 503, kept), and
 //     limit_req_dry_run on is mode: shadow;
 //   - nginx does not count a request whose key is empty: every key source
@@ -399,9 +400,6 @@ func parseLimit(d *directive, s *settings) (*limit, error) {
 	}
 	if l.delay >= l.burst && l.delay > 0 {
 		l.nodelay = true // nothing in the burst is delayed
-	}
-	if !l.nodelay && l.delay > 0 {
-		return nil, fmt.Errorf("%s: limit_req delay=%d: two-stage limiting (the first %d of the burst passed at once, the rest delayed) has no sluice counterpart yet; use nodelay (all of the burst at once) or no delay= (all of it paced)", d.at(), l.delay, l.delay)
 	}
 	return l, nil
 }

@@ -43,6 +43,7 @@ http {
     limit_req_zone $http_x_api_key zone=keys:10m rate=30r/m;
     limit_req_zone $remote_addr zone=paced:1m rate=2r/s;
     limit_req_zone $binary_remote_addr zone=strict:1m rate=1r/s;
+    limit_req_zone $binary_remote_addr zone=staged:1m rate=5r/s;
     limit_req_status 429;
     server {
         listen 127.0.0.1:8088;
@@ -50,6 +51,7 @@ http {
         location = /login { limit_req zone=keys burst=5 delay=5; limit_req_dry_run on; }
         location /paced/ { limit_req zone=paced burst=4; limit_req_status 503; }
         location /strict/ { limit_req zone=strict; }
+        location /staged/ { limit_req zone=staged burst=10 delay=4; }
     }
 }`)
 	for _, tc := range []struct {
@@ -60,6 +62,7 @@ http {
 		{"keys", sluice.Limit{Rate: 30, Period: time.Minute, Burst: 6, Algorithm: sluice.GCRA}},
 		{"paced", sluice.Limit{Rate: 2, Period: time.Second, Burst: 4, Algorithm: sluice.LeakyQueue}},
 		{"strict", sluice.Limit{Rate: 1, Period: time.Second, Burst: 1, Algorithm: sluice.GCRA}},
+		{"staged", sluice.Limit{Rate: 5, Period: time.Second, Burst: 10, Algorithm: sluice.LeakyQueue}},
 	} {
 		if got := rule(t, cfg, tc.id).Limit; got != tc.limit {
 			t.Errorf("%s: %+v, want %+v\n%s", tc.id, got, tc.limit, out)
@@ -67,6 +70,9 @@ http {
 	}
 	if r := rule(t, cfg, "keys"); !r.Shadow || r.RefusalStatus != 0 || r.MissingKey != rules.MissingSkip || r.Key[0].Param != "X-Api-Key" {
 		t.Errorf("keys: shadow %v, status %d, missing key %v, key %+v", r.Shadow, r.RefusalStatus, r.MissingKey, r.Key[0])
+	}
+	if r := rule(t, cfg, "staged"); r.DelayAfter != 4 {
+		t.Errorf("staged: delayAfter %d, want nginx's delay=4", r.DelayAfter)
 	}
 	if r := rule(t, cfg, "paced"); r.RefusalStatus != 503 || r.Shadow {
 		t.Errorf("paced: status %d shadow %v", r.RefusalStatus, r.Shadow)
@@ -118,7 +124,6 @@ http {
 // What has no counterpart is refused with the line that holds it.
 func TestWhatCannotBeTranslatedIsRefusedByLine(t *testing.T) {
 	for _, tc := range []struct{ name, conf, want string }{
-		{"two-stage delay", "http {\nlimit_req_zone $remote_addr zone=a:1m rate=1r/s;\nserver { location / {\nlimit_req zone=a burst=10 delay=4; } } }", "nginx.conf:4: limit_req delay=4: two-stage"},
 		{"a map's variable", "http {\nlimit_req_zone $limit zone=a:1m rate=1r/s; }", "nginx.conf:2: limit_req_zone key $limit: cannot key on $limit"},
 		{"limit_conn", "http {\nserver {\nlimit_conn addr 10; } }", "nginx.conf:3: limit_conn: sluice limits requests, not connections"},
 		{"a regex location", "http {\nlimit_req_zone $remote_addr zone=a:1m rate=1r/s;\nserver { limit_req zone=a;\nlocation ~ \\.php$ { } } }", "nginx.conf:4: a regex location"},

@@ -194,6 +194,9 @@ func (im *importer) rule(b *strings.Builder, z *zone, uses []use) error {
 	default:
 		field(b, fmt.Sprintf("burst: %d", l.burst), fmt.Sprintf("nginx's burst=%d without nodelay: the excess waits its turn", l.burst))
 		field(b, "algorithm: leaky-queue", "")
+		if l.delay > 0 {
+			field(b, fmt.Sprintf("delayAfter: %d", l.delay), fmt.Sprintf("nginx's delay=%d: that many pass at once, the rest wait", l.delay))
+		}
 		period := time.Minute
 		if z.per == "1s" {
 			period = time.Second
