@@ -24,14 +24,17 @@ func (e *Engine) Charge(ctx context.Context, res *Result, status int) {
 	}
 }
 
-// charge makes one countOn charge: taken by the store, and mirrored into
-// the share when the store admitted it; or, when the store did not take it
-// in time, counted in this gateway's share, room or not (the response it
-// counts was served), and owed to the store: a late reply that took it
-// cancels the debt (see late.go). It reports the decision and whether the
-// store failed.
+// charge makes one countOn charge. What it counts has happened (a failed
+// login was served), so it is charged whatever the limit says
+// (sluice.Take.Charge), as an Envoy usage report is: on a full count, or
+// above the burst, the key goes into debt and later checks wait it out. It
+// is taken by the store, and mirrored into the share; or, when the store
+// did not take it in time, counted in this gateway's share and owed to the
+// store: a late reply that took it cancels the debt (see late.go). It
+// reports the decision and whether the store failed.
 func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Take) (sluice.Decision, error) {
 	r.stats.charged.Add(1)
+	tk.Charge = true
 	takes := [1]sluice.Take{tk}
 	var out [1]sluice.Decision
 	err := e.client.callWithDebts(ctx, r.SlowStoreWait, takes[:], out[:])
@@ -39,7 +42,6 @@ func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Tak
 		e.follow(ctx, res, r, r.Limit, &takes[0], &out[0]) // the share knows what the store has left
 		return out[0], nil
 	}
-	tk.Charge = true
 	return e.fallbackTake(ctx, r, r.Limit, tk), err
 }
 

@@ -722,6 +722,47 @@ func TestChargeStatusChargesMatchingCountOnRules(t *testing.T) {
 	}
 }
 
+// A countOn charge counts what happened, as an Envoy usage report does: a
+// charge on a full count, or above the burst, is not refused and dropped
+// but leaves the key in debt, which later checks wait out.
+func TestACountOnChargeBeyondTheLimitIsADebt(t *testing.T) {
+	const file = "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n"
+	interval := 20 * time.Minute // 3 an hour
+	for _, tc := range []struct {
+		name    string
+		charges []int64 // the costs of the charged failures, in order
+		owed    int64   // units beyond the limit after them
+	}{
+		{"five failures on a limit of 3", []int64{1, 1, 1, 1, 1}, 2},
+		{"one charge of 4 above a burst of 3", []int64{4}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, file, Options{})
+			req := userReq("u")
+			req.Path = "/login"
+			var res Result
+			for _, c := range tc.charges {
+				if err := f.e.ChargeStatus(context.Background(), req, CheckOptions{Cost: c}, 401, &res); err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Statuses) != 1 || !res.Statuses[0].Allowed {
+					t.Fatalf("charge of %d: %+v, want it charged", c, res.Statuses)
+				}
+			}
+			got := f.check(t, req)
+			if got.Allowed {
+				t.Fatalf("checked after the charges: admitted %+v", got.Decision)
+			}
+			// The next request needs one unit: the debt and that unit refill
+			// first, one every 20 minutes.
+			want := time.Duration(tc.owed+1) * interval
+			if d := got.Decision.RetryAfter; d < want-time.Second || d > want {
+				t.Fatalf("retry after %v, want %v: %d units owed and one to take", d, want, tc.owed)
+			}
+		})
+	}
+}
+
 // engineFromFile writes a rule file and serves it on the embedded store.
 func engineFromFile(t *testing.T, src string) (string, *Engine) {
 	t.Helper()
