@@ -46,6 +46,21 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// scrape guards /metrics, which Prometheus reads without a token: on a
+// loopback listener without an admin token, it answers only requests
+// addressed to this listener, as the admin endpoints do, so that a web
+// page cannot read the rules' counts through DNS rebinding. Elsewhere it
+// is open (a listener beyond loopback is the operator's network to guard).
+func (s *Server) scrape(h http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.o.AdminToken == "" && s.o.Loopback && !s.allowedHost(r.Host) {
+			writeProblem(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("/metrics answers only requests addressed to this listener (Host %q is not a loopback address, localhost or an --admin-allowed-hosts name)", r.Host), "")
+			return
+		}
+		h.ServeHTTP(w, r)
+	}
+}
+
 // sameListener says why a request to the admin endpoints without a token
 // is refused, or "" if it is not. A loopback listener without a token is
 // open to any program on the machine, and so, through a browser, to any web

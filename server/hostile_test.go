@@ -85,7 +85,7 @@ func TestPanicsAreAnsweredAndCounted(t *testing.T) {
 		t.Fatalf("panic over HTTP: %d %s", w.Code, w.Body)
 	}
 	h := httptest.NewRecorder()
-	srv.ServeHTTP(h, httptest.NewRequest("GET", "/metrics", nil))
+	srv.ServeHTTP(h, httptest.NewRequest("GET", "http://127.0.0.1/metrics", nil))
 	if !strings.Contains(h.Body.String(), `sluice_panics_total{boundary="http"} 1`) {
 		t.Fatal("the panic was not counted")
 	}

@@ -112,7 +112,7 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("/v1/auth/", s.auth) // Envoy ext_authz: /v1/auth + the original path
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.ready)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry(), promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /metrics", s.scrape(promhttp.HandlerFor(s.metrics.Registry(), promhttp.HandlerOpts{})))
 	s.mux.HandleFunc("GET /v1/rules", s.admin(s.listRules))
 	s.mux.HandleFunc("GET /v1/state", s.admin(s.getState))
 	s.mux.HandleFunc("DELETE /v1/state", s.admin(s.deleteState))

@@ -577,6 +577,9 @@ func TestAdminEndpointsRefuseOtherHostsAndOrigins(t *testing.T) {
 		{"GET", "/v1/rules", []string{"Host", "sluice.internal:9091"}, 200},
 		{"GET", "/v1/rules", []string{"Host", "attacker.example:8080"}, 403},
 		{"GET", "/ui", []string{"Host", "attacker.example:8080"}, 403},
+		{"GET", "/metrics", []string{"Host", "attacker.example:8080"}, 403},
+		{"GET", "/metrics", []string{"Host", "127.0.0.1:8080"}, 200},
+		{"GET", "/metrics", []string{"Host", "sluice.internal"}, 200},
 		{"GET", "/v1/ui/state", []string{"Host", "attacker.example"}, 403},
 		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Host", "attacker.example:8080"}, 403},
 		{"DELETE", "/v1/state?rule=otp&key=555", []string{"Origin", "https://attacker.example"}, 403},
@@ -593,6 +596,9 @@ func TestAdminEndpointsRefuseOtherHostsAndOrigins(t *testing.T) {
 	tok := newFixture(t, Options{Loopback: true, AdminToken: "t0k"})
 	if w := tok.do("DELETE", "/v1/state?rule=otp&key=555", "", "Host", "sluice.example.net", "Authorization", "Bearer t0k"); w.Code != 200 {
 		t.Errorf("with the token, any Host: %d", w.Code)
+	}
+	if w := tok.do("GET", "/metrics", "", "Host", "sluice.example.net"); w.Code != 200 {
+		t.Errorf("/metrics with an admin token set, any Host (Prometheus scrapes without it): %d", w.Code)
 	}
 }
 
