@@ -422,6 +422,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeBad(w, &badRequest{msg: "the body is not valid UTF-8 or has a lone surrogate escape (\\uD800-\\uDFFF): JSON cannot carry such a key value exactly"})
 		return false
 	}
+	if err == nil {
+		if bad, ok := exactNames(body, reflect.TypeOf(v)).(nameError); ok {
+			writeBad(w, &badRequest{field: bad.field, msg: bad.msg})
+			return false
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err == nil {

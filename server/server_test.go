@@ -133,6 +133,13 @@ func TestBadRequestsAre400ProblemsNamingTheField(t *testing.T) {
 		{`{"request":{"ip":"300.1.1.1"}}`, "request.ip", "not an IP"},
 		{`{"request":{"path":"login"}}`, "request.path", "must start with /"},
 		{`{} {}`, "", "trailing data"},
+		// Names as written, once: encoding/json alone takes "COST" for
+		// "cost" and the last of two members.
+		{`{"COST":2}`, "COST", `case-sensitive: "cost"`},
+		{`{"cost":1,"cost":5}`, "cost", "given twice"},
+		{`{"request":{"PATH":"/x"}}`, "request.PATH", "case-sensitive"},
+		{`{"request":{"path":"/a"},"request":{"path":"/b"}}`, "request", "given twice"},
+		{`{"request":{"method":"GET","method":"POST"}}`, "request.method", "given twice"},
 	} {
 		w := f.do("POST", "/v1/check", tc.body)
 		var p httplimit.Problem
@@ -144,6 +151,12 @@ func TestBadRequestsAre400ProblemsNamingTheField(t *testing.T) {
 	}
 	if w := f.do("POST", "/v1/check", `{"attributes":{"x":"`+strings.Repeat("a", maxBody)+`"}}`); w.Code != 413 {
 		t.Errorf("oversized body: %d", w.Code)
+	}
+	if w := f.do("POST", "/v1/check:batch", `[{"cost":1},{"Cost":2}]`); w.Code != 400 || !strings.Contains(w.Body.String(), "case-sensitive") {
+		t.Errorf("a batch's second check spelled Cost: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("POST", "/v1/charge", `{"status":401,"status":200}`); w.Code != 400 || !strings.Contains(w.Body.String(), "given twice") {
+		t.Errorf("a charge's status given twice: %d %s", w.Code, w.Body)
 	}
 	if w := f.do("GET", "/v1/check", ""); w.Code != 405 {
 		t.Errorf("GET /v1/check: %d", w.Code)
@@ -544,10 +557,16 @@ func TestCheckAPINamesAreCaseInsensitive(t *testing.T) {
 	for _, body := range []string{
 		`{"request":{"path":"/login","headers":{"X-User-Id":"attacker","X-User-Id":"victim"}}}`,
 		`{"attributes":{"user":"attacker","user":"victim"}}`,
+	} {
+		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "given twice") {
+			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
+		}
+	}
+	for _, body := range []string{
 		`{"attributes":{"user":"attacker"},"Attributes":{"user":"victim"}}`,
 		`{"request":{"headers":{"X-User-Id":"a"},"Headers":{"X-User-Id":"b"}}}`,
 	} {
-		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "given twice") {
+		if w := f.do("POST", "/v1/check", body); w.Code != 400 || !strings.Contains(w.Body.String(), "case-sensitive") {
 			t.Errorf("%s: %d %s, want 400", body, w.Code, w.Body)
 		}
 	}
