@@ -23,12 +23,14 @@ import (
 // The gRPC servers. `sluice serve --grpc-listen` answers Envoy's rate limit
 // call (ShouldRateLimit, one handler: Service.decide) and the standard
 // health check (grpc.health.v1.Health/Check, which Kubernetes gRPC probes
-// and Envoy's gRPC health checker call) on one of two servers:
+// and Envoy's gRPC health checker call, and List) on one of two servers:
 //
 //   - "sluice" (the default): sluice's own HTTP/2 server, package
 //     internal/h2grpc, unary calls only, about half grpc-go's CPU per call;
-//   - "grpc-go": google.golang.org/grpc, which also serves
-//     grpc.health.v1.Health/Watch (streaming).
+//     grpc.health.v1.Health/Watch, a stream, is answered Unimplemented
+//     (grpc-go's client-side health check then counts the server healthy,
+//     as gRFC A17 says);
+//   - "grpc-go": google.golang.org/grpc, which also serves Watch.
 //
 // Both take the same GRPCOptions and are held to one contract
 // (grpc_contract_test.go): bounded memory per connection under a client that
@@ -74,6 +76,7 @@ const (
 	grpcMinPingInterval       = 10 * time.Second
 	grpcHandshakeTimeout      = 10 * time.Second
 	healthMethod              = "/grpc.health.v1.Health/Check"
+	healthListMethod          = "/grpc.health.v1.Health/List"
 )
 
 func (o *GRPCOptions) defaults() {
@@ -109,7 +112,8 @@ func (s *Service) NewGRPC(kind string, o GRPCOptions) (*GRPC, error) {
 	switch kind {
 	case "sluice":
 		x.h2 = s.newH2()
-		x.h2.Methods[healthMethod] = healthCheck(hs)
+		x.h2.Methods[healthMethod] = unary(hs.Check)
+		x.h2.Methods[healthListMethod] = unary(hs.List)
 		x.h2.TLSConfig = o.TLS
 		x.h2.MaxConnections = o.MaxConnections
 		x.h2.MaxConnectionIdle = o.MaxConnectionIdle
@@ -169,15 +173,21 @@ func (x *GRPC) Shutdown(ctx context.Context) error {
 	}
 }
 
-// healthCheck is grpc.health.v1.Health/Check on the h2grpc server, answered
-// by the same health.Server grpc-go serves.
-func healthCheck(hs *health.Server) h2grpc.Method {
+// unary serves a unary method of a grpc-go service (the health.Server
+// grpc-go serves: Check and List) on the h2grpc server.
+func unary[In, Out any, PIn interface {
+	*In
+	proto.Message
+}, POut interface {
+	*Out
+	proto.Message
+}](call func(context.Context, PIn) (POut, error)) h2grpc.Method {
 	return func(ctx context.Context, in, out []byte) ([]byte, error) {
-		var req healthpb.HealthCheckRequest
-		if err := proto.Unmarshal(in, &req); err != nil {
+		req := PIn(new(In))
+		if err := proto.Unmarshal(in, req); err != nil {
 			return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 		}
-		resp, err := hs.Check(ctx, &req)
+		resp, err := call(ctx, req)
 		if err != nil {
 			return nil, err
 		}

@@ -221,6 +221,28 @@ var contractCases = []contractCase{
 		if _, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
 			t.Fatalf("Check(nope): %v, want NotFound", err)
 		}
+		list, err := h.List(context.Background(), &healthpb.HealthListRequest{})
+		if err != nil || len(list.GetStatuses()) != 2 || list.Statuses["envoy.service.ratelimit.v3.RateLimitService"].GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("List: %v %v, want the server and the rate limit service SERVING", list, err)
+		}
+		// Watch is a stream: grpc-go serves it; sluice's server, unary only,
+		// answers Unimplemented, which grpc-go's client-side health check
+		// takes as healthy (gRFC A17).
+		w, err := h.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		var first *healthpb.HealthCheckResponse
+		if err == nil {
+			first, err = w.Recv()
+		}
+		switch kind {
+		case "grpc-go":
+			if err != nil || first.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("Watch on grpc-go: %v %v, want SERVING", first, err)
+			}
+		default:
+			if status.Code(err) != codes.Unimplemented {
+				t.Fatalf("Watch on %s: %v %v, want Unimplemented", kind, first, err)
+			}
+		}
 		f.g.health.Shutdown() // what Shutdown does first
 		if resp, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Fatalf("draining: %v %v, want NOT_SERVING", resp, err)
