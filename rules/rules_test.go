@@ -664,6 +664,14 @@ func TestDigitsOfEveryScriptAreTheirASCIIDigit(t *testing.T) {
 		{"𝟖𝟖𝟎", "880"},                     // mathematical bold
 		{"𝟾𝟾𝟶", "880"},                     // mathematical monospace, the fifth run in a row
 		{"+880 (1799) 999-999", "8801799999999"},
+		// As int() reads them: leading zeros go, so the international
+		// prefix 00 and "+" are one key, and an attacker cannot make keys
+		// of its own by writing zeros in front.
+		{"00880 1799 999999", "8801799999999"},
+		{"0+0880-1799-999999", "8801799999999"},
+		{"0000", "0"},
+		{"0", "0"},
+		{"01799999999", "1799999999"},
 	} {
 		if got := NormDigits.apply(c.in); got != c.want {
 			t.Errorf("%q: %q, want %q", c.in, got, c.want)

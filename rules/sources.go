@@ -50,10 +50,12 @@ const (
 	NormTrim Normalization = 1 << iota
 	// NormLower folds letters to lower case (Unicode).
 	NormLower
-	// NormDigits keeps only the digits, each written as its ASCII digit:
-	// for phone numbers, where an application strips "+", spaces, dashes
-	// and parentheses, and reads the digits of any script as Python's int()
-	// and \d do ("８８０" and "٨٨٠" are "880").
+	// NormDigits keeps only the digits, each written as its ASCII digit,
+	// without leading zeros: the number Python's int() reads. For phone
+	// numbers, where an application strips "+", spaces, dashes and
+	// parentheses, reads the digits of any script as int() and \d do
+	// ("８８０" and "٨٨٠" are "880"), and takes the international prefix
+	// "00" for "+" ("00880..." and "+880..." are "880...").
 	NormDigits
 )
 
@@ -70,6 +72,11 @@ func (n Normalization) apply(v string) string {
 	}
 	if n&NormDigits != 0 {
 		v = strings.Map(asciiDigit, v)
+		if number := strings.TrimLeft(v, "0"); number != "" || v == "" {
+			v = number
+		} else {
+			v = "0" // zeros only: the number 0
+		}
 	}
 	return v
 }
