@@ -333,3 +333,41 @@ func TestKickStartsAFlushAtMostEveryFlushEvery(t *testing.T) {
 	}
 	waitOwed(t, f)
 }
+
+// Through the engine: with the store down, maxOwed users admitted on their
+// share are owed; the next user's admission is counted unwritten
+// (overflow), never charged back, and the owed ones are written back once
+// the store answers. The bound is the ledger's, reached by requests.
+func TestDegradedAdmissionsPastTheLedgerAreCountedUnwritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("65,537 degraded checks")
+	}
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1 << 30})
+	f.store.mode.Store(1)
+	var res Result
+	for i := range maxOwed + 1 {
+		f.e.Check(context.Background(), userReq(fmt.Sprint("u", i)), CheckOptions{}, &res)
+		if !res.Allowed || res.StoreError == nil {
+			t.Fatalf("user %d, store down: %+v (%v), want admitted on the share", i, res.Decision, res.StoreError)
+		}
+	}
+	if o := f.e.Store().Owed(); o.Owed != maxOwed || o.Overflow != 1 {
+		t.Fatalf("%+v, want %d owed and 1 unwritten (overflow)", o, maxOwed)
+	}
+	f.store.mode.Store(0)
+	for deadline := time.Now().Add(20 * time.Second); f.e.Store().Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still owed after 20 s: %+v", f.e.Store().Owed())
+		}
+		f.check(t, userReq("traffic")) // a store call that kicks the write-back
+	}
+	if o := f.e.Store().Owed(); o.Written != maxOwed || o.Overflow != 1 {
+		t.Fatalf("%+v, want %d written back and 1 unwritten", o, maxOwed)
+	}
+	if d, _, _ := f.e.Inspect(context.Background(), "r", fmt.Sprint("u", maxOwed)); d.Remaining != 100 {
+		t.Fatalf("the overflowed user has %d left in the store, want 100: its admission is unwritten", d.Remaining)
+	}
+	if d, _, _ := f.e.Inspect(context.Background(), "r", "u0"); d.Remaining != 99 {
+		t.Fatalf("an owed user has %d left in the store, want 99: its admission written back", d.Remaining)
+	}
+}
