@@ -108,14 +108,14 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 	g.client = &fasthttp.HostClient{
 		Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
 		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
-		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
+		DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1, // g.send decides what goes again
 		StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
 		DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
 	g.whole = &fasthttp.HostClient{
 		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
 		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
-		DialTimeout: g.conns.dial, RetryIfErr: staleRetry,
+		DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1,
 		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
 		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}
@@ -296,6 +296,27 @@ func (g *Fast) problem(ctx *fasthttp.RequestCtx, status int, title, detail strin
 	ctx.SetBody(httplimit.AppendProblem(nil, &httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail}))
 }
 
+// send sends req upstream within the gateway's timeout. A request that met
+// a pooled connection the upstream had closed goes again, on the next
+// pooled connection or a new one (each failed one is closed, so this ends):
+// one found stale before a byte was written, always; one written as the
+// upstream closed, if it may be sent twice and no new connection failed
+// meanwhile (see upstreamConns). Any other failure is the answer.
+func (g *Fast) send(client *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) error {
+	deadline := time.Now().Add(g.timeout)
+	for tries := 0; ; tries++ {
+		fresh := g.conns.freshFailed.Load()
+		err := client.DoDeadline(req, resp, deadline)
+		switch {
+		case err == nil || tries >= g.maxConns:
+			return err
+		case errors.Is(err, errStaleConn):
+		case !unanswered(err) || !resendable(req) || g.conns.freshFailed.Load() != fresh:
+			return err
+		}
+	}
+}
+
 // forward sends an admitted request to the upstream and its answer back.
 func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
@@ -360,13 +381,7 @@ func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []neti
 	if whole {
 		client = g.whole
 	}
-	err := client.DoTimeout(req, &ctx.Response, g.timeout)
-	// A stale pooled connection sent nothing: the request goes again, on
-	// the next pooled connection or a new one (each stale one is closed).
-	for tries := 0; errors.Is(err, errStaleConn) && tries <= g.maxConns; tries++ {
-		err = client.DoTimeout(req, &ctx.Response, g.timeout)
-	}
-	if err != nil {
+	if err := g.send(client, req, &ctx.Response); err != nil {
 		g.upstreamFailed(ctx, err)
 		return
 	}

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -128,5 +130,122 @@ func TestAnAnnouncedKeepAliveShortensTheIdleLimit(t *testing.T) {
 		if got := u.keepFor(); got != c.want {
 			t.Errorf("after %q: kept %v, want %v", c.field, got, c.want)
 		}
+	}
+}
+
+// closingUpstream answers the first request on each connection (after
+// firstDelay, so that concurrent requests open connections of their own)
+// and, once trap is set, reads any later request on a connection and closes
+// it unanswered: the instant an idle timer fires as a request is written.
+// With broken set it closes every request unanswered. It counts the
+// connections it accepted.
+type closingUpstream struct {
+	ln           net.Listener
+	trap, broken atomic.Bool
+	accepted     atomic.Int64
+}
+
+func newClosingUpstream(t *testing.T, firstDelay time.Duration) *closingUpstream {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &closingUpstream{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.accepted.Add(1)
+			go u.serve(c, firstDelay)
+		}
+	}()
+	return u
+}
+
+func (u *closingUpstream) serve(c net.Conn, firstDelay time.Duration) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for n := 0; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		if u.broken.Load() || (n > 0 && u.trap.Load()) {
+			return
+		}
+		if n == 0 {
+			time.Sleep(firstDelay)
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}
+}
+
+// A request written on a pooled connection as the upstream closes it gets
+// no answer byte. Both planes send it again, as net/http's transport does,
+// if it may be sent twice (GET) and the connection was a reused one, on
+// every pooled connection that fails so until a new one answers: a starved
+// machine can find several pooled connections closing at once. A POST is
+// not sent twice (502), and a new connection that fails means a failing
+// upstream: answered 502 after that one connection, not retried.
+func TestARequestMeetingAnUpstreamCloseGoesAgainOnlyWhenThatIsSafe(t *testing.T) {
+	const src = "rules:\n  - id: all\n    key: [ip]\n    rate: 1000000\n    per: 1s\n"
+	const pooled = 10
+	for _, p := range testPlanes {
+		if !p.gateway {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			up := newClosingUpstream(t, 100*time.Millisecond)
+			base, _ := p.start(t, "http://"+up.ln.Addr().String(), src, Options{UpstreamIdle: time.Minute})
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pooled}, Timeout: 10 * time.Second}
+			defer client.CloseIdleConnections()
+			do := func(method string) int {
+				var body io.Reader
+				if method == "POST" {
+					body = strings.NewReader("payload")
+				}
+				req, _ := http.NewRequest(method, base+"/x", body)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("%s: %v", method, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			var wg sync.WaitGroup
+			for range pooled {
+				wg.Go(func() {
+					if s := do("GET"); s != 200 {
+						t.Errorf("warm-up GET: %d", s)
+					}
+				})
+			}
+			wg.Wait()
+			warm := up.accepted.Load()
+			up.trap.Store(true)
+			if s := do("GET"); s != 200 {
+				t.Fatalf("a GET meeting %d pooled connections closing as it was written answered %d, want 200", warm, s)
+			}
+			if used := up.accepted.Load() - warm; used != 1 {
+				t.Errorf("the GET opened %d new connections, want 1 (every pooled one tried first)", used)
+			}
+			if s := do("POST"); s != http.StatusBadGateway {
+				t.Errorf("a POST meeting a close as it was written answered %d, want 502 (never sent twice)", s)
+			}
+			up.broken.Store(true)
+			client.CloseIdleConnections()
+			before := up.accepted.Load()
+			if s := do("GET"); s != http.StatusBadGateway {
+				t.Errorf("a GET to an upstream closing new connections unanswered answered %d, want 502", s)
+			}
+			if n := up.accepted.Load() - before; n != 1 {
+				t.Errorf("a GET to a failing upstream opened %d connections, want 1: a new connection's failure is not retried", n)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -32,8 +33,13 @@ const DefaultUpstreamIdle = 4 * time.Second
 // the request again (staleRetries) on another, or a new, connection.
 //
 // What remains is the instant between the look and the upstream's close:
-// a request then fails as it would on net/http, and fasthttp sends it
-// again only if it is idempotent and has no streamed body.
+// the request is written as the upstream closes, and no answer byte comes.
+// As net/http's transport does, such a request goes again if it can be
+// sent twice (an idempotent method, a body not streamed) and the
+// connection it failed on was a reused one: an idle timer closes pooled
+// connections, not new ones. A new connection that fails before answering
+// means the upstream itself is failing, and the request is answered 502
+// (Fast.send keeps the count, freshFailed, that tells them apart).
 
 // errStaleConn is a pooled upstream connection found closed (or past the
 // upstream's keep-alive) before a request was written on it.
@@ -44,8 +50,9 @@ var errStaleConn = errors.New("sluice: pooled upstream connection was closed by 
 const staleLook = 5 * time.Millisecond
 
 type upstreamConns struct {
-	idle      time.Duration // the most a connection is kept idle
-	announced atomic.Int64  // the upstream's Keep-Alive timeout, in ns; 0: none
+	idle        time.Duration // the most a connection is kept idle
+	announced   atomic.Int64  // the upstream's Keep-Alive timeout, in ns; 0: none
+	freshFailed atomic.Int64  // new connections that failed before their first answer byte
 }
 
 // dial dials addr and wraps the connection (fasthttp.HostClient.DialTimeout).
@@ -97,17 +104,35 @@ type upstreamConn struct {
 	u        *upstreamConns
 	lastRead time.Time // when an answer was last read from it
 	answered bool      // a read since the last write: the next write starts a request
+	served   bool      // an answer byte was ever read: the connection is a reused one
 }
 
 func (c *upstreamConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.lastRead, c.answered = time.Now(), true
+	if n > 0 {
+		c.served = true
+	} else if err != nil {
+		c.failed(err)
+	}
 	return n, err
 }
 
 func (c *upstreamConn) Write(b []byte) (int, error) {
 	c.answered = false
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.failed(err)
+	}
+	return n, err
+}
+
+// failed counts a new connection's failure before its first answer byte;
+// a slow upstream's timeout is not one.
+func (c *upstreamConn) failed(err error) {
+	if t, ok := err.(interface{ Timeout() bool }); !c.served && (!ok || !t.Timeout()) {
+		c.u.freshFailed.Add(1)
+	}
 }
 
 // SetWriteDeadline is where fasthttp starts a request on the connection:
@@ -121,14 +146,18 @@ func (c *upstreamConn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// staleRetry is fasthttp's RetryIfErr for the plane: a request whose
-// connection was found stale was not sent and goes again; otherwise
-// fasthttp's own rule, an idempotent request (its streamed bodies are
-// never sent twice).
-func staleRetry(req *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
-	if errors.Is(err, errStaleConn) {
-		return false, true
-	}
+// unanswered reports whether err is a request that met a closed
+// connection before any answer byte: fasthttp reads any failure on the
+// first byte as the server's close, and a write fails on a reset one.
+func unanswered(err error) bool {
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// resendable reports whether a request may be sent twice: an idempotent
+// method (RFC 9110, 9.2.2) and a body held whole, not a stream that the
+// first attempt read from.
+func resendable(req *fasthttp.Request) bool {
 	h := &req.Header
-	return false, h.IsGet() || h.IsHead() || h.IsPut() || h.IsQuery()
+	idempotent := h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace() || h.IsQuery()
+	return idempotent && !req.IsBodyStream()
 }
