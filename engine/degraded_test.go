@@ -462,3 +462,30 @@ func TestAChargeStatusIsCountedWhileTheStoreFails(t *testing.T) {
 		t.Fatalf("owed %d, want the 3 failures", o.Owed)
 	}
 }
+
+// An Envoy usage report the store does not take is spent all the same:
+// counted in the gateway's share, owed to the store and written back, as a
+// countOn charge is. Without that a token quota is unlimited for an outage.
+func TestAUsageReportIsCountedWhileTheStoreFails(t *testing.T) {
+	const src = "domain: rl\ndescriptors:\n  - key: service\n    value: s\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+	f := newFixture(t, src, Options{BreakerFailures: 1 << 20})
+	call := func(d Descriptor) *Result {
+		var res Result
+		if err := f.e.CheckDescriptors(context.Background(), "rl", []Descriptor{d}, &res); err != nil {
+			t.Fatal(err)
+		}
+		return &res
+	}
+	f.store.mode.Store(1)
+	for i := range 3 {
+		if res := call(hits(1, "service", "s")); !res.Statuses[0].FailedOpen {
+			t.Fatalf("usage report %d, store down: %+v, want answered failing open", i+1, res.Statuses[0])
+		}
+	}
+	if res := call(desc("service", "s")); res.Allowed {
+		t.Fatal("a request after 3 of 3 reported while the store was down was admitted: the reports were not counted")
+	}
+	if o := f.e.Store().Owed(); o.Owed != 3 {
+		t.Fatalf("owed %d units, want the 3 reported", o.Owed)
+	}
+}

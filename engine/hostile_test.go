@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -308,5 +310,50 @@ func (f *fixture) waitBreakerClosed(t *testing.T) {
 			t.Fatal("the breaker never closed")
 		}
 		f.check(t, userReq("probe"))
+	}
+}
+
+// A body-keyed rule refuses a body it cannot read the same way every
+// server would, rather than skip the rule: a client that compresses its
+// body or sends it as UTF-16 would otherwise go unlimited, while its
+// upstream (Express inflates gzip; Python reads UTF-16) reads the field.
+// A shadow rule only reports.
+func TestABodyKeyedRuleRefusesABodyItCannotRead(t *testing.T) {
+	const src = "keys:\n  phone: {body: phone}\nrules:\n  - {id: otp, key: [phone], rate: 100, per: 1h}\n"
+	utf16 := []byte{0xff, 0xfe}
+	for _, c := range `{"phone":"8801711"}` {
+		utf16 = append(utf16, byte(c), 0)
+	}
+	cases := []struct {
+		name, ctype, encoding string
+		body                  []byte
+		truncated             bool
+		status                int
+	}{
+		{"gzip", "application/json", "gzip", []byte("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"), false, http.StatusUnsupportedMediaType},
+		{"UTF-16", "application/json", "", utf16, false, http.StatusUnsupportedMediaType},
+		{"cut at the bytes read", "application/json", "", []byte(`{"phone":"8801711"`), true, http.StatusRequestEntityTooLarge},
+		{"the field twice", "application/x-www-form-urlencoded", "", []byte("phone=1&phone=2"), false, http.StatusBadRequest},
+	}
+	for _, shadow := range []bool{false, true} {
+		s := src
+		if shadow {
+			s = strings.Replace(s, "per: 1h}", "per: 1h, mode: shadow}", 1)
+		}
+		f := newFixture(t, s, Options{})
+		for _, c := range cases {
+			req := &rules.Request{Method: "POST", Path: "/otp", ClientIP: netip.MustParseAddr("203.0.113.7"),
+				Header: http.Header{"Content-Type": {c.ctype}}, Body: c.body, BodyTruncated: c.truncated}
+			if c.encoding != "" {
+				req.Header.Set("Content-Encoding", c.encoding)
+			}
+			res := f.check(t, req)
+			switch {
+			case shadow && (!res.Allowed || res.Skipped != 1):
+				t.Errorf("shadow, %s: allowed %v, %d skipped; want allowed, the shadow rule skipped", c.name, res.Allowed, res.Skipped)
+			case !shadow && (res.Allowed || res.InvalidStatus != c.status || res.Skipped != 0):
+				t.Errorf("%s: allowed %v, status %d, %d skipped; want refused %d", c.name, res.Allowed, res.InvalidStatus, res.Skipped, c.status)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -313,5 +314,22 @@ func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
 	}
 	if d, _, _ := f.e.Inspect(context.Background(), "r", "u"); d.Remaining != 100-26 {
 		t.Fatalf("the store counts %d failures, want the 26 served", 100-d.Remaining)
+	}
+}
+
+// The ledger keeps its own copy of a key: the keys it is handed are views
+// into a request's reused buffer, and a debt kept under the view would be
+// written back under whatever the next request put there.
+func TestTheLedgerKeepsItsOwnCopyOfAKey(t *testing.T) {
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	var o owed
+	buf := []byte("user-a")
+	o.owe("r", unsafe.String(&buf[0], len(buf)), l, 2, time.Now(), false)
+	copy(buf, "user-b") // the buffer's next request
+	if d := o.debts[owedKey{"r", "user-a"}]; d == nil || d.units != 2 {
+		t.Fatalf("ledger %v: the debt of user-a is not under user-a", o.debts)
+	}
+	if d := o.debts[owedKey{"r", "user-b"}]; d != nil {
+		t.Fatalf("ledger %v: user-b owes what user-a was admitted", o.debts)
 	}
 }

@@ -357,6 +357,33 @@ func TestSendWindowIsRespected(t *testing.T) {
 	}
 }
 
+// A stream reset while its answer waits for the client's window gives its
+// place back: with one stream allowed, the next call on the connection is
+// served, not refused (and the connection can idle out and shut down).
+func TestAResetStreamWaitingForWindowFreesItsPlace(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxConcurrentStreams = 1 })
+	r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	r.call(1, "/t.T/Echo", framed([]byte("held by a window of 0")))
+	// The answer's headers go out; its message waits for window.
+	r.next(func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 1
+	})
+	r.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+	r.call(3, "/t.T/Echo", framed([]byte("next")))
+	end := r.next(func(f http2.Frame) bool {
+		if rst, ok := f.(*http2.RSTStreamFrame); ok && rst.StreamID == 3 {
+			return true
+		}
+		h, ok := f.(*http2.MetaHeadersFrame)
+		return ok && h.StreamID == 3 && h.StreamEnded()
+	})
+	if h, ok := end.(*http2.MetaHeadersFrame); !ok || get(h, "grpc-status") != "0" {
+		t.Fatalf("the call after a reset held answer ended with %v, want grpc-status 0 (its place was not given back)", end)
+	}
+}
+
 // TestPingIsAnswered: PING is acknowledged with its data.
 func TestPingIsAnswered(t *testing.T) {
 	f := newFixture(t, nil)
