@@ -143,3 +143,31 @@ func TestEnvoyStoreKeysKeepTheirFormat(t *testing.T) {
 		t.Fatalf("store keys %q, want %q", rec.keys, want)
 	}
 }
+
+// envoyproxy/ratelimit's integration test in its stop-on-over mode: two
+// descriptors, 20 a minute and 10 an hour, 15 requests. From the 11th the
+// second is over, the first is not charged and reports the remaining it
+// has (10), not what it would have after the request (9).
+func TestAnUnchargedDescriptorReportsTheRemainingItHas(t *testing.T) {
+	cfg, err := rules.Parse("rl.yaml", []byte("domain: another\ndescriptors:\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n  - key: key3\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, Options{Store: memory.New(memory.WithClock(sluice.NewManualClock(epoch))), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 15 {
+		var res Result
+		if err := e.CheckDescriptors(context.Background(), "another", []Descriptor{desc("key2", "v"), desc("key3", "v")}, &res); err != nil {
+			t.Fatal(err)
+		}
+		want1, want2, over := int64(20-(i+1)), int64(10-(i+1)), i >= 10
+		if over {
+			want1, want2 = 10, 0
+		}
+		if a, b := res.Statuses[0], res.Statuses[1]; res.Allowed == over || !a.Allowed || a.Remaining != want1 || b.Allowed == over || b.Remaining != want2 {
+			t.Fatalf("request %d: allowed %v; key2 %+v, key3 %+v; want key2 with %d left, key3 with %d", i+1, res.Allowed, a.Decision, b.Decision, want1, want2)
+		}
+	}
+}
