@@ -419,6 +419,11 @@ func (o LoadOptions) Merge(cfgs ...*Config) (*Config, error) {
 		versions[i] = c.Version
 	}
 	out.Version = digest([]byte(strings.Join(versions, "\n")))
+	names := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		names[i] = c.File
+	}
+	out.File = strings.Join(names, ", ")
 	domains := map[string]string{} // the file that declared each
 	seen := map[string]string{}
 	var errs Errors
@@ -433,11 +438,6 @@ func (o LoadOptions) Merge(cfgs ...*Config) (*Config, error) {
 				errs = append(errs, &Error{File: c.File, Field: "paths", Msg: "differs from the paths section of " + cfgs[0].File})
 			}
 		}
-		names := make([]string, 0, len(cfgs))
-		for _, cc := range cfgs {
-			names = append(names, cc.File)
-		}
-		out.File = strings.Join(names, ", ")
 		if c.ClientIPDepth != 0 {
 			if out.ClientIPDepth != 0 && out.ClientIPDepth != c.ClientIPDepth {
 				errs = append(errs, &Error{File: c.File, Field: "clientIP.depth", Msg: fmt.Sprintf("%d differs from %d in another file", c.ClientIPDepth, out.ClientIPDepth)})

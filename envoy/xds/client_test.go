@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -307,5 +308,43 @@ func TestHostileResourcesAreNACKedCheaply(t *testing.T) {
 	})
 	if len(nack) > maxFaultText+100 || !strings.Contains(nack, "more faults") {
 		t.Fatalf("NACK of 500 faults: %d bytes, %.100q...", len(nack), nack)
+	}
+}
+
+// A snapshot costs what its file costs: reading a RateLimitConfig of 5,000
+// descriptors allocates at most twice what loading the same rules from a
+// file does (it was five times, written out as YAML: 50,000 descriptors
+// took 1.2 GB where the file took 230 MB).
+func TestASnapshotAllocatesAboutWhatItsFileDoes(t *testing.T) {
+	const n = 5000
+	rc := &rlsconf.RateLimitConfig{Name: "big", Domain: "d"}
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range n {
+		rc.Descriptors = append(rc.Descriptors, &rlsconf.RateLimitDescriptor{Key: "k", Value: fmt.Sprint("v", i),
+			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 10}})
+		fmt.Fprintf(&b, "  - key: k\n    value: v%d\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", i)
+	}
+	src := []byte(b.String())
+	allocated := func(f func() error) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&m1)
+		return m1.TotalAlloc - m0.TotalAlloc
+	}
+	file := allocated(func() error { _, err := rules.Parse("f.yaml", src); return err })
+	snapshot := allocated(func() error {
+		cfg, err := load(rc)
+		if err == nil && len(cfg.EnvoyDomains) != 1 {
+			err = fmt.Errorf("domains %v", cfg.EnvoyDomains)
+		}
+		return err
+	})
+	t.Logf("%d descriptors: the file allocates %d KB, the snapshot %d KB (%.2fx)", n, file>>10, snapshot>>10, float64(snapshot)/float64(file))
+	if snapshot > 2*file {
+		t.Fatalf("the snapshot allocates %d KB, more than twice the file's %d KB", snapshot>>10, file>>10)
 	}
 }
