@@ -272,6 +272,43 @@ func TestReplayTakesEveryConfig(t *testing.T) {
 	}
 }
 
+// sluice test is bounded: a count, a file and the differences listed have
+// limits, the clock only goes forward, and an interrupt stops a long run.
+func TestRuleTestsAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct{ file, want string }{
+		{write("count.yaml", "cases:\n  - name: x\n    requests:\n      - {path: /x, count: 1000000000}\n"), "count.yaml:4: count: 1000000000: want 1 to 1000000"},
+		{write("negative.yaml", "cases:\n  - name: x\n    requests:\n      - {path: /x, count: -1}\n"), "negative.yaml:4: count: -1"},
+		{write("total.yaml", "cases:\n  - name: x\n    requests:\n      - {path: /x, count: 600000}\n      - {path: /x, count: 600000}\n"), "total.yaml:5: more than 1000000 requests"},
+		{write("back.yaml", "cases:\n  - name: x\n    requests:\n      - {path: /x, after: -5h}\n"), "back.yaml:4: after: -5h0m0s: the clock only moves forward"},
+		{write("large.yaml", "cases:\n  - name: x\n    requests:\n"+strings.Repeat("      - {path: /x}\n", 60000)), "large.yaml: larger than 1 MiB"},
+	} {
+		if code, _, errs := runCLI("test", "../../examples/shop.yaml", c.file); code != 1 || !strings.Contains(errs, c.want) {
+			t.Errorf("exit %d, %q; want 1 and %q", code, errs, c.want)
+		}
+	}
+	// A million differences: twenty listed, the rest counted.
+	many := write("many.yaml", "cases:\n  - name: x\n    requests:\n      - {method: POST, path: /otp, attributes: {phone: \"1\"}, count: 100000, expect: {allowed: true}}\n")
+	code, out, _ := runCLI("test", "../../examples/shop.yaml", many)
+	if code != 1 || strings.Count(out, "allowed: got false") != 20 || !strings.Contains(out, "... and 99977 more differences") {
+		t.Errorf("exit %d, %d differences listed:\n%.2000s", code, strings.Count(out, "allowed: got false"), out)
+	}
+	// An interrupt (SIGTERM cancels run's context) ends the run.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var o, e bytes.Buffer
+	if code := run(ctx, []string{"test", "../../examples/shop.yaml", many}, &o, &e); code != 1 || !strings.Contains(e.String(), "context canceled") {
+		t.Errorf("interrupted: exit %d, %q", code, e.String())
+	}
+}
+
 // sluice test: the shipped example passes; a wrong expectation fails with
 // the request's line, got and want; a misspelt field is refused at its
 // line (an expectation nobody checks would pass silently).

@@ -55,6 +55,14 @@ type ruleTestExpect struct {
 	RetryAfter *time.Duration `yaml:"retryAfter"`
 }
 
+// A test file is read whole and its requests run in one process: these
+// bound what one file can ask of it.
+const (
+	maxRuleTestBytes    = 1 << 20   // a test file's size (some 30,000 requests; count: repeats one)
+	maxRuleTestRequests = 1_000_000 // the requests of a file, counts included
+	maxCaseDifferences  = 20        // the differences listed per case; the rest are counted
+)
+
 var ruleTestFields = map[string][]string{
 	"file":    {"cases"},
 	"case":    {"name", "requests"},
@@ -62,7 +70,7 @@ var ruleTestFields = map[string][]string{
 	"expect":  {"allowed", "rule", "reason", "remaining", "retryAfter"},
 }
 
-func runTest(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runTest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -94,7 +102,7 @@ func runTest(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	failed := 0
 	for _, c := range cases {
-		diffs, err := runRuleCase(cfg, c, positional[1])
+		diffs, err := runRuleCase(ctx, cfg, c, positional[1])
 		if err != nil {
 			return err
 		}
@@ -117,9 +125,17 @@ func runTest(_ context.Context, args []string, stdout, stderr io.Writer) error {
 
 // loadRuleTests reads a test file, refusing unknown fields with their line.
 func loadRuleTests(path string) ([]ruleTestCase, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRuleTestBytes+1))
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxRuleTestBytes {
+		return nil, fmt.Errorf("%s: larger than %d MiB; split it", path, maxRuleTestBytes>>20)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -131,11 +147,11 @@ func loadRuleTests(path string) ([]ruleTestCase, error) {
 	if err := knownFields(path, doc.Content[0], "file"); err != nil {
 		return nil, err
 	}
-	var f ruleTestFile
-	if err := doc.Content[0].Decode(&f); err != nil {
+	var file ruleTestFile
+	if err := doc.Content[0].Decode(&file); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	if len(f.Cases) == 0 {
+	if len(file.Cases) == 0 {
 		return nil, fmt.Errorf("%s: no cases", path)
 	}
 	// The lines of the requests, for the differences.
@@ -147,15 +163,29 @@ func loadRuleTests(path string) ([]ruleTestCase, error) {
 			for _, ckv := range yamlPairs(cn) {
 				if ckv[0].Value == "requests" {
 					for j, rn := range ckv[1].Content {
-						if j < len(f.Cases[i].Requests) {
-							f.Cases[i].Requests[j].line = rn.Line
+						if j < len(file.Cases[i].Requests) {
+							file.Cases[i].Requests[j].line = rn.Line
 						}
 					}
 				}
 			}
 		}
 	}
-	return f.Cases, nil
+	total := 0
+	for _, c := range file.Cases {
+		for _, r := range c.Requests {
+			switch {
+			case r.Count < 0 || r.Count > maxRuleTestRequests:
+				return nil, fmt.Errorf("%s:%d: count: %d: want 1 to %d (0 or none: 1)", path, r.line, r.Count, maxRuleTestRequests)
+			case r.After < 0:
+				return nil, fmt.Errorf("%s:%d: after: %v: the clock only moves forward", path, r.line, r.After)
+			}
+			if total += max(r.Count, 1); total > maxRuleTestRequests {
+				return nil, fmt.Errorf("%s:%d: more than %d requests in the file, counts included; split it", path, r.line, maxRuleTestRequests)
+			}
+		}
+	}
+	return file.Cases, nil
 }
 
 // yamlPairs are a mapping node's key and value nodes.
@@ -199,14 +229,17 @@ func knownFields(path string, n *yaml.Node, kind string) error {
 	return nil
 }
 
-// runRuleCase runs one case on a fresh store and returns its differences.
-func runRuleCase(cfg *rules.Config, c ruleTestCase, path string) ([]string, error) {
+// runRuleCase runs one case on a fresh store and returns its differences:
+// the first maxCaseDifferences, and a line counting the others. It stops
+// when ctx ends (an interrupt).
+func runRuleCase(ctx context.Context, cfg *rules.Config, c ruleTestCase, path string) ([]string, error) {
 	clock := sluice.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	e, err := engine.New(cfg, engine.Options{Store: memory.New(memory.WithClock(clock))})
 	if err != nil {
 		return nil, err
 	}
 	var diffs []string
+	more := 0
 	for i, r := range c.Requests {
 		clock.Advance(r.After)
 		req := rules.Request{Method: strings.ToUpper(r.Method), Host: r.Host, Path: r.Path, Header: http.Header{}, Attributes: map[string]string{}}
@@ -233,17 +266,28 @@ func runRuleCase(cfg *rules.Config, c ruleTestCase, path string) ([]string, erro
 			req.Attributes[rules.AttributeName(k)] = v
 		}
 		opt := engine.CheckOptions{Cost: r.Cost}
+		var res engine.Result
 		for n := range max(r.Count, 1) {
-			var res engine.Result
-			if err := e.Check(context.Background(), &req, opt, &res); err != nil {
+			if n%1024 == 0 && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if err := e.Check(ctx, &req, opt, &res); err != nil {
 				return nil, fmt.Errorf("%s:%d: %v", path, r.line, err)
 			}
-			where := fmt.Sprintf("%s:%d: request %d", path, r.line, i+1)
-			if r.Count > 1 {
-				where += fmt.Sprintf(" (%d of %d)", n+1, r.Count)
+			d := compareDecision("", r.Expect, &res)
+			if len(d) > 0 { // again, saying where: most requests answer as expected
+				where := fmt.Sprintf("%s:%d: request %d", path, r.line, i+1)
+				if r.Count > 1 {
+					where += fmt.Sprintf(" (%d of %d)", n+1, r.Count)
+				}
+				d = compareDecision(where, r.Expect, &res)
 			}
-			diffs = append(diffs, compareDecision(where, r.Expect, &res)...)
+			keep := min(len(d), maxCaseDifferences-len(diffs))
+			diffs, more = append(diffs, d[:keep]...), more+len(d)-keep
 		}
+	}
+	if more > 0 {
+		diffs = append(diffs, fmt.Sprintf("... and %d more differences", more))
 	}
 	return diffs, nil
 }
