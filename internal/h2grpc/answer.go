@@ -76,6 +76,7 @@ func (c *conn) answer(st *stream, framed []byte, bad *status) {
 	c.writeHeaders(st.id, false, okHeaders)
 	if rest := c.writeData(st, framed); len(rest) > 0 {
 		st.pending = append(make([]byte, 0, len(rest)), rest...) // framed goes back to its pool
+		st.heldSince = time.Now()
 		c.blocked = append(c.blocked, st)
 		return
 	}

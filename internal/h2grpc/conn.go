@@ -55,6 +55,8 @@ type conn struct {
 	maxRecv      int
 	streamWindow int64 // what each stream may send: the SETTINGS_INITIAL_WINDOW_SIZE advertised
 
+	unfinished int // the reader's: streams whose request is not complete (MaxUnfinishedStreams)
+
 	// active counts streams held against MaxConcurrentStreams: opened and
 	// not yet answered (a reset stream's handler still counts until it
 	// returns). lastStream is the highest stream id the client opened.
@@ -111,6 +113,9 @@ type stream struct {
 	recv      int64   // flow-controlled bytes received
 	early     *status // the answer of a request that will not run, sent once it is complete
 	opened    time.Time
+	held      int64       // the reader's: request bytes counted in Server.unfinishedBytes
+	counted   bool        // the reader's: counted in conn.unfinished
+	heldSince time.Time   // under wmu: when its answer began to wait for window
 	ended     atomic.Bool // END_STREAM received (or the stream dropped): read by the watcher
 	started   bool        // the handler runs
 	sendDelta int64       // under wmu: the client's WINDOW_UPDATEs for this stream minus DATA sent on it
@@ -144,6 +149,15 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 func (c *conn) serve() {
 	defer c.close()
+	defer func() {
+		// The connection's unfinished requests leave the server's counts
+		// with it; nothing else changes them once the reader is gone.
+		c.mu.Lock()
+		for _, st := range c.streams {
+			c.settle(st)
+		}
+		c.mu.Unlock()
+	}()
 	defer func() {
 		// What a client sends cannot take the process down: a bug it
 		// reaches here ends its connection and is reported.
@@ -302,7 +316,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	// Stored before goingAway is read, as Shutdown sets goingAway before it
 	// reads lastStream: a stream is either refused or named in the GOAWAY.
 	c.lastStream.Store(id)
-	if c.goingAway.Load() || uint32(c.active.Load()) >= c.s.maxStreams() {
+	if c.goingAway.Load() || uint32(c.active.Load()) >= c.s.maxStreams() ||
+		!f.StreamEnded() && c.unfinished >= c.s.maxUnfinished() {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	var method, path, ctype, timeout string
@@ -354,8 +369,24 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Unlock()
 	if f.StreamEnded() {
 		c.endOfBody(st)
+		return nil
 	}
+	st.counted = true
+	c.unfinished++
 	return nil
+}
+
+// settle takes a stream out of the unfinished counts: its request is
+// complete, or the stream is gone. The reader's, as every change to them is.
+func (c *conn) settle(st *stream) {
+	if st.counted {
+		st.counted = false
+		c.unfinished--
+	}
+	if st.held > 0 {
+		c.s.unfinishedBytes.Add(-st.held)
+		st.held = 0
+	}
 }
 
 func (c *conn) onData(f *http2.DataFrame) error {
@@ -383,8 +414,20 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
 	}
 	if st.early == nil {
+		if len(data) > 0 && !f.StreamEnded() && c.s.unfinishedBytes.Load()+int64(len(data)) > c.s.maxUnfinishedBytes() {
+			c.drop(st)
+			c.answerNow(id, &status{code: codes.ResourceExhausted, message: "the server holds as many unfinished requests as it takes; send the request whole"}, false)
+			return nil
+		}
 		if st.buf == nil {
-			st.buf = getBuf()
+			if f.StreamEnded() {
+				st.buf = getBuf() // complete: run and given back at once
+			} else {
+				// Unfinished: held for as long as the client likes, so
+				// sized to what came, not to a pooled buffer's 4 KiB.
+				b := make([]byte, 0, len(data))
+				st.buf = &b
+			}
 		}
 		if len(*st.buf)+len(data) > 5+c.maxRecv {
 			c.drop(st)
@@ -392,6 +435,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			return nil
 		}
 		*st.buf = append(*st.buf, data...)
+		if !f.StreamEnded() {
+			st.held += int64(len(data))
+			c.s.unfinishedBytes.Add(int64(len(data)))
+		}
 	}
 	if f.StreamEnded() {
 		c.endOfBody(st)
@@ -441,6 +488,7 @@ var testHookWindowUpdate func()
 
 // endOfBody starts the call once its request is complete.
 func (c *conn) endOfBody(st *stream) {
+	c.settle(st)
 	st.ended.Store(true)
 	c.creditConn(st.recv)
 	if st.early != nil {
@@ -471,6 +519,7 @@ func (c *conn) drop(st *stream) {
 	delete(c.streams, st.id)
 	c.mu.Unlock()
 	if !st.ended.Load() {
+		c.settle(st)
 		c.creditConn(st.recv)
 		st.ended.Store(true)
 	}

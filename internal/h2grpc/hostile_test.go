@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -638,5 +639,110 @@ func TestConnectionWindowIsCreditedInEighths(t *testing.T) {
 	wu := r.next(func(f http2.Frame) bool { w, ok := f.(*http2.WindowUpdateFrame); return ok && w.StreamID == 0 }).(*http2.WindowUpdateFrame)
 	if wu.Increment != connWindow/8 {
 		t.Fatalf("the connection window credited %d, want an eighth of it, %d", wu.Increment, connWindow/8)
+	}
+}
+
+// Unfinished requests are bounded: past MaxUnfinishedStreams a
+// connection's next call is refused (REFUSED_STREAM), on that connection
+// only; past MaxUnfinishedBytes, over all connections, the call whose
+// bytes would pass it is answered RESOURCE_EXHAUSTED. Calls that complete,
+// and connections that end, give their share back.
+func TestUnfinishedRequestsAreBounded(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxUnfinishedStreams = 2; s.MaxUnfinishedBytes = 1000 })
+	endOf := func(r *raw, id uint32) http2.Frame {
+		t.Helper()
+		return r.next(func(f http2.Frame) bool {
+			if rst, ok := f.(*http2.RSTStreamFrame); ok && rst.StreamID == id {
+				return true
+			}
+			h, ok := f.(*http2.MetaHeadersFrame)
+			return ok && h.StreamID == id && h.StreamEnded()
+		})
+	}
+	waitBytes := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); f.s.unfinishedBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d unfinished bytes, want %d", f.s.unfinishedBytes.Load(), n)
+			}
+		}
+	}
+	a, b := dialRaw(t, f.addr), dialRaw(t, f.addr)
+	for _, id := range []uint32{1, 3} {
+		a.call(id, "/t.T/Echo", nil)
+		a.fr.WriteData(id, false, message([]byte("12345"))) // a prefix, no message yet
+	}
+	a.call(5, "/t.T/Echo", nil)
+	if rst, ok := endOf(a, 5).(*http2.RSTStreamFrame); !ok || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatal("a third unfinished call on a connection allowed two was not refused")
+	}
+	b.call(1, "/t.T/Echo", framed([]byte("whole"))) // another connection is served
+	if code, _ := b.grpcStatus(1); code != "0" {
+		t.Fatalf("a call on another connection: grpc-status %s", code)
+	}
+	// Completing one gives its place back.
+	a.fr.WriteData(1, true, []byte("12345"))
+	if code, _ := a.grpcStatus(1); code != "0" {
+		t.Fatalf("completing an unfinished call: grpc-status %s", code)
+	}
+	waitBytes(5) // stream 3's prefix
+	b.call(3, "/t.T/Echo", nil)
+	b.fr.WriteData(3, false, framed(make([]byte, 900))[:905])
+	b.fr.WriteData(3, false, make([]byte, 600)) // 5 + 905 + 600 held: over 1,000
+	if h, ok := endOf(b, 3).(*http2.MetaHeadersFrame); !ok || get(h, "grpc-status") != "8" {
+		t.Fatal("bytes past MaxUnfinishedBytes were not answered RESOURCE_EXHAUSTED")
+	}
+	waitBytes(5)
+	// A connection that ends gives its unfinished calls back.
+	a.nc.Close()
+	waitBytes(0)
+	whole := framed(make([]byte, 1000))
+	b.call(5, "/t.T/Echo", nil)
+	b.fr.WriteData(5, false, whole[:996]) // all 1,000 bytes of the budget but a's 5
+	b.fr.WriteData(5, true, whole[996:])
+	if code, _ := b.grpcStatus(5); code != "0" {
+		t.Fatalf("a call holding 996 bytes once the other connection ended: grpc-status %s", code)
+	}
+}
+
+// An unfinished request costs what it sent, not a pooled buffer: 2,000
+// calls holding 5 bytes each grow the heap by less than 1 KiB a call (a
+// 4 KiB buffer each before).
+func TestAnUnfinishedRequestCostsWhatItSent(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxUnfinishedStreams = 1000 })
+	conns := []*raw{dialRaw(t, f.addr), dialRaw(t, f.addr)}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	for _, r := range conns {
+		for i := range 1000 {
+			id := uint32(2*i + 1)
+			r.call(id, "/t.T/Echo", nil)
+			r.fr.WriteData(id, false, message([]byte("12345")))
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.s.unfinishedBytes.Load() < 2000*5; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d unfinished bytes seen, want 10,000", f.s.unfinishedBytes.Load())
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	per := (int64(m1.HeapAlloc) - int64(m0.HeapAlloc)) / 2000
+	t.Logf("%d bytes of heap per unfinished call", per)
+	if per > 1024 {
+		t.Fatalf("%d bytes of heap per unfinished call of 5 bytes, want under 1 KiB", per)
+	}
+}
+
+// An answer the client gives no window for waits at most RequestTimeout:
+// then the connection ends (GOAWAY ENHANCE_YOUR_CALM), as one holding a
+// request unfinished does, and what it held is freed.
+func TestAnAnswerHeldForWindowEndsItsConnectionAtTheTimeout(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.RequestTimeout = 300 * time.Millisecond })
+	r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	r.call(1, "/t.T/Echo", framed([]byte("never read")))
+	if code := r.goAway(); code != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", code)
 	}
 }

@@ -98,9 +98,25 @@ type Server struct {
 	// grpc-go's keepalive enforcement does. 0 means 10 s.
 	MinPingInterval time.Duration
 	// RequestTimeout bounds the time from a call's HEADERS to the end of
-	// its request: a connection holding a request unfinished for longer
-	// ends (GOAWAY ENHANCE_YOUR_CALM). 0 means 10 s.
+	// its request, and the time an answer waits for the client's window: a
+	// connection holding a request unfinished, or an answer unread, for
+	// longer ends (GOAWAY ENHANCE_YOUR_CALM). 0 means 10 s.
 	RequestTimeout time.Duration
+	// MaxUnfinishedStreams bounds the calls of one connection whose
+	// request is not yet complete: beyond it that connection's next call
+	// is refused (REFUSED_STREAM) until one completes. A client sends a
+	// call's HEADERS and DATA together, so only a client that holds
+	// requests open meets it. 0 means 128.
+	MaxUnfinishedStreams int
+	// MaxUnfinishedBytes bounds the request bytes held for calls not yet
+	// complete, over all connections (a message sent in one frame with the
+	// end of its stream is never held): a call whose next bytes would pass
+	// it is answered RESOURCE_EXHAUSTED. 0 means 64 MiB.
+	MaxUnfinishedBytes int64
+
+	// unfinishedBytes counts against MaxUnfinishedBytes; each connection's
+	// reader adds and removes its own streams' share.
+	unfinishedBytes atomic.Int64
 
 	workers  sync.Once
 	nworkers atomic.Int32
@@ -136,6 +152,25 @@ const (
 	// maxOutBuffered bounds the frames a connection holds unwritten.
 	maxOutBuffered = 1 << 20
 )
+
+const (
+	defaultMaxUnfinished      = 128
+	defaultMaxUnfinishedBytes = 64 << 20
+)
+
+func (s *Server) maxUnfinished() int {
+	if s.MaxUnfinishedStreams > 0 {
+		return s.MaxUnfinishedStreams
+	}
+	return defaultMaxUnfinished
+}
+
+func (s *Server) maxUnfinishedBytes() int64 {
+	if s.MaxUnfinishedBytes > 0 {
+		return s.MaxUnfinishedBytes
+	}
+	return defaultMaxUnfinishedBytes
+}
 
 func (s *Server) maxRecv() int {
 	if s.MaxRecvMsgSize > 0 {

@@ -188,9 +188,15 @@ func (c *conn) check(now time.Time) bool {
 	return true
 }
 
-// staleRequest reports whether a call's request has been incomplete for
-// longer than d.
+// staleRequest reports whether a call's request has been incomplete, or
+// an answer has waited for the client's window, for longer than d.
 func (c *conn) staleRequest(now time.Time, d time.Duration) bool {
+	c.wmu.Lock()
+	held := len(c.blocked) > 0 && now.Sub(c.blocked[0].heldSince) > d // the oldest is first
+	c.wmu.Unlock()
+	if held {
+		return true
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, st := range c.streams {
