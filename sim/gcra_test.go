@@ -32,6 +32,14 @@ func TestReportsAreStableAcrossRunsInEveryFormat(t *testing.T) {
 		t.Fatalf("%d scenarios and %d formats: the loop below would check almost nothing", len(Scenarios()), len(Formats))
 	}
 	for _, r := range ranScenarios(t) {
+		if raceBuild && r.Name == "overload" {
+			// Half a minute under -race, and no race to find that the first
+			// run misses: its text is compared with the docs' quotes on every
+			// run (TestQuotedOutputsAreWhatTheCommandsPrint, cmd/sluice, which
+			// fails on any change between runs), and run twice here without
+			// -race.
+			continue
+		}
 		again, err := r.Run()
 		if err != nil {
 			t.Fatal(err)

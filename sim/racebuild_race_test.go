@@ -1,0 +1,6 @@
+//go:build race
+
+package sim
+
+// raceBuild: the tests run under the race detector, some ten times slower.
+const raceBuild = true
