@@ -73,9 +73,15 @@ func (c *conn) answer(st *stream, framed []byte, bad *status) {
 		c.finish(st)
 		return
 	}
+	if held := int64(len(framed)) - max(0, c.window(st)); held > 0 && c.s.heldAnswerBytes.Load()+held > c.s.maxHeldAnswerBytes() {
+		c.writeHeaders(st.id, true, trailersOnly(errHeldAnswers))
+		c.finish(st)
+		return
+	}
 	c.writeHeaders(st.id, false, okHeaders)
 	if rest := c.writeData(st, framed); len(rest) > 0 {
 		st.pending = append(make([]byte, 0, len(rest)), rest...) // framed goes back to its pool
+		c.s.heldAnswerBytes.Add(int64(len(rest)))
 		st.heldSince = time.Now()
 		c.blocked = append(c.blocked, st)
 		return
@@ -100,6 +106,7 @@ func (c *conn) finish(st *stream) {
 	}
 	c.mu.Unlock()
 	c.active.Add(-1)
+	c.s.openCalls.Add(-1)
 }
 
 // sendPending writes what a blocked answer's windows now allow, and its
@@ -108,10 +115,12 @@ func (c *conn) sendPending(st *stream) {
 	if c.closed {
 		return
 	}
-	if st.pending = c.writeData(st, st.pending); len(st.pending) > 0 {
+	before := len(st.pending)
+	st.pending = c.writeData(st, st.pending)
+	c.s.heldAnswerBytes.Add(int64(len(st.pending) - before))
+	if len(st.pending) > 0 {
 		return
 	}
-	st.pending = nil
 	c.unblock(st)
 	c.writeHeaders(st.id, true, okTrailers)
 	c.finish(st)
@@ -137,8 +146,13 @@ func (c *conn) unblock(st *stream) {
 			break
 		}
 	}
+	c.s.heldAnswerBytes.Add(-int64(len(st.pending)))
 	st.pending = nil
 }
+
+// errHeldAnswers answers a call whose answer the client has no window for
+// while the answers held for such clients are at MaxHeldAnswerBytes.
+var errHeldAnswers = &status{code: codes.ResourceExhausted, message: "too many answers are waiting for their clients to read them"}
 
 // answerNow answers a call from the reader without running it; if the
 // client is still sending, RST_STREAM(NO_ERROR) tells it to stop.
@@ -184,11 +198,17 @@ func (c *conn) writeHeaders(id uint32, end bool, fields []hpack.HeaderField) {
 	}
 }
 
+// window is what st may send now: the least of the connection's and the
+// stream's send windows; under wmu.
+func (c *conn) window(st *stream) int64 {
+	return min(c.sendConn, c.peerInitWindow+st.sendDelta)
+}
+
 // writeData writes b in DATA frames as far as the send windows allow and
 // returns what they did not; under wmu.
 func (c *conn) writeData(st *stream, b []byte) []byte {
 	for len(b) > 0 {
-		w := min(c.sendConn, c.peerInitWindow+st.sendDelta)
+		w := c.window(st)
 		if w <= 0 {
 			return b
 		}

@@ -151,10 +151,14 @@ func (c *conn) serve() {
 	defer c.close()
 	defer func() {
 		// The connection's unfinished requests leave the server's counts
-		// with it; nothing else changes them once the reader is gone.
+		// with it; nothing else changes them once the reader is gone. A
+		// started call leaves when it is answered (finish).
 		c.mu.Lock()
 		for _, st := range c.streams {
 			c.settle(st)
+			if !st.started {
+				c.s.openCalls.Add(-1)
+			}
 		}
 		c.mu.Unlock()
 	}()
@@ -317,7 +321,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	// reads lastStream: a stream is either refused or named in the GOAWAY.
 	c.lastStream.Store(id)
 	if c.goingAway.Load() || uint32(c.active.Load()) >= c.s.maxStreams() ||
-		!f.StreamEnded() && c.unfinished >= c.s.maxUnfinished() {
+		!f.StreamEnded() && c.unfinished >= c.s.maxUnfinished() ||
+		c.s.openCalls.Load() >= c.s.maxOpenCalls() && c.active.Load() >= openCallsShare {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	var method, path, ctype, timeout string
@@ -364,6 +369,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		st.ctx = metadata.NewIncomingContext(st.ctx, md)
 	}
 	c.active.Add(1)
+	c.s.openCalls.Add(1)
 	c.mu.Lock()
 	c.streams[id] = st
 	c.mu.Unlock()
@@ -538,6 +544,7 @@ func (c *conn) drop(st *stream) {
 	}
 	putBuf(st.buf)
 	c.active.Add(-1)
+	c.s.openCalls.Add(-1)
 }
 
 // creditConn gives consumed request bytes back to the client's connection
@@ -562,8 +569,8 @@ func (c *conn) run(st *stream, msg []byte) {
 	if testHookBeforeAnswer != nil {
 		testHookBeforeAnswer()
 	}
+	putBuf(st.buf) // the request is not kept while the answer waits to be written
 	c.answer(st, body, bad)
-	putBuf(st.buf)
 	if body != nil && cap(body) <= maxPooled {
 		*out = body[:0] // perhaps grown by the method
 	}
@@ -624,6 +631,11 @@ func (c *conn) close() {
 		c.nc.Close()
 		c.wmu.Lock()
 		c.closed = true
+		for len(c.blocked) > 0 { // their bytes leave the server's count
+			st := c.blocked[0]
+			c.unblock(st)
+			c.finish(st)
+		}
 		c.wcond.Broadcast()
 		c.wmu.Unlock()
 		c.mu.Lock()

@@ -746,3 +746,97 @@ func TestAnAnswerHeldForWindowEndsItsConnectionAtTheTimeout(t *testing.T) {
 		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", code)
 	}
 }
+
+// Answers held for clients that give them no window are bounded over all
+// connections: past MaxHeldAnswerBytes the newcomer is answered
+// RESOURCE_EXHAUSTED instead of held, a client that reads is served as
+// before, and a reset stream or an ended connection gives its bytes back.
+func TestHeldAnswersAreBoundedOverAllConnections(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxHeldAnswerBytes = 100 })
+	heldBecomes := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d answer bytes held, want %d", f.s.heldAnswerBytes.Load(), n)
+			}
+		}
+	}
+	headersOf := func(r *raw, id uint32) {
+		t.Helper()
+		r.next(func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamID == id })
+	}
+	body := bytes.Repeat([]byte("x"), 40) // 45 bytes framed
+	a := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	b := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	a.call(1, "/t.T/Echo", framed(body))
+	headersOf(a, 1)
+	heldBecomes(45)
+	b.call(1, "/t.T/Echo", framed(body))
+	headersOf(b, 1)
+	heldBecomes(90)
+
+	a.call(3, "/t.T/Echo", framed(body))
+	if code, msg := a.grpcStatus(3); code != "8" {
+		t.Fatalf("an answer past the bound: grpc-status %s (%s), want 8 RESOURCE_EXHAUSTED", code, msg)
+	}
+	heldBecomes(90)
+
+	reader := dialRaw(t, f.addr)
+	reader.call(1, "/t.T/Echo", framed(body))
+	if code, _ := reader.grpcStatus(1); code != "0" {
+		t.Fatalf("a client that reads, beside the held answers: grpc-status %s, want 0", code)
+	}
+
+	b.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	heldBecomes(45)
+	a.nc.Close()
+	heldBecomes(0)
+}
+
+// Calls open are bounded over all connections: past MaxOpenCalls a
+// connection holding openCallsShare calls or more has its next refused,
+// one with fewer is served, and calls answered, unfinished or on an ended
+// connection leave the count.
+func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
+	f := newFixture(t, func(s *Server) { s.MaxOpenCalls = 20 })
+	openBecomes := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); f.s.openCalls.Load() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d calls open, want %d", f.s.openCalls.Load(), n)
+			}
+		}
+	}
+	holder := dialRaw(t, f.addr)
+	for i := range 20 {
+		holder.call(uint32(2*i+1), "/t.T/Hold", framed(nil))
+	}
+	openBecomes(20)
+	holder.call(41, "/t.T/Hold", framed(nil))
+	rst := holder.next(func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == 41 }).(*http2.RSTStreamFrame)
+	if rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("a call past the bound on the connection holding them: RST_STREAM %v, want REFUSED_STREAM", rst.ErrCode)
+	}
+
+	unfinished := dialRaw(t, f.addr)
+	for i := range 5 {
+		unfinished.call(uint32(2*i+1), "/t.T/Echo", nil)
+	}
+	openBecomes(25)
+	other := dialRaw(t, f.addr)
+	other.call(1, "/t.T/Echo", framed([]byte("beside them")))
+	if code, _ := other.grpcStatus(1); code != "0" {
+		t.Fatalf("a call from a connection holding none, past the bound: grpc-status %s, want 0", code)
+	}
+	unfinished.nc.Close()
+	openBecomes(20)
+	close(f.release)
+	for answered := 0; answered < 20; {
+		h := holder.next(func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamEnded() }).(*http2.MetaHeadersFrame)
+		if code := get(h, "grpc-status"); code != "0" {
+			t.Fatalf("held call on stream %d: grpc-status %s", h.StreamID, code)
+		}
+		answered++
+	}
+	openBecomes(0)
+}

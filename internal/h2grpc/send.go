@@ -65,8 +65,10 @@ func (c *conn) flush() {
 		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := c.nc.Write(b)
 		c.wmu.Lock()
-		if cap(b) <= 4*maxOutBuffered {
+		if cap(b) <= maxSpare {
 			c.spare = b
+		} else {
+			c.spare = nil
 		}
 		if err != nil {
 			c.closed = true

@@ -113,10 +113,26 @@ type Server struct {
 	// end of its stream is never held): a call whose next bytes would pass
 	// it is answered RESOURCE_EXHAUSTED. 0 means 64 MiB.
 	MaxUnfinishedBytes int64
+	// MaxHeldAnswerBytes bounds the answer bytes held for clients whose
+	// flow-control window has no room for them, over all connections: an
+	// answer that would pass it is not held but answered
+	// RESOURCE_EXHAUSTED (its decision stands). A client that reads keeps
+	// its window open and never meets it. 0 means 16 MiB.
+	MaxHeldAnswerBytes int64
+	// MaxOpenCalls bounds the calls open over all connections (opened and
+	// not yet answered, each with its state, request and answer): past it,
+	// a connection with openCallsShare calls or more open has its next call
+	// refused (REFUSED_STREAM), while one with fewer is still served, so
+	// that the clients holding calls open meet it and the others do not.
+	// 0 means 4,096.
+	MaxOpenCalls int64
 
 	// unfinishedBytes counts against MaxUnfinishedBytes; each connection's
-	// reader adds and removes its own streams' share.
+	// reader adds and removes its own streams' share. heldAnswerBytes
+	// counts against MaxHeldAnswerBytes, under each connection's wmu.
 	unfinishedBytes atomic.Int64
+	heldAnswerBytes atomic.Int64
+	openCalls       atomic.Int64 // counts against MaxOpenCalls
 
 	workers  sync.Once
 	nworkers atomic.Int32
@@ -149,13 +165,27 @@ const (
 	handshakeTimeout = 10 * time.Second
 	// writeTimeout bounds one write to a client that does not read.
 	writeTimeout = 10 * time.Second
-	// maxOutBuffered bounds the frames a connection holds unwritten.
-	maxOutBuffered = 1 << 20
+	// maxOutBuffered bounds the frames a connection holds unwritten, beyond
+	// the write in progress: a writer finding it full waits. An answer is at
+	// most a few KiB (64 descriptors), so it holds hundreds of them: enough
+	// that no write waits on a busy connection, little enough that 1,024
+	// clients that stop reading hold at most about 2 x 64 KiB each.
+	maxOutBuffered = 64 << 10
+	// maxSpare is the largest written buffer a connection keeps for its
+	// next frames; a larger one, from a burst, goes back to the heap so that
+	// an idle connection does not keep it.
+	maxSpare = 16 << 10
 )
 
 const (
 	defaultMaxUnfinished      = 128
 	defaultMaxUnfinishedBytes = 64 << 20
+	defaultMaxHeldAnswerBytes = 16 << 20
+	defaultMaxOpenCalls       = 4 << 10
+	// openCallsShare is the calls a connection may always have open: past
+	// MaxOpenCalls only a connection with more is refused, so the calls
+	// open are at most MaxOpenCalls + MaxConnections x openCallsShare.
+	openCallsShare = 8
 )
 
 func (s *Server) maxUnfinished() int {
@@ -170,6 +200,46 @@ func (s *Server) maxUnfinishedBytes() int64 {
 		return s.MaxUnfinishedBytes
 	}
 	return defaultMaxUnfinishedBytes
+}
+
+func (s *Server) maxHeldAnswerBytes() int64 {
+	if s.MaxHeldAnswerBytes > 0 {
+		return s.MaxHeldAnswerBytes
+	}
+	return defaultMaxHeldAnswerBytes
+}
+
+func (s *Server) maxOpenCalls() int64 {
+	if s.MaxOpenCalls > 0 {
+		return s.MaxOpenCalls
+	}
+	return defaultMaxOpenCalls
+}
+
+// What a connection and an open call cost at most, measured by
+// TestClientsAtEveryBoundStayWithinTheBudget: a connection's read and frame
+// buffers, header tables and maps; a call's state, context and, while its
+// answer waits to be written, its goroutine's stack.
+const (
+	connBytes = 96 << 10
+	callBytes = 10 << 10
+)
+
+// memoryBound is the most that clients at every bound can make the server
+// hold, with answers of at most answer bytes: the unfinished requests and
+// the held answers over all connections, every call that may be open (and
+// its answer, waiting to be written), and each connection's buffers and
+// unsent frames (the write in progress and out, each up to maxOutBuffered
+// and one answer). docs/security.md states it for the defaults.
+func (s *Server) memoryBound(answer int64) int64 {
+	conns := int64(defaultMaxConnections)
+	if s.MaxConnections > 0 {
+		conns = int64(s.MaxConnections)
+	}
+	calls := s.maxOpenCalls() + conns*openCallsShare
+	return s.maxUnfinishedBytes() + s.maxHeldAnswerBytes() +
+		calls*(callBytes+answer) +
+		conns*(connBytes+2*(maxOutBuffered+answer))
 }
 
 func (s *Server) maxRecv() int {
