@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,4 +149,94 @@ func envoyOKs(t *testing.T, rls rlsv3.RateLimitServiceClient, user string, n int
 		t.Fatalf("a call failed: %v", e)
 	}
 	return int(ok.Load())
+}
+
+// Decisions go on while a large snapshot applies: the built binary, its
+// rules from xDS, answers callers the whole time it takes in 50,000
+// descriptors (1.1 MB), each call OK and the new rules in force after.
+// The latencies before and during are logged for docs/service.md, not
+// asserted: the machines are shared.
+func TestDecisionsGoOnWhileALargeSnapshotApplies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	mgmt := xdstest.Start(t, "127.0.0.1:0")
+	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
+	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", mgmt.Addr)
+	t.Setenv("CONFIG_GRPC_XDS_NODE_ID", "big")
+	grpcAddr := freeAddr(t)
+	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", grpcAddr)
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	mgmt.Set(t, "big", "v1", xdstest.Limit("load", "load", "user", "", 1_000_000, rlsconf.RateLimitUnit_HOUR))
+	waitVersion(t, base, "v1")
+
+	// calls runs 8 callers until done says stop or n calls are made, and
+	// returns the latencies; any error fails the test.
+	calls := func(n int64, done func() bool) []time.Duration {
+		var mu sync.Mutex
+		var took []time.Duration
+		var left atomic.Int64
+		left.Store(n)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 && !done() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					start := time.Now()
+					resp, err := rls.ShouldRateLimit(ctx, loadReq(fmt.Sprint("u", i)))
+					d := time.Since(start)
+					cancel()
+					if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						t.Errorf("a call while the rules change: %v %v", resp, err)
+						return
+					}
+					mu.Lock()
+					took = append(took, d)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		slices.Sort(took)
+		return took
+	}
+	p99 := func(d []time.Duration) time.Duration { return d[len(d)*99/100] }
+	quiet := calls(5_000, func() bool { return false })
+	rssBefore := proctest.Metric(t, base, "process_resident_memory_bytes")
+
+	big := xdstest.Limit("load", "load", "user", "", 1_000_000, rlsconf.RateLimitUnit_HOUR)
+	for i := range 50_000 {
+		big.Descriptors = append(big.Descriptors, &rlsconf.RateLimitDescriptor{Key: "k", Value: fmt.Sprint("v", i),
+			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 10}})
+	}
+	began := time.Now()
+	mgmt.Set(t, "big", "v2", big)
+	var applied atomic.Bool
+	var took time.Duration
+	go func() {
+		for end := time.Now().Add(60 * time.Second); rulesVersion(t, base) != "v2" && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		}
+		took = time.Since(began)
+		applied.Store(true)
+	}()
+	during := calls(1_000_000, applied.Load)
+	for end := time.Now().Add(30 * time.Second); !applied.Load(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the large snapshot was not applied")
+		}
+	}
+	if len(during) == 0 {
+		t.Fatal("no decision was answered while the large snapshot applied")
+	}
+	if v := rulesVersion(t, base); v != "v2" {
+		t.Fatalf("the rules are %q, want v2", v)
+	}
+	rss := proctest.Metric(t, base, "process_resident_memory_bytes")
+	t.Logf("50,000 descriptors applied in %v; %d calls answered meanwhile, p99 %v (%v before); RSS %.0f MB, %.0f MB before",
+		took.Round(time.Millisecond), len(during), p99(during), p99(quiet), rss/1e6, rssBefore/1e6)
 }

@@ -73,7 +73,9 @@ func (c *conn) answer(st *stream, framed []byte, bad *status) {
 		c.finish(st)
 		return
 	}
-	if held := int64(len(framed)) - max(0, c.window(st)); held > 0 && c.s.heldAnswerBytes.Load()+held > c.s.maxHeldAnswerBytes() {
+	// What the window does not take would be held; an answer it takes
+	// whole adds nothing (held <= 0) and is never refused.
+	if held := int64(len(framed)) - max(0, c.window(st)); c.s.heldAnswerBytes.Load()+held > c.s.maxHeldAnswerBytes() {
 		c.writeHeaders(st.id, true, trailersOnly(errHeldAnswers))
 		c.finish(st)
 		return

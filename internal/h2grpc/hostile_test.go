@@ -752,7 +752,7 @@ func TestAnAnswerHeldForWindowEndsItsConnectionAtTheTimeout(t *testing.T) {
 // RESOURCE_EXHAUSTED instead of held, a client that reads is served as
 // before, and a reset stream or an ended connection gives its bytes back.
 func TestHeldAnswersAreBoundedOverAllConnections(t *testing.T) {
-	f := newFixture(t, func(s *Server) { s.MaxHeldAnswerBytes = 100 })
+	f := newFixture(t, func(s *Server) { s.MaxHeldAnswerBytes = 90 }) // two held answers exactly
 	heldBecomes := func(n int64) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
@@ -785,6 +785,11 @@ func TestHeldAnswersAreBoundedOverAllConnections(t *testing.T) {
 	reader.call(1, "/t.T/Echo", framed(body))
 	if code, _ := reader.grpcStatus(1); code != "0" {
 		t.Fatalf("a client that reads, beside the held answers: grpc-status %s, want 0", code)
+	}
+	exact := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 45})
+	exact.call(1, "/t.T/Echo", framed(body))
+	if code, _ := exact.grpcStatus(1); code != "0" {
+		t.Fatalf("an answer its window holds exactly, beside the held answers: grpc-status %s, want 0", code)
 	}
 
 	b.fr.WriteRSTStream(1, http2.ErrCodeCancel)
