@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/view"
+	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -75,23 +76,27 @@ type Options struct {
 	// (0, 1] (concurrency.Pressure.Factor): rules marked adaptive admit
 	// their rate times it. Without it they admit their rate.
 	Pressure func() float64
+	// Overrides, if set, returns the operator's overrides in force
+	// (overrides.Follower.Current): see keyoverride.go.
+	Overrides func() *overrides.Set
 }
 
 // Engine evaluates requests against the current rule set. It is safe for
 // concurrent use.
 type Engine struct {
-	client    *StoreClient      // every store call goes through it
-	load      rules.LoadOptions // how reloads load several files
-	fallback  sluice.Store
-	gateways  func() int
-	log       *slog.Logger
-	set       atomic.Pointer[ruleSet]
-	reloads   [2]atomic.Uint64 // ok, failed
-	overrides *overrides
-	decisions *DecisionLog
-	onReject  func(rule, key string)
-	onLock    func(rule, key string, d time.Duration)
-	pressure  func() float64
+	client       *StoreClient      // every store call goes through it
+	load         rules.LoadOptions // how reloads load several files
+	fallback     sluice.Store
+	gateways     func() int
+	log          *slog.Logger
+	set          atomic.Pointer[ruleSet]
+	reloads      [2]atomic.Uint64 // ok, failed
+	overrides    *envoyOverrides
+	decisions    *DecisionLog
+	keyOverrides keyOverrides
+	onReject     func(rule, key string)
+	onLock       func(rule, key string, d time.Duration)
+	pressure     func() float64
 
 	// fileMu serialises ReloadFile; files is the digest of the rule files
 	// it last tried, so one change seen by both the file watcher and a
@@ -111,6 +116,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	}
 	e := &Engine{load: o.Load, fallback: o.Fallback, log: o.Logger, gateways: o.Gateways, decisions: o.DecisionLog,
 		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
+	e.keyOverrides.source = o.Overrides
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
 	if e.log == nil {
@@ -166,7 +172,7 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 	if rs.cfg.Priority != nil {
 		res.levelOf(req) // for Tier, whether a rule has tiers or not
 	}
-	if !e.checkLocks(ctx, res, opt.DryRun) {
+	if !res.blocked && !e.checkLocks(ctx, res, opt.DryRun) {
 		e.enforced(ctx, req, res, mult, opt.DryRun)
 	}
 	e.shadowed(ctx, res, mult, opt.DryRun)
@@ -210,6 +216,8 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 	}
 	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
 	req.Method = upperMethod(req.Method)
+	ov := e.keyOverrides.current()
+	var now time.Time
 	for _, r := range rs.rules {
 		if !takes(r) {
 			continue
@@ -219,10 +227,20 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 			continue
 		}
 		start := len(res.keyBuf)
+		override := ""
 		var state rules.KeyState
 		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
 		switch {
 		case state == rules.KeyFound:
+			if !ov.Empty() && ov.Has(r.ID) {
+				if now.IsZero() {
+					now = time.Now()
+				}
+				var done bool
+				if r, override, done = e.override(rs, ov, r, res, start, now); done {
+					continue
+				}
+			}
 		case charging:
 			continue
 		case state == rules.KeyAmbiguous && !r.Shadow:
@@ -243,7 +261,7 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 			res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
 			continue
 		}
-		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf)})
+		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf), override: override})
 	}
 	for i := range res.matched {
 		m := &res.matched[i]
@@ -376,7 +394,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 			}
 		}
 		st := res.add(m.r, m.key, d)
-		st.Reduced = reduced
+		st.Reduced, st.Override = reduced, m.override
 		if m.r.Tiers != nil {
 			st.Tier = res.level
 		}

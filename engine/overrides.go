@@ -27,7 +27,7 @@ type LimitDropper interface {
 // changes no answer), and if none is idle, the descriptor is answered by its
 // configured rule instead (or not limited, if it has none) and the refusal is
 // counted.
-type overrides struct {
+type envoyOverrides struct {
 	mu      sync.Mutex
 	max     int
 	live    map[overrideKey]*atomic.Int64 // last use, ns since the engine's start
@@ -41,15 +41,15 @@ type overrideKey struct {
 	limit sluice.Limit
 }
 
-func newOverrides(max int, drop LimitDropper) *overrides {
+func newOverrides(max int, drop LimitDropper) *envoyOverrides {
 	if max <= 0 {
 		max = DefaultMaxOverrides
 	}
-	return &overrides{max: max, live: map[overrideKey]*atomic.Int64{}, start: time.Now(), drop: drop}
+	return &envoyOverrides{max: max, live: map[overrideKey]*atomic.Int64{}, start: time.Now(), drop: drop}
 }
 
 // admit reports whether an override limit for rule may be counted now.
-func (o *overrides) admit(rule string, l sluice.Limit) bool {
+func (o *envoyOverrides) admit(rule string, l sluice.Limit) bool {
 	now := int64(time.Since(o.start))
 	k := overrideKey{rule, l}
 	o.mu.Lock()

@@ -22,7 +22,7 @@ func (e *Engine) Reload(cfg *rules.Config) {
 	for _, r := range next.rules {
 		for _, old := range prev.rules {
 			if old.ID == r.ID && old.Limit == r.Limit {
-				copyCounters(&r.stats, &old.stats)
+				copyCounters(r.stats, old.stats)
 			}
 		}
 	}

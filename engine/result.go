@@ -29,6 +29,9 @@ type Result struct {
 	Delay time.Duration
 	// Statuses has every evaluated rule's decision, enforced and shadow.
 	Statuses []Status
+	// Overrides names the operator's overrides that applied to the
+	// request (keyoverride.go), in rule order.
+	Overrides []AppliedOverride
 	// Skipped counts matching rules skipped because a key source was
 	// missing from the request; MissingKey names them, in rule order.
 	Skipped    int
@@ -73,6 +76,7 @@ type Result struct {
 	hold     string   // the reservations' store id, made on first use
 	nonce    [16]byte // its random bytes
 	matched  []matched
+	blocked  bool // an override blocks the request: nothing is counted
 	keyBuf   []byte
 	takes    []sluice.Take
 	idx      []int
@@ -105,6 +109,9 @@ type Status struct {
 	// Reduced marks a refusal by an adaptive rule admitting less than its
 	// rate (its Limit is then the reduced one).
 	Reduced bool
+	// Override is the id of the operator's override that counted or
+	// refused the key, if one did.
+	Override string
 
 	r      *rule
 	key    string
@@ -146,6 +153,7 @@ type matched struct {
 	r          *rule
 	start, end int
 	key        string
+	override   string // the id of the limit override it counts under
 }
 
 // Skip is a rule that matched a request but did not apply to it, because
@@ -177,6 +185,7 @@ func (res *Result) reset(rs *ruleSet) {
 	res.priority, res.leveled, res.level = rs.cfg.Priority, false, 0
 	res.factored, res.Reduced = false, false
 	res.MissingKey = res.MissingKey[:0]
+	res.Overrides, res.blocked = res.Overrides[:0], false
 	clear(res.Statuses) // drop references to keys and rules of the last check
 	res.Statuses = res.Statuses[:0]
 	res.matched = res.matched[:0]
@@ -273,7 +282,7 @@ func (st *Status) count(admitted bool) {
 	if st.r == nil {
 		return
 	}
-	c := &st.r.stats
+	c := st.r.stats
 	if st.r.Tiers != nil && !st.Shadow && !st.FailedOpen && !st.FailedClosed {
 		switch {
 		case st.Allowed && admitted:
@@ -336,7 +345,7 @@ func (e *Engine) Stats() []RuleStats {
 	rs := e.set.Load()
 	out := make([]RuleStats, len(rs.rules))
 	for i, r := range rs.rules {
-		c := &r.stats
+		c := r.stats
 		out[i] = RuleStats{
 			Rule: r.ID, Shadow: r.Shadow,
 			Allowed: c.allowed.Load(), Limited: c.limited.Load(), ShadowLimited: c.shadowLimited.Load(),

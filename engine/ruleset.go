@@ -19,13 +19,13 @@ type rule struct {
 	store                         sluice.Limit
 	lockID, rejectsID, fallbackID string
 	lockLimit, rejectsLimit       sluice.Limit
-	stats                         counters
+	stats                         *counters // shared by the rule's limit overrides
 }
 
 func compile(cfg *rules.Config) *ruleSet {
 	rs := &ruleSet{cfg: cfg}
 	for _, r := range cfg.Rules {
-		c := &rule{Rule: r, fallbackID: r.ID + "#fallback", store: r.Limit}
+		c := &rule{Rule: r, fallbackID: r.ID + "#fallback", store: r.Limit, stats: &counters{}}
 		if r.Adaptive {
 			c.store = rules.AdaptiveLimit(r.Limit)
 		}

@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/view"
+	"github.com/sluice-rl/sluice/overrides"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// An operator's overrides (package overrides) change one rule for some
+// keys at run time. match looks each matched rule's key up in the set in
+// force, and then:
+//
+//   - exempt: the rule is passed over for the request, counting nothing;
+//   - block: the request is refused (reason locked, Retry-After until the
+//     override ends) and nothing is counted anywhere, as a penalty lock
+//     refuses;
+//   - limit: the rule is counted under a copy of itself with the
+//     override's rate, period and burst, the same id, algorithm, key,
+//     penalty and counters. A store counts a changed limit afresh (its
+//     tables and Redis keys are per limit), so the key starts the override
+//     with the override's whole burst, and when the override ends it goes
+//     on under the rule from the count it had then, refilled meanwhile.
+//
+// A rule without overrides costs one map lookup a request when any
+// override is in force, and nothing when none is.
+
+// AppliedOverride names an override that applied to a request.
+type AppliedOverride struct {
+	Rule, ID string
+	Action   overrides.Action
+}
+
+// keyOverrides holds the source of the set in force and the limit
+// overrides' rules, built once per rule set and override set.
+type keyOverrides struct {
+	source  func() *overrides.Set
+	mu      sync.Mutex
+	derived atomic.Pointer[derivedRules]
+}
+
+type derivedRules struct {
+	rs    *ruleSet
+	set   *overrides.Set
+	rules map[*overrides.Override]*rule
+}
+
+func (k *keyOverrides) current() *overrides.Set {
+	if k.source == nil {
+		return nil
+	}
+	return k.source()
+}
+
+// ruleFor returns base counted under limit override o.
+func (k *keyOverrides) ruleFor(rs *ruleSet, set *overrides.Set, o *overrides.Override, base *rule) *rule {
+	if d := k.derived.Load(); d != nil && d.rs == rs && d.set == set {
+		if r := d.rules[o]; r != nil {
+			return r
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := k.derived.Load()
+	if d == nil || d.rs != rs || d.set != set {
+		d = &derivedRules{rs: rs, set: set, rules: map[*overrides.Override]*rule{}}
+	} else if r := d.rules[o]; r != nil {
+		return r
+	} else {
+		d = &derivedRules{rs: rs, set: set, rules: clonedRules(d.rules)}
+	}
+	r, err := withLimit(base, o)
+	if err != nil {
+		r = base // refused when set (CheckOverride); a rule set changed since: the rule's own limit
+	}
+	d.rules[o] = r
+	k.derived.Store(d)
+	return r
+}
+
+func clonedRules(m map[*overrides.Override]*rule) map[*overrides.Override]*rule {
+	out := make(map[*overrides.Override]*rule, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// withLimit is base with o's rate, period and burst: the same id, store
+// state, penalty and counters.
+func withLimit(base *rule, o *overrides.Override) (*rule, error) {
+	rr := *base.Rule
+	l := rr.Limit
+	l.Rate, l.Period, l.Burst = o.Rate, o.Per.D(), o.Burst
+	if err := l.Validate(); err != nil {
+		return nil, &overrides.FieldError{Field: "rate", Problem: strings.TrimPrefix(err.Error(), "invalid limit: ")}
+	}
+	if rr.Cost > l.Capacity() {
+		return nil, &overrides.FieldError{Field: "burst", Problem: fmt.Sprintf("rule %s costs %d a request, more than a burst of %d: no request could ever pass (to refuse them all, use action block)", rr.ID, rr.Cost, l.Capacity())}
+	}
+	rr.Limit, rr.Fallback = l, l
+	c := &rule{Rule: &rr, store: l, lockID: base.lockID, rejectsID: base.rejectsID, fallbackID: base.fallbackID,
+		lockLimit: base.lockLimit, rejectsLimit: base.rejectsLimit, stats: base.stats}
+	if rr.Adaptive {
+		c.store = rules.AdaptiveLimit(l)
+	}
+	return c, nil
+}
+
+// CheckOverride says whether o can apply to the rules in force: its rule
+// exists and is one the HTTP faces decide, a prefix is for a rule keyed by
+// one plain source, and a limit is one the rule can count. The error is a
+// *overrides.FieldError.
+func (e *Engine) CheckOverride(o *overrides.Override) error {
+	r := e.set.Load().find(o.Rule)
+	switch {
+	case r == nil:
+		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("no rule %q is in force", o.Rule)}
+	case r.Envoy != nil:
+		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is an Envoy descriptor's: overrides apply to the HTTP faces' rules", o.Rule)}
+	case o.Prefix != "" && (len(r.Key) != 1 || r.Key[0].Hash || r.Key[0].Kind == rules.FromIP):
+		return &overrides.FieldError{Field: "prefix", Problem: fmt.Sprintf("rule %q is keyed by %s: a prefix needs a rule keyed by one source that is neither hashed nor an address", o.Rule, keyNames(r))}
+	case o.Action == overrides.Limit:
+		_, err := withLimit(r, o)
+		return err
+	}
+	return nil
+}
+
+func keyNames(r *rule) string {
+	var b strings.Builder
+	for i, k := range r.Key {
+		if i > 0 {
+			b.WriteString(" and ")
+		}
+		b.WriteString(k.Name)
+	}
+	return b.String()
+}
+
+// override applies the override in force for r and the key just built in
+// res.keyBuf[start:], if any: it reports whether the rule is done with
+// (exempt, or blocked: its status added) and otherwise the rule to count
+// under, and the id of the limit override that made it.
+func (e *Engine) override(rs *ruleSet, set *overrides.Set, r *rule, res *Result, start int, now time.Time) (*rule, string, bool) {
+	o := set.Find(r.ID, view.String(res.keyBuf[start:]), now) // not kept
+	if o == nil {
+		return r, "", false
+	}
+	res.Overrides = append(res.Overrides, AppliedOverride{Rule: r.ID, ID: o.ID, Action: o.Action})
+	switch o.Action {
+	case overrides.Exempt:
+		res.keyBuf = res.keyBuf[:start]
+		return r, "", true
+	case overrides.Block:
+		wait := r.Limit.Period
+		if !o.UntilRemoved {
+			wait = o.Expires.Sub(now)
+		}
+		key := string(res.keyBuf[start:])
+		res.keyBuf = res.keyBuf[:start]
+		if !r.Shadow {
+			res.blocked = true
+		}
+		st := res.add(r, key, decisionLocked(r, wait))
+		st.Shadow, st.Override = r.Shadow, o.ID
+		return r, "", true
+	}
+	return e.keyOverrides.ruleFor(rs, set, o, r), o.ID, false
+}
+
+// decisionLocked is the refusal of a blocked key: a lock of wait.
+func decisionLocked(r *rule, wait time.Duration) sluice.Decision {
+	return sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonLocked, RetryAfter: wait, ResetAfter: wait}
+}

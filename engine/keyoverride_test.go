@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/overrides"
+)
+
+// overrideFixture is an engine on two rules — per-user 3 an hour, and a
+// global 100 an hour over every request — following a Memory store of
+// overrides.
+func overrideFixture(t *testing.T) (*fixture, *overrides.Memory, *overrides.Follower) {
+	t.Helper()
+	store := &overrides.Memory{}
+	fol := &overrides.Follower{Store: store}
+	f := newFixture(t, `
+rules:
+  - {id: per-user, key: [user], rate: 3, per: 1h}
+  - {id: everyone, key: [ip], rate: 100, per: 1h}
+`, Options{Overrides: fol.Current})
+	return f, store, fol
+}
+
+func put(t *testing.T, store *overrides.Memory, fol *overrides.Follower, e *Engine, o overrides.Override) *overrides.Override {
+	t.Helper()
+	if o.Expires.IsZero() && !o.UntilRemoved {
+		o.Expires = time.Now().Add(time.Hour)
+	}
+	o.Reason, o.By = "a test", "t"
+	if err := o.Check(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CheckOverride(&o); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := store.Put(context.Background(), o, -1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fol.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// admittedOf counts the admitted of n checks for user, and returns the last
+// result.
+func admittedOf(t *testing.T, f *fixture, user string, n int) (int, *Result) {
+	t.Helper()
+	ok := 0
+	var res *Result
+	for range n {
+		if res = f.check(t, userReq(user)); res.Allowed {
+			ok++
+		}
+	}
+	return ok, res
+}
+
+func remaining(t *testing.T, f *fixture, rule, key string) int64 {
+	t.Helper()
+	d, _, err := f.e.Inspect(context.Background(), rule, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	// A limit override counts the key afresh under its own limit, as a
+	// changed limit does; the rule's count of it waits, and goes on once
+	// the override ends.
+	if n, _ := admittedOf(t, f, "raised", 2); n != 2 {
+		t.Fatalf("before the override: %d of 2", n)
+	}
+	raised := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "raised", Action: overrides.Limit, Rate: 5, Per: overrides.Duration(time.Hour)})
+	n, res := admittedOf(t, f, "raised", 10)
+	if n != 5 {
+		t.Fatalf("raised to 5: %d of 10 admitted, want 5", n)
+	}
+	if len(res.Overrides) != 1 || res.Overrides[0].ID != raised.ID || res.Statuses[0].Override != raised.ID || res.Statuses[0].Limit.Rate != 5 {
+		t.Fatalf("the answer does not name the override: %+v %+v", res.Overrides, res.Statuses[0])
+	}
+	if n, _ := admittedOf(t, f, "other", 10); n != 3 {
+		t.Fatalf("another key under the rule: %d of 10, want the rule's 3", n)
+	}
+	if _, err := store.Delete(context.Background(), raised.ID, raised.Version, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fol.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := admittedOf(t, f, "raised", 10); n != 1 {
+		t.Fatalf("the override removed: %d of 10 admitted, want the 1 the rule had left", n)
+	}
+
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "free", Action: overrides.Exempt})
+	if n, _ := admittedOf(t, f, "free", 10); n != 10 {
+		t.Fatalf("exempt: %d of 10 admitted", n)
+	}
+	if r := remaining(t, f, "per-user", "free"); r != 3 {
+		t.Fatalf("exempt counted %d", 3-r)
+	}
+
+	before := remaining(t, f, "everyone", "203.0.113.7")
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "bad", Action: overrides.Block, Expires: time.Now().Add(10 * time.Minute)})
+	n, res = admittedOf(t, f, "bad", 5)
+	if n != 0 || res.Reason != sluice.ReasonLocked || res.Decision.RetryAfter < 9*time.Minute || res.Decision.RetryAfter > 10*time.Minute {
+		t.Fatalf("blocked: %d admitted, reason %v, retry after %v (want 0, locked, about 10 m)", n, res.Reason, res.Decision.RetryAfter)
+	}
+	if after := remaining(t, f, "everyone", "203.0.113.7"); after != before {
+		t.Fatalf("a blocked request was counted by another rule: %d -> %d", before, after)
+	}
+	if r := remaining(t, f, "per-user", "bad"); r != 3 {
+		t.Fatalf("a blocked request was counted by its rule: %d left", r)
+	}
+}
+
+func TestPrefixesAndExactKeys(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Prefix: "load-", Action: overrides.Exempt})
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Prefix: "load-eu-", Action: overrides.Limit, Rate: 4, Per: overrides.Duration(time.Hour)})
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "load-eu-1", Action: overrides.Block})
+	for _, c := range []struct {
+		user string
+		want int
+	}{{"load-us-1", 10}, {"load-eu-2", 4}, {"load-eu-1", 0}, {"load", 3}, {"loader", 3}} {
+		if n, _ := admittedOf(t, f, c.user, 10); n != c.want {
+			t.Errorf("%s: %d of 10 admitted, want %d", c.user, n, c.want)
+		}
+	}
+}
+
+// An override ends at its expiry with no timer: the next request after it
+// is counted under the rule again, the key's state as it stands.
+func TestAnOverrideEndsAtItsExpiry(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "u", Action: overrides.Exempt, Expires: time.Now().Add(300 * time.Millisecond)})
+	if n, _ := admittedOf(t, f, "u", 5); n != 5 {
+		t.Fatalf("exempt: %d of 5", n)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if res := f.check(t, userReq("u")); len(res.Overrides) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the override still applies 10 s after its expiry")
+		}
+	}
+	if n, _ := admittedOf(t, f, "u", 5); n != 2 {
+		t.Fatalf("after the expiry: %d of 5 admitted, want the rule's 3 less the one taken", n)
+	}
+}
+
+// What the rules cannot apply is refused with the field at fault.
+func TestAnOverrideTheRulesCannotApplyIsRefused(t *testing.T) {
+	f, _, _ := overrideFixture(t)
+	for _, c := range []struct {
+		o     overrides.Override
+		field string
+	}{
+		{overrides.Override{Rule: "nope", Key: "u", Action: overrides.Exempt}, "rule"},
+		{overrides.Override{Rule: "everyone", Prefix: "10.", Action: overrides.Exempt}, "prefix"},
+		{overrides.Override{Rule: "per-user", Key: "u", Action: overrides.Limit, Rate: 1 << 62, Per: 1}, "rate"},
+	} {
+		err := f.e.CheckOverride(&c.o)
+		fe, ok := err.(*overrides.FieldError)
+		if !ok || fe.Field != c.field {
+			t.Errorf("%+v: %v, want an error naming %s", c.o, err, c.field)
+		}
+	}
+}

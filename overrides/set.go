@@ -1,0 +1,126 @@
+package overrides
+
+import (
+	"slices"
+	"time"
+)
+
+// Set is the overrides in force at one version of a store, indexed for
+// Find. It is immutable; a change makes a new Set.
+type Set struct {
+	version int64
+	all     []*Override
+	rules   map[string]*ruleIndex
+}
+
+// ruleIndex finds one rule's overrides: exact keys in a map, prefixes by
+// their lengths (a key is looked up once per distinct prefix length,
+// longest first).
+type ruleIndex struct {
+	exact    map[string]*Override
+	prefixes map[string]*Override
+	lengths  []int // of prefixes, longest first
+}
+
+// NewSet indexes list, the overrides of a store at version. Expired ones
+// are kept (Find skips them) until the store drops them.
+func NewSet(version int64, list []*Override) *Set {
+	s := &Set{version: version, all: list, rules: map[string]*ruleIndex{}}
+	for _, o := range list {
+		ri := s.rules[o.Rule]
+		if ri == nil {
+			ri = &ruleIndex{exact: map[string]*Override{}, prefixes: map[string]*Override{}}
+			s.rules[o.Rule] = ri
+		}
+		if o.Prefix == "" {
+			ri.exact[o.Key] = o
+			continue
+		}
+		if _, ok := ri.prefixes[o.Prefix]; !ok && !slices.Contains(ri.lengths, len(o.Prefix)) {
+			ri.lengths = append(ri.lengths, len(o.Prefix))
+		}
+		ri.prefixes[o.Prefix] = o
+	}
+	for _, ri := range s.rules {
+		slices.SortFunc(ri.lengths, func(a, b int) int { return b - a })
+	}
+	slices.SortFunc(s.all, func(a, b *Override) int {
+		switch {
+		case a.Rule != b.Rule:
+			return cmpString(a.Rule, b.Rule)
+		case a.Key+a.Prefix != b.Key+b.Prefix:
+			return cmpString(a.Key+a.Prefix, b.Key+b.Prefix)
+		}
+		return cmpString(a.ID, b.ID)
+	})
+	return s
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Version is the store's version the set was read at.
+func (s *Set) Version() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.version
+}
+
+// Empty reports whether the set has no override, live or not: the
+// engine's fast path.
+func (s *Set) Empty() bool { return s == nil || len(s.all) == 0 }
+
+// Has reports whether rule has any override, live or not.
+func (s *Set) Has(rule string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.rules[rule]
+	return ok
+}
+
+// Find returns the override in force at now for key under rule: the exact
+// key's, else the longest prefix's; nil if none.
+func (s *Set) Find(rule, key string, now time.Time) *Override {
+	if s == nil {
+		return nil
+	}
+	ri := s.rules[rule]
+	if ri == nil {
+		return nil
+	}
+	if o := ri.exact[key]; o != nil && o.Live(now) {
+		return o
+	}
+	for _, n := range ri.lengths {
+		if n > len(key) {
+			continue
+		}
+		if o := ri.prefixes[key[:n]]; o != nil && o.Live(now) {
+			return o
+		}
+	}
+	return nil
+}
+
+// Live returns the overrides in force at now, ordered by rule and key.
+func (s *Set) Live(now time.Time) []*Override {
+	if s == nil {
+		return nil
+	}
+	var out []*Override
+	for _, o := range s.all {
+		if o.Live(now) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
