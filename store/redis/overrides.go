@@ -1,0 +1,225 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice/overrides"
+)
+
+// Overrides keeps the operators' overrides (package overrides) in Redis,
+// where every process on the store reads them, in three keys of one hash
+// slot:
+//
+//	{sluice-overrides}:set      hash: id -> "<version>|<JSON of the override>"
+//	{sluice-overrides}:expiry   sorted set: id scored by its expiry (ms; +inf: until removed)
+//	{sluice-overrides}:version  the count of changes, the version of the set
+//
+// A change is one script: it drops what has expired, compares the
+// override's version, writes, counts the change and publishes on the
+// channel sluice-overrides, which every follower subscribes to (and it
+// re-reads on its own besides, so that a lost message heals). On Redis
+// Cluster the keys share a slot and the message reaches every node's
+// subscribers.
+type Overrides struct {
+	s                    *Store
+	set, expiry, version string
+	channel              string
+}
+
+// Overrides returns the overrides kept in s's Redis.
+func (s *Store) Overrides() *Overrides {
+	p := s.prefix + "{sluice-overrides}:"
+	return &Overrides{s: s, set: p + "set", expiry: p + "expiry", version: p + "version", channel: s.prefix + "sluice-overrides"}
+}
+
+var (
+	overridesLoad = rueidis.NewLuaScript(`
+local v = redis.call('GET', KEYS[3]) or '0'
+return {v, redis.call('HGETALL', KEYS[1])}
+`)
+	// ARGV: now (ms), id, ifVersion (-1 any, 0 absent), JSON, expiry (ms
+	// or "+inf"), max, channel. A reply {err, before} or {"", version, before}.
+	overridesPut = rueidis.NewLuaScript(`
+local now = tonumber(ARGV[1])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+local before = redis.call('HGET', KEYS[1], ARGV[2])
+local want = tonumber(ARGV[3])
+if want >= 0 then
+  local have = 0
+  if before then have = tonumber(string.match(before, '^(%d+)|')) end
+  if have ~= want then return {'version', before or ''} end
+end
+if not before and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[6]) then return {'full', ''} end
+local v = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[1], ARGV[2], v .. '|' .. ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[2])
+redis.call('PUBLISH', ARGV[7], v)
+return {'', tostring(v), before or ''}
+`)
+	// ARGV: now (ms), id, ifVersion, channel.
+	overridesDelete = rueidis.NewLuaScript(`
+local now = tonumber(ARGV[1])
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+local before = redis.call('HGET', KEYS[1], ARGV[2])
+if not before then return {'absent', ''} end
+local want = tonumber(ARGV[3])
+if want >= 0 and tonumber(string.match(before, '^(%d+)|')) ~= want then return {'version', before} end
+redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[2])
+local v = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[4], v)
+return {'', tostring(v), before}
+`)
+)
+
+func (o *Overrides) client() (rueidis.Client, error) {
+	c := o.s.conn()
+	if c == nil {
+		return nil, o.s.notConnected()
+	}
+	return c, nil
+}
+
+// Load returns every override and the version of the set.
+func (o *Overrides) Load(ctx context.Context) ([]*overrides.Override, int64, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := overridesLoad.Exec(ctx, c, []string{o.set, o.expiry, o.version}, nil).ToArray()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(r) != 2 {
+		return nil, 0, fmt.Errorf("redis: overrides: a reply of %d parts", len(r))
+	}
+	vs, _ := r[0].ToString()
+	version, err := strconv.ParseInt(vs, 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("redis: overrides: version %q", vs)
+	}
+	kv, err := r[1].AsStrMap()
+	if err != nil {
+		return nil, 0, err
+	}
+	list := make([]*overrides.Override, 0, len(kv))
+	for id, v := range kv {
+		ov, err := decodeOverride(v)
+		if err != nil {
+			return nil, 0, fmt.Errorf("redis: override %s: %w", id, err)
+		}
+		list = append(list, ov)
+	}
+	return list, version, nil
+}
+
+// Put writes ov if its version is ifVersion (-1: any; 0: absent).
+func (o *Overrides) Put(ctx context.Context, ov overrides.Override, ifVersion int64, now time.Time) (*overrides.Override, *overrides.Override, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	ov.ID = overrides.IDOf(ov.Rule, ov.Key, ov.Prefix)
+	ov.Updated, ov.Version = now.UTC(), 0
+	body, err := json.Marshal(ov)
+	if err != nil {
+		return nil, nil, err
+	}
+	expiry := "+inf"
+	if !ov.UntilRemoved {
+		expiry = strconv.FormatInt(ov.Expires.UnixMilli(), 10)
+	}
+	r, err := overridesPut.Exec(ctx, c, []string{o.set, o.expiry, o.version}, []string{
+		strconv.FormatInt(now.UnixMilli(), 10), ov.ID, strconv.FormatInt(ifVersion, 10), string(body), expiry,
+		strconv.Itoa(overrides.MaxOverrides), o.channel,
+	}).AsStrSlice()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch r[0] {
+	case "version":
+		return nil, nil, overrides.ErrVersion
+	case "full":
+		return nil, nil, overrides.ErrFull
+	}
+	ov.Version, _ = strconv.ParseInt(r[1], 10, 64)
+	var before *overrides.Override
+	if r[2] != "" {
+		if before, err = decodeOverride(r[2]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &ov, before, nil
+}
+
+// Delete removes the override id if its version is ifVersion (-1: any).
+func (o *Overrides) Delete(ctx context.Context, id string, ifVersion int64, now time.Time) (*overrides.Override, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	r, err := overridesDelete.Exec(ctx, c, []string{o.set, o.expiry, o.version}, []string{
+		strconv.FormatInt(now.UnixMilli(), 10), id, strconv.FormatInt(ifVersion, 10), o.channel,
+	}).AsStrSlice()
+	if err != nil {
+		return nil, err
+	}
+	switch r[0] {
+	case "absent":
+		return nil, overrides.ErrNotFound
+	case "version":
+		return nil, overrides.ErrVersion
+	}
+	return decodeOverride(r[2])
+}
+
+// Changes calls changed for each change published, until ctx ends or the
+// subscription fails (its error is returned; the follower subscribes
+// again and re-reads).
+func (o *Overrides) Changes(ctx context.Context, changed func()) error {
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	err = c.Receive(ctx, c.B().Subscribe().Channel(o.channel).Build(), func(rueidis.PubSubMessage) { changed() })
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("redis: overrides: the subscription ended")
+	}
+	return err
+}
+
+// decodeOverride reads "<version>|<JSON>".
+func decodeOverride(v string) (*overrides.Override, error) {
+	vs, body, ok := strings.Cut(v, "|")
+	if !ok {
+		return nil, errors.New("no version")
+	}
+	var ov overrides.Override
+	if err := json.Unmarshal([]byte(body), &ov); err != nil {
+		return nil, err
+	}
+	var err error
+	if ov.Version, err = strconv.ParseInt(vs, 10, 64); err != nil {
+		return nil, err
+	}
+	return &ov, nil
+}
+
+var _ overrides.Store = (*Overrides)(nil)
