@@ -94,5 +94,8 @@ func (l *DecisionLog) log(res *Result, where string) {
 	if res.Degraded() {
 		attrs = append(attrs, slog.Bool("degraded", true))
 	}
+	for _, o := range res.Overrides {
+		attrs = append(attrs, slog.String("override", o.Rule+" "+o.ID+" "+string(o.Action)))
+	}
 	l.Logger.LogAttrs(context.Background(), slog.LevelInfo, "sluice: decision", attrs...)
 }

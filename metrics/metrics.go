@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -31,6 +32,7 @@ type Metrics struct {
 	errs      *prometheus.CounterVec
 	collector *collector
 	panics    panics
+	changes   *prometheus.CounterVec
 }
 
 // New makes the metrics, in a registry of their own.
@@ -53,8 +55,12 @@ func New(version string) *Metrics {
 		version = "(devel)"
 	}
 	info.WithLabelValues(version, runtime.Version()).Set(1)
+	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_override_changes_total",
+		Help: "Operators' overrides changed through this process, by change: created, replaced, removed.",
+	}, []string{"change"})
 	m.collector = &collector{panics: &m.panics}
-	m.reg.MustRegister(m.latency, m.errs, info, m.collector,
+	m.reg.MustRegister(m.latency, m.errs, m.changes, info, m.collector,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -81,6 +87,13 @@ func (m *Metrics) WatchConcurrency(l *concurrency.Limiter) { m.collector.conc = 
 // WatchPressure adds the pressure factor adaptive rules follow to the
 // metrics.
 func (m *Metrics) WatchPressure(p *concurrency.Pressure) { m.collector.pressure = p }
+
+// OverrideChanged counts a change of an override made through this
+// process: "created", "replaced" or "removed".
+func (m *Metrics) OverrideChanged(change string) { m.changes.WithLabelValues(change).Inc() }
+
+// WatchOverrides reports the operators' overrides in force.
+func (m *Metrics) WatchOverrides(current func() *overrides.Set) { m.collector.overrides = current }
 
 // WatchRules reports a rules source's updates (an xDS subscription).
 func (m *Metrics) WatchRules(src RulesSource) { m.collector.rules = src }
@@ -116,9 +129,13 @@ type collector struct {
 	conc     *concurrency.Limiter
 	pressure *concurrency.Pressure
 	rules    RulesSource
+
+	overrides func() *overrides.Set
 }
 
 var (
+	descKeyOverrides = prometheus.NewDesc("sluice_overrides",
+		"Operators' overrides in force (not expired), by action: limit, exempt, block.", []string{"action"}, nil)
 	descPressure = prometheus.NewDesc("sluice_pressure_factor",
 		"The share of their rate that rules marked adaptive admit now: 1 while the upstream is healthy, less as its answers slow down or fail (--adaptive).", nil, nil)
 	descConcShedTier = prometheus.NewDesc("sluice_concurrency_shed_by_tier_total",
@@ -216,7 +233,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -230,6 +247,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descPanics, c.panics.http.Load(), "http")
 	counter(descPanics, c.panics.grpc.Load(), "grpc")
+	if c.overrides != nil {
+		n := map[overrides.Action]int{overrides.Limit: 0, overrides.Exempt: 0, overrides.Block: 0}
+		for _, o := range c.overrides().Live(time.Now()) {
+			n[o.Action]++
+		}
+		for a, v := range n {
+			ch <- prometheus.MustNewConstMetric(descKeyOverrides, prometheus.GaugeValue, float64(v), string(a))
+		}
+	}
 	if l := c.conc; l != nil {
 		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(l.Limit()))
 		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(l.InFlight()))

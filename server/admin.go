@@ -192,10 +192,23 @@ func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key str
 		}
 		return rule, key, true
 	}
+	key, err := keyOf(cfg, rr, q.Get, "key=K")
+	if err != nil {
+		writeBad(w, err)
+		return "", "", false
+	}
+	return rule, key, true
+}
+
+// keyOf builds the key of rule rr from the values of its key sources, each
+// got by the source's name, as the rules build it (an IPv6 address by its
+// prefix, a hashed source hashed). other names the other way to give the
+// key, for the error when a value is missing.
+func keyOf(cfg *rules.Config, rr *rules.Rule, value func(string) string, other string) (string, error) {
 	req := &rules.Request{Attributes: map[string]string{}}
 	var missing []string
 	for _, src := range rr.Key {
-		v := q.Get(src.Name)
+		v := value(src.Name)
 		if v == "" {
 			missing = append(missing, src.Name)
 			continue
@@ -203,8 +216,7 @@ func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key str
 		if src.Kind == rules.FromIP {
 			a, err := netip.ParseAddr(v)
 			if err != nil {
-				writeBad(w, &badRequest{src.Name, fmt.Sprintf("%q is not an IP address", v)})
-				return "", "", false
+				return "", &badRequest{src.Name, fmt.Sprintf("%q is not an IP address", v)}
 			}
 			req.ClientIP = a
 			continue
@@ -212,15 +224,13 @@ func (s *Server) stateKey(w http.ResponseWriter, r *http.Request) (rule, key str
 		req.Attributes[rules.AttributeName(src.Name)] = v
 	}
 	if len(missing) > 0 {
-		writeBad(w, &badRequest{missing[0], fmt.Sprintf("rule %s is keyed by %s: give %s (or key=K)", rule, strings.Join(sourceNames(rr), " and "), strings.Join(missing, " and "))})
-		return "", "", false
+		return "", &badRequest{missing[0], fmt.Sprintf("rule %s is keyed by %s: give %s (or %s)", rr.ID, strings.Join(sourceNames(rr), " and "), strings.Join(missing, " and "), other)}
 	}
 	b, state := rr.AppendKey(nil, req, "", cfg.IPv6Prefix)
 	if state != rules.KeyFound {
-		writeBad(w, &badRequest{"rule", "the key could not be built from the values given"})
-		return "", "", false
+		return "", &badRequest{"rule", "the key could not be built from the values given"}
 	}
-	return rule, string(b), true
+	return string(b), nil
 }
 
 func sourceNames(r *rules.Rule) []string {

@@ -132,6 +132,16 @@ type CheckResponse struct {
 	// estimate if not settled (RFC 3339).
 	ID       string `json:"id,omitempty"`
 	Deadline string `json:"deadline,omitempty"`
+	// Overrides names the operators' overrides that applied to the
+	// request: one that exempts a key leaves no status of its rule.
+	Overrides []AppliedOverrideJSON `json:"overrides,omitempty"`
+}
+
+// AppliedOverrideJSON is an override that applied to a request.
+type AppliedOverrideJSON struct {
+	Rule   string `json:"rule"`
+	ID     string `json:"id"`
+	Action string `json:"action"`
 }
 
 // StatusJSON is one rule's part of a CheckResponse.
@@ -147,6 +157,9 @@ type StatusJSON struct {
 	ResetAfterMs  int64   `json:"resetAfterMs"`
 	RetryAfterMs  int64   `json:"retryAfterMs"`
 	DelayMs       int64   `json:"delayMs,omitempty"`
+	// Override is the id of the operator's override that set this rule's
+	// limit for the key, or blocked it.
+	Override string `json:"override,omitempty"`
 }
 
 // badRequest is a fault in a request to the API, with the field at fault.
@@ -379,7 +392,11 @@ func (s *Server) respond(res *engine.Result) *CheckResponse {
 			Rule: st.Rule, Allowed: st.Allowed, Shadow: st.Shadow, Reason: reasonOf(st.Reason, st.Reduced),
 			Limit: st.Limit.Rate, PeriodSeconds: st.Limit.Period.Seconds(), Burst: st.Limit.Capacity(),
 			Remaining: st.Remaining, ResetAfterMs: ms(st.ResetAfter), RetryAfterMs: ms(st.RetryAfter), DelayMs: ms(st.Delay),
+			Override: st.Override,
 		}
+	}
+	for _, o := range res.Overrides {
+		resp.Overrides = append(resp.Overrides, AppliedOverrideJSON{Rule: o.Rule, ID: o.ID, Action: string(o.Action)})
 	}
 	// Rules skipped for a missing key are listed too, so that a request
 	// that forgot its API key can see which rules did not apply to it.

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/metrics"
+	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -72,6 +73,9 @@ type Options struct {
 	// Tracer, if set, makes an OpenTelemetry span of each decision on every
 	// API (package tracing); nil traces nothing.
 	Tracer *tracing.Tracer
+	// Overrides, if set, are the operators' overrides this process
+	// follows: /v1/overrides (admin) lists and changes them.
+	Overrides *overrides.Follower
 }
 
 // RulesSource is a source of rules other than files, such as an xDS
@@ -102,6 +106,9 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, e: o.Engine, limiter: httplimit.New(o.Engine, withTracer(o.HTTP, o.Tracer, "http")), mux: http.NewServeMux(), log: o.Logger, metrics: o.Metrics}
 	s.metrics.Watch(o.Engine, o.Memory, o.Share)
+	if o.Overrides != nil {
+		s.metrics.WatchOverrides(o.Overrides.Current)
+	}
 	s.mux.HandleFunc("POST /v1/check", s.check)
 	s.mux.HandleFunc("POST /v1/check:batch", s.checkBatch)
 	s.mux.HandleFunc("POST /v1/charge", s.charge)
@@ -119,6 +126,10 @@ func New(o Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/admin/hot", s.admin(s.hot))
 	s.mux.HandleFunc("GET /v1/pressure", s.admin(s.getPressure))
 	s.mux.HandleFunc("PUT /v1/pressure", s.admin(s.putPressure))
+	s.mux.HandleFunc("GET /v1/overrides", s.admin(s.listOverrides))
+	s.mux.HandleFunc("PUT /v1/overrides", s.admin(s.putOverride))
+	s.mux.HandleFunc("GET /v1/overrides/{id}", s.admin(s.getOverride))
+	s.mux.HandleFunc("DELETE /v1/overrides/{id}", s.admin(s.deleteOverride))
 	// The page holds no data: it fetches it from /v1/ui/state, an admin
 	// endpoint, with the token from the page's #token= fragment, which never
 	// reaches a server or a log.

@@ -119,7 +119,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		adm, err := server.New(server.Options{
 			Engine: s.eng, Region: *c.region, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 			AdminToken: *c.adminToken, Loopback: server.IsLoopback(*adminListen), AdminHosts: c.allowedHosts(),
-			Upstream: gateway.UpstreamCheck(u), Live: s.live, Pressure: c.pressure,
+			Upstream: gateway.UpstreamCheck(u), Live: s.live, Pressure: c.pressure, Overrides: s.overrides,
 		})
 		if err != nil {
 			return err

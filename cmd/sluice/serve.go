@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/internal/patient"
 	"github.com/sluice-rl/sluice/metrics"
+	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/share"
@@ -122,7 +123,10 @@ type setup struct {
 	metrics *metrics.Metrics
 	tracer  *tracing.Tracer // nil: tracing off
 	rules   int
-	json    bool // --log-format json: the start-up lines on stdout are JSON too
+	// overrides are the operators' overrides this process follows, in
+	// the store: the process's own for the embedded one.
+	overrides *overrides.Follower
+	json      bool // --log-format json: the start-up lines on stdout are JSON too
 }
 
 // say writes a start-up line to stdout: plain text, or with --log-format
@@ -204,6 +208,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	s.mem = memory.New(opts...)
 	var store sluice.Store = s.mem
+	var overridesStore overrides.Store = &overrides.Memory{}
 	gateways := func() int { return max(*c.gateways, 1) }
 	if *c.store != "memory" {
 		// Lazy: a gateway starts, and serves degraded, while Redis is down.
@@ -223,6 +228,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		s.closers = append(s.closers, func() { cancel(); <-done }, rs.Close) // leave the set, then close
 		gateways = m.Gateways
 		store = rs
+		overridesStore = rs.Overrides()
 		s.mem = nil // the embedded store is then only the fail-open fallback
 	}
 	if err := checkRegion(cfg, *c.region); err != nil {
@@ -252,9 +258,24 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
 	}
 	s.live = server.NewLive()
+	s.overrides = &overrides.Follower{Store: overridesStore, Logger: s.log}
+	{
+		// The overrides in force are read before the first request; a
+		// store that does not answer yet is followed until it does.
+		ctx, cancel := context.WithCancel(context.Background())
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := s.overrides.Refresh(rctx); err != nil {
+			s.log.Warn("sluice: the operators' overrides could not be read at start; following the store until they can", "error", err)
+		}
+		rcancel()
+		done := make(chan struct{})
+		go func() { s.overrides.Run(ctx); close(done) }()
+		s.closers = append([]func(){func() { cancel(); <-done }}, s.closers...)
+	}
 	s.eng, err = engine.New(cfg, engine.Options{
-		Load:  rules.LoadOptions{MergeDomains: *c.mergeDomains},
-		Store: wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
+		Overrides: s.overrides.Current,
+		Load:      rules.LoadOptions{MergeDomains: *c.mergeDomains},
+		Store:     wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
 		StoreName: redactedURL(*c.store),
 		Logger:    s.log, DecisionLog: dl,
 		OnStoreCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
@@ -522,7 +543,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Rules: rulesSource, Tracer: s.tracer, Region: *c.region,
 		Engine: s.eng, Memory: s.mem, Metrics: s.metrics, Logger: s.log, Share: s.share,
 		AdminToken: *c.adminToken, Loopback: server.IsLoopback(*c.listen), AdminHosts: c.allowedHosts(), AuthProxy: proxy,
-		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure,
+		HTTP: httplimit.Options{LegacyHeaders: *legacy}, Live: s.live, Pressure: c.pressure, Overrides: s.overrides,
 	})
 	if err != nil {
 		return err
