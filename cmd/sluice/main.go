@@ -4,6 +4,7 @@
 //	sluice gateway --config FILE --upstream URL [--listen 127.0.0.1:8080]
 //	sluice check FILE...
 //	sluice import nginx NGINX_CONF
+//	sluice override set|ls|rm [flags]
 //	sluice estimate --keys 10M --limit 100/1m [--active 5%]
 //	sluice replay --config RULES ACCESS_LOG
 //	sluice simulate SCENARIO [--format table|json|csv]
@@ -39,6 +40,7 @@ func commands() []command {
 		{"simulate", "run a scenario through the real algorithms and store", runSimulate},
 		{"replay", "replay an access log through rules: what would they reject?", runReplay},
 		{"estimate", "estimate memory for a limit over many keys, measured", runEstimate},
+		{"override", "change a rule for some keys in a running sluice: set, ls, rm", runOverride},
 		{"probe", "ask a running sluice for /healthz or /readyz: exit 0 when healthy", runProbe},
 		{"version", "print the version", runVersion},
 	}

@@ -188,21 +188,29 @@ func Lines(s, sub string) string {
 // its exit code and what it wrote to stderr.
 func Run(t testing.TB, args ...string) (int, string) {
 	t.Helper()
+	code, _, stderr := RunOutput(t, args...)
+	return code, stderr
+}
+
+// RunOutput runs the built sluice with args to its end (at most 30 s) and
+// returns its exit code, stdout and stderr.
+func RunOutput(t testing.TB, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var stderr bytes.Buffer
+	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, Sluice(t), args...)
-	cmd.Stderr = &stderr
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, stderr.String()
+		return 0, stdout.String(), stderr.String()
 	case errors.As(err, &exit):
-		return exit.ExitCode(), stderr.String()
+		return exit.ExitCode(), stdout.String(), stderr.String()
 	}
 	t.Fatal(err)
-	return 0, ""
+	return 0, "", ""
 }
 
 // Exclusive waits until no other test process on this machine holds the
