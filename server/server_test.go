@@ -56,7 +56,11 @@ func newFixtureOf(t testing.TB, src string, o Options) *fixture {
 	mem := memory.New(memory.WithClock(clock))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	o.Metrics = metrics.New("test")
-	e, err := engine.New(cfg, engine.Options{Store: mem, Logger: quiet, OnStoreCall: o.Metrics.ObserveStoreCall})
+	eo := engine.Options{Store: mem, Logger: quiet, OnStoreCall: o.Metrics.ObserveStoreCall}
+	if o.Overrides != nil {
+		eo.Overrides = o.Overrides.Current
+	}
+	e, err := engine.New(cfg, eo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/overrides"
+)
+
+func overridesFixture(t *testing.T, o Options) (*fixture, *overrides.Memory) {
+	t.Helper()
+	store := &overrides.Memory{}
+	o.Overrides = &overrides.Follower{Store: store}
+	return newFixture(t, o), store
+}
+
+// The API end to end in the process: set, read, replace only at the
+// version read, check answers naming the override, remove.
+func TestOverridesAPI(t *testing.T) {
+	f, _ := overridesFixture(t, Options{Loopback: true})
+	body := `{"rule":"per-user","keyValues":{"user":"u42"},"action":"limit","rate":3,"per":"1m","for":"1h","reason":"trial","by":"ops"}`
+	w := f.do("PUT", "/v1/overrides", body)
+	if w.Code != http.StatusCreated || w.Header().Get("ETag") != `"1"` {
+		t.Fatalf("create: %d %s %s", w.Code, w.Header().Get("ETag"), w.Body)
+	}
+	var o overrides.Override
+	json.Unmarshal(w.Body.Bytes(), &o)
+	allowed := 0
+	for range 5 {
+		w := f.do("POST", "/v1/check", `{"request":{"method":"GET","path":"/","headers":{"X-User-ID":"u42"}}}`)
+		var r CheckResponse
+		json.Unmarshal(w.Body.Bytes(), &r)
+		if r.Allowed {
+			allowed++
+		}
+		if len(r.Overrides) != 1 || r.Overrides[0].ID != o.ID {
+			t.Fatalf("a check the override applied to does not name it: %s", w.Body)
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("limited to 3 by the override: %d of 5 allowed", allowed)
+	}
+	if w := f.do("PUT", "/v1/overrides", body); w.Code != http.StatusPreconditionRequired {
+		t.Fatalf("a blind overwrite: %d, want 428", w.Code)
+	}
+	if w := f.do("PUT", "/v1/overrides", body, "If-None-Match", "*"); w.Code != http.StatusPreconditionFailed {
+		t.Fatalf("create-only over an existing one: %d, want 412", w.Code)
+	}
+	if w := f.do("PUT", "/v1/overrides", body, "If-Match", `"7"`); w.Code != http.StatusPreconditionFailed {
+		t.Fatalf("a replace at a stale version: %d, want 412", w.Code)
+	}
+	if w := f.do("PUT", "/v1/overrides", strings.Replace(body, `"rate":3`, `"rate":4`, 1), "If-Match", `"1"`); w.Code != http.StatusOK || w.Header().Get("ETag") != `"2"` {
+		t.Fatalf("a replace at its version: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("GET", "/v1/overrides/"+o.ID, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"rate":4`) {
+		t.Fatalf("get: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("DELETE", "/v1/overrides/"+o.ID+"?by=ops&reason=over", "", "If-Match", `"1"`); w.Code != http.StatusPreconditionFailed {
+		t.Fatalf("delete at a stale version: %d", w.Code)
+	}
+	if w := f.do("DELETE", "/v1/overrides/"+o.ID+"?by=ops&reason=over", ""); w.Code != http.StatusOK {
+		t.Fatalf("delete: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("GET", "/v1/overrides", ""); !strings.Contains(w.Body.String(), `"overrides":[]`) || w.Header().Get("ETag") != `"3"` {
+		t.Fatalf("list after: %s %s", w.Header().Get("ETag"), w.Body)
+	}
+}
+
+// What an attacker or a careless operator sends is refused with the field
+// at fault, and nothing changes.
+func TestOverridesAPIRefusesBadInput(t *testing.T) {
+	f, store := overridesFixture(t, Options{Loopback: true})
+	ok := map[string]any{"rule": "per-user", "keyValues": map[string]string{"user": "u"}, "action": "exempt", "for": "1h", "reason": "r", "by": "b"}
+	with := func(k string, v any) string {
+		m := map[string]any{}
+		for a, b := range ok {
+			m[a] = b
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for _, c := range []struct {
+		body, field string
+		status      int
+	}{
+		{with("rule", "nope"), "rule", 400},
+		{with("keyValues", map[string]string{"phone": "1"}), "keyValues", 400},
+		{with("keyValues", nil), "key", 400},
+		{with("key", strings.Repeat("k", 2000)), "keyValues", 400},
+		{with("prefix", "u"), "keyValues", 400},
+		{with("action", "nuke"), "action", 400},
+		{with("action", "limit"), "rate", 400},
+		{with("for", "-1h"), "for", 400},
+		{with("for", nil), "expires", 400},
+		{with("expires", "2020-01-01T00:00:00Z"), "for", 400},
+		{strings.Replace(with("for", nil), `"by"`, `"expires":"2020-01-01T00:00:00Z","by"`, 1), "expires", 400},
+		{strings.Replace(with("for", nil), `"by"`, `"expires":"2999-01-01T00:00:00Z","by"`, 1), "expires", 400},
+		{strings.Replace(with("for", nil), `"by"`, `"expires":"tomorrow","by"`, 1), "expires", 400},
+		{with("reason", ""), "reason", 400},
+		{strings.Replace(with("", nil), `"by":"b"`, "\"by\":\"\xff\"", 1), "", 400},
+		{with("per", "fast"), "per", 400},
+		{strings.Replace(with("", nil), `"action"`, `"Action":"block","action"`, 1), "Action", 400},
+		{strings.Replace(with("", nil), `"action"`, `"action":"block","action"`, 1), "action", 400},
+		{`{"rule":"per-user","key":"` + strings.Repeat("x", 2<<20) + `"}`, "", 413},
+	} {
+		w := f.do("PUT", "/v1/overrides", c.body)
+		var p struct{ Field string }
+		json.Unmarshal(w.Body.Bytes(), &p)
+		if w.Code != c.status || (c.field != "" && p.Field != c.field) || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%.120s: %d %s, want %d naming %q", c.body, w.Code, w.Body, c.status, c.field)
+		}
+	}
+	for _, c := range []struct{ target, field string }{
+		{"/v1/overrides/x?reason=r", "by"},
+		{"/v1/overrides/x?by=b", "reason"},
+	} {
+		if w := f.do("DELETE", c.target, ""); w.Code != 400 || !strings.Contains(w.Body.String(), c.field) {
+			t.Errorf("DELETE %s: %d %s", c.target, w.Code, w.Body)
+		}
+	}
+	if w := f.do("PUT", "/v1/overrides", with("", nil), "If-Match", "seven"); w.Code != 400 {
+		t.Errorf("If-Match seven: %d", w.Code)
+	}
+	if list, _, _ := store.Load(context.Background()); len(list) != 0 {
+		t.Fatalf("bad requests changed the overrides: %d", len(list))
+	}
+	// A huge key value is counted, and overridden, as its digest.
+	huge := with("keyValues", map[string]string{"user": strings.Repeat("v", 100_000)})
+	if w := f.do("PUT", "/v1/overrides", huge); w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"key":"~sha256:`) {
+		t.Fatalf("a huge key value: %d %.200s", w.Code, w.Body)
+	}
+}
+
+// Past MaxOverrides the next is refused (409) and the store keeps what it
+// had; the admin guard covers the API as every admin endpoint.
+func TestOverridesAPIIsBoundedAndGuarded(t *testing.T) {
+	f, store := overridesFixture(t, Options{Loopback: true})
+	for i := range overrides.MaxOverrides {
+		o := overrides.Override{Rule: "per-user", Key: fmt.Sprint("k", i), Action: overrides.Exempt, Expires: time.Now().Add(time.Hour), Reason: "r", By: "b"}
+		if _, _, err := store.Put(context.Background(), o, 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := f.do("PUT", "/v1/overrides", `{"rule":"per-user","key":"one more","action":"exempt","for":"1h","reason":"r","by":"b"}`)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "at most 10000") {
+		t.Fatalf("one past the bound: %d %s", w.Code, w.Body)
+	}
+	if w := f.do("PUT", "/v1/overrides", `{}`, "Host", "attacker.example"); w.Code != http.StatusForbidden {
+		t.Errorf("a foreign Host: %d", w.Code)
+	}
+	if w := f.do("DELETE", "/v1/overrides/x?by=b&reason=r", "", "Origin", "https://attacker.example"); w.Code != http.StatusForbidden {
+		t.Errorf("a foreign Origin: %d", w.Code)
+	}
+	open, _ := overridesFixture(t, Options{Loopback: false})
+	if w := open.do("GET", "/v1/overrides", ""); w.Code != http.StatusForbidden {
+		t.Errorf("off loopback without a token: %d", w.Code)
+	}
+	tok, _ := overridesFixture(t, Options{Loopback: false, AdminToken: "t0k"})
+	if w := tok.do("GET", "/v1/overrides", "", "Authorization", "Bearer nope"); w.Code != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d", w.Code)
+	}
+	if w := tok.do("GET", "/v1/overrides", "", "Authorization", "Bearer t0k"); w.Code != http.StatusOK {
+		t.Errorf("the token: %d", w.Code)
+	}
+}
