@@ -232,7 +232,7 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
 		switch {
 		case state == rules.KeyFound:
-			if !ov.Empty() && ov.Has(r.ID) {
+			if !ov.Empty() && (ov.Has(r.ID) || r.OverrideOf != "" && ov.Has(r.OverrideOf)) {
 				if now.IsZero() {
 					now = time.Now()
 				}

@@ -149,7 +149,11 @@ func keyNames(r *rule) string {
 // (exempt, or blocked: its status added) and otherwise the rule to count
 // under, and the id of the limit override that made it.
 func (e *Engine) override(rs *ruleSet, set *overrides.Set, r *rule, res *Result, start int, now time.Time) (*rule, string, bool) {
-	o := set.Find(r.ID, view.String(res.keyBuf[start:]), now) // not kept
+	key := view.String(res.keyBuf[start:]) // not kept
+	o := set.Find(r.ID, key, now)
+	if o == nil && r.OverrideOf != "" {
+		o = set.Find(r.OverrideOf, key, now) // the file's override of the rule, for this key: the operator's wins
+	}
 	if o == nil {
 		return r, "", false
 	}

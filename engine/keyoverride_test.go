@@ -174,3 +174,22 @@ func TestAnOverrideTheRulesCannotApplyIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// An operator's override of a rule wins over the file's override of the
+// same rule for the same key while it lives.
+func TestAnOperatorsOverrideWinsOverTheFiles(t *testing.T) {
+	store := &overrides.Memory{}
+	fol := &overrides.Follower{Store: store}
+	f := newFixture(t, `
+rules:
+  - {id: per-user, key: [user], rate: 3, per: 1h, overrides: [{values: {user: [partner]}, rate: 10}]}
+`, Options{Overrides: fol.Current})
+	if n, _ := admittedOf(t, f, "partner", 20); n != 10 {
+		t.Fatalf("the file's override: %d of 20, want 10", n)
+	}
+	o := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "partner", Action: overrides.Block})
+	n, res := admittedOf(t, f, "partner", 5)
+	if n != 0 || len(res.Overrides) != 1 || res.Overrides[0].ID != o.ID {
+		t.Fatalf("blocked over the file's override: %d admitted, overrides %+v", n, res.Overrides)
+	}
+}

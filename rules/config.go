@@ -101,6 +101,10 @@ type Rule struct {
 	Key []*Source
 	// Limit is the rate, period, burst and algorithm.
 	Limit sluice.Limit
+	// OverrideOf is, for a rule made of another's overrides list
+	// ("per-key.override-1"), that rule's id: an operator's override of
+	// that rule for one of these keys applies here.
+	OverrideOf string
 	// Cost is what one request takes (default 1).
 	Cost int64
 	// Unit names what the rule counts, in the answers' words ("Limit is

@@ -32,6 +32,7 @@ func (d *decoder) overrides(r *Rule) []*Rule {
 		x := *r
 		x.overrides, x.also = nil, nil
 		x.ID = fmt.Sprintf("%s.override-%d", r.ID, i+1)
+		x.OverrideOf = r.ID
 		x.Match.Values = append(slices.Clone(r.Match.Values), o.values...)
 		l := r.Limit
 		if o.limit.Rate > 0 {
