@@ -145,7 +145,19 @@ type LiveState struct {
 	Series     map[string]*LiveSeries `json:"series"`
 	TopLimited []LiveKey              `json:"topLimited"`
 	Locked     []LiveKey              `json:"locked"`
+	Overrides  []LiveOverride         `json:"overrides"`
 	Store      LiveStore              `json:"store"`
+}
+
+// LiveOverride is an operator's override in force (keyed as LiveKey: the
+// key itself only for a rule with showKeys, else its hash).
+type LiveOverride struct {
+	LiveKey
+	ID     string `json:"id"`
+	Prefix string `json:"prefix,omitempty"`
+	What   string `json:"what"`
+	By     string `json:"by"`
+	Reason string `json:"reason"`
 }
 
 // LiveRule is a rule as loaded.
@@ -191,7 +203,7 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 	cfg := s.e.Config()
 	now := time.Now()
 	out := LiveState{Now: now.UnixMilli(), Rules: []LiveRule{}, Times: []int64{}, Series: map[string]*LiveSeries{},
-		TopLimited: []LiveKey{}, Locked: []LiveKey{}, Store: LiveStore{Breakers: map[string]string{}, Gateways: s.e.Gateways()}}
+		TopLimited: []LiveKey{}, Locked: []LiveKey{}, Overrides: []LiveOverride{}, Store: LiveStore{Breakers: map[string]string{}, Gateways: s.e.Gateways()}}
 	show := func(rule, key string) LiveKey {
 		if r := cfg.Rule(rule); r != nil && r.ShowKeys {
 			return LiveKey{Rule: rule, Key: key}
@@ -205,6 +217,17 @@ func (s *Server) liveState(w http.ResponseWriter, r *http.Request) {
 	}
 	for n, st := range s.e.Store().BreakerStates() {
 		out.Store.Breakers[n] = st
+	}
+	if s.o.Overrides != nil {
+		for _, o := range s.o.Overrides.Current().Live(now) {
+			lo := LiveOverride{ID: o.ID, Prefix: o.Prefix, What: describeOverride(o), By: o.By, Reason: o.Reason}
+			if o.Prefix == "" {
+				lo.LiveKey = show(o.Rule, o.Key)
+			} else {
+				lo.Rule = o.Rule
+			}
+			out.Overrides = append(out.Overrides, lo)
+		}
 	}
 	if l != nil {
 		l.mu.Lock()

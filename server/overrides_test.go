@@ -173,3 +173,20 @@ func TestOverridesAPIIsBoundedAndGuarded(t *testing.T) {
 		t.Errorf("the token: %d", w.Code)
 	}
 }
+
+// The live page lists the overrides in force, keys shown as every key on
+// it is (hashed unless the rule says showKeys).
+func TestTheLivePageListsTheOverridesInForce(t *testing.T) {
+	f, _ := overridesFixture(t, Options{Loopback: true, Live: NewLive()})
+	if w := f.do("PUT", "/v1/overrides", `{"rule":"per-user","keyValues":{"user":"u42"},"action":"block","for":"1h","reason":"abuse","by":"ops"}`); w.Code != 201 {
+		t.Fatal(w.Code, w.Body)
+	}
+	w := f.do("GET", "/v1/ui/state", "")
+	var st LiveState
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Overrides) != 1 || st.Overrides[0].Rule != "per-user" || st.Overrides[0].KeyHash == "" || st.Overrides[0].Key != "" || !strings.HasPrefix(st.Overrides[0].What, "block until ") || st.Overrides[0].Reason != "abuse" {
+		t.Fatalf("the live state's overrides: %+v", st.Overrides)
+	}
+}
