@@ -845,3 +845,28 @@ func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
 	}
 	openBecomes(0)
 }
+
+// A held answer's bytes leave the count as the client's window takes them,
+// part by part, not only when the answer is all sent.
+func TestAHeldAnswerIsCountedAsItDrains(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	r.call(1, "/t.T/Echo", framed(bytes.Repeat([]byte("x"), 40))) // 45 bytes framed
+	r.next(func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamID == 1 })
+	for _, c := range []struct {
+		grant uint32
+		held  int64
+	}{{0, 45}, {10, 35}, {30, 5}, {5, 0}} {
+		if c.grant > 0 {
+			r.fr.WriteWindowUpdate(1, c.grant)
+		}
+		for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() != c.held; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after granting %d: %d bytes held, want %d", c.grant, f.s.heldAnswerBytes.Load(), c.held)
+			}
+		}
+	}
+	if code, _ := r.grpcStatus(1); code != "0" {
+		t.Fatalf("grpc-status %s", code)
+	}
+}
