@@ -3,6 +3,7 @@ package overrides
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -22,6 +23,9 @@ type Follower struct {
 
 	current atomic.Pointer[Set]
 	failed  atomic.Bool
+	// reading serialises Refresh: callers that arrive while a read runs
+	// find the version it read and do not read again.
+	reading sync.Mutex
 }
 
 // Current returns the set in force (nil before the first read).
@@ -33,15 +37,25 @@ func (f *Follower) Healthy() bool { return !f.failed.Load() }
 // Refresh reads the store now: after a change made through this process,
 // so that it is in force here before the change is answered.
 func (f *Follower) Refresh(ctx context.Context) error {
+	f.reading.Lock()
+	defer f.reading.Unlock()
+	if cur := f.current.Load(); cur != nil {
+		v, err := f.Store.Version(ctx)
+		if err != nil {
+			f.failed.Store(true)
+			return err
+		}
+		if v == cur.Version() {
+			f.failed.Store(false)
+			return nil
+		}
+	}
 	list, version, err := f.Store.Load(ctx)
 	if err != nil {
 		f.failed.Store(true)
 		return err
 	}
 	f.failed.Store(false)
-	if cur := f.current.Load(); cur != nil && cur.Version() == version {
-		return nil
-	}
 	s := NewSet(version, list)
 	f.current.Store(s)
 	if f.OnChange != nil {

@@ -44,15 +44,6 @@ func NewSet(version int64, list []*Override) *Set {
 	for _, ri := range s.rules {
 		slices.SortFunc(ri.lengths, func(a, b int) int { return b - a })
 	}
-	slices.SortFunc(s.all, func(a, b *Override) int {
-		switch {
-		case a.Rule != b.Rule:
-			return cmpString(a.Rule, b.Rule)
-		case a.Key+a.Prefix != b.Key+b.Prefix:
-			return cmpString(a.Key+a.Prefix, b.Key+b.Prefix)
-		}
-		return cmpString(a.ID, b.ID)
-	})
 	return s
 }
 
@@ -122,5 +113,14 @@ func (s *Set) Live(now time.Time) []*Override {
 			out = append(out, o)
 		}
 	}
+	slices.SortFunc(out, func(a, b *Override) int {
+		switch {
+		case a.Rule != b.Rule:
+			return cmpString(a.Rule, b.Rule)
+		case a.Key+a.Prefix != b.Key+b.Prefix:
+			return cmpString(a.Key+a.Prefix, b.Key+b.Prefix)
+		}
+		return cmpString(a.ID, b.ID)
+	})
 	return out
 }

@@ -19,6 +19,9 @@ import (
 type Store interface {
 	// Load returns every override and the store's version.
 	Load(ctx context.Context) ([]*Override, int64, error)
+	// Version returns the store's version alone: a reader that has it
+	// need not Load.
+	Version(ctx context.Context) (int64, error)
 	// Put writes o (its ID, Version and Updated set by the store) and
 	// returns it as written and the override it replaced, if any.
 	Put(ctx context.Context, o Override, ifVersion int64, now time.Time) (written, before *Override, err error)
@@ -37,6 +40,16 @@ type Memory struct {
 	version int64
 	byID    map[string]*Override
 	waiters []chan struct{}
+	// nextExpiry is the earliest expiry among byID (zero: none): a change
+	// before it has nothing to drop and does not look.
+	nextExpiry time.Time
+}
+
+// Version returns the version.
+func (m *Memory) Version(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.version, nil
 }
 
 // Load returns every override and the version.
@@ -65,6 +78,9 @@ func (m *Memory) Put(_ context.Context, o Override, ifVersion int64, now time.Ti
 		m.byID = map[string]*Override{}
 	}
 	m.byID[o.ID] = &o
+	if !o.UntilRemoved && (m.nextExpiry.IsZero() || o.Expires.Before(m.nextExpiry)) {
+		m.nextExpiry = o.Expires
+	}
 	m.notify()
 	return &o, before, nil
 }
@@ -113,9 +129,16 @@ func (m *Memory) notify() {
 // dropExpired removes what has expired; under mu. It changes no version:
 // an expired override was already out of force.
 func (m *Memory) dropExpired(now time.Time) {
+	if m.nextExpiry.IsZero() || now.Before(m.nextExpiry) {
+		return
+	}
+	m.nextExpiry = time.Time{}
 	for id, o := range m.byID {
-		if !o.Live(now) {
+		switch {
+		case !o.Live(now):
 			delete(m.byID, id)
+		case !o.UntilRemoved && (m.nextExpiry.IsZero() || o.Expires.Before(m.nextExpiry)):
+			m.nextExpiry = o.Expires
 		}
 	}
 }

@@ -127,6 +127,19 @@ func (o *Overrides) Load(ctx context.Context) ([]*overrides.Override, int64, err
 	return list, version, nil
 }
 
+// Version returns the version of the set.
+func (o *Overrides) Version(ctx context.Context) (int64, error) {
+	c, err := o.client()
+	if err != nil {
+		return 0, err
+	}
+	v, err := c.Do(ctx, c.B().Get().Key(o.version).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return v, err
+}
+
 // Put writes ov if its version is ifVersion (-1: any; 0: absent).
 func (o *Overrides) Put(ctx context.Context, ov overrides.Override, ifVersion int64, now time.Time) (*overrides.Override, *overrides.Override, error) {
 	c, err := o.client()
