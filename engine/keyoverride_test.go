@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/overrides"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // overrideFixture is an engine on two rules — per-user 3 an hour, and a
@@ -191,5 +193,52 @@ rules:
 	n, res := admittedOf(t, f, "partner", 5)
 	if n != 0 || len(res.Overrides) != 1 || res.Overrides[0].ID != o.ID {
 		t.Fatalf("blocked over the file's override: %d admitted, overrides %+v", n, res.Overrides)
+	}
+}
+
+// BenchmarkFiveRulesWithOverrides is BenchmarkFiveRules with 10,000
+// operators' overrides in force: on other keys of the user rule (a map
+// lookup that misses), and on the request's own key (a limit override).
+func BenchmarkFiveRulesWithOverrides(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		own  bool
+	}{{"none", false}, {"10k-on-other-keys", false}, {"10k-and-this-key", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			clock := sluice.NewManualClock(epoch)
+			cfg := mustRules(b, `
+rules:
+  - {id: ip, key: [ip], rate: 1000000, per: 1s}
+  - {id: user, key: [user], rate: 1000000, per: 1s, burst: 1000}
+  - {id: route, key: [user, route], match: {path: "/items"}, rate: 1000000, per: 1s}
+  - {id: tenant, key: [tenant], rate: 1000000, per: 1s, algorithm: token-bucket}
+  - {id: window, key: [user], rate: 1000000, per: 1s, algorithm: sliding-window}
+`)
+			var list []*overrides.Override
+			if c.name != "none" {
+				for i := range 10_000 {
+					list = append(list, &overrides.Override{ID: fmt.Sprint(i), Rule: "user", Key: fmt.Sprint("other-", i), Action: overrides.Exempt, UntilRemoved: true})
+				}
+			}
+			if c.own {
+				list = append(list, &overrides.Override{ID: "own", Rule: "user", Key: "u42", Action: overrides.Limit, Rate: 2_000_000, Per: overrides.Duration(time.Second), UntilRemoved: true})
+			}
+			set := overrides.NewSet(1, list)
+			e, err := New(cfg, Options{Store: memory.New(memory.WithClock(clock)), Logger: quiet, Overrides: func() *overrides.Set { return set }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := userReq("u42")
+			req.Header["X-Tenant-Id"] = []string{"t1"}
+			var res Result
+			ctx := context.Background()
+			for b.Loop() {
+				clock.Advance(time.Microsecond)
+				e.Check(ctx, req, CheckOptions{}, &res)
+			}
+			if len(res.Statuses) != 5 || !res.Allowed || (len(res.Overrides) == 1) != c.own {
+				b.Fatalf("statuses %d, allowed %v, overrides %v", len(res.Statuses), res.Allowed, res.Overrides)
+			}
+		})
 	}
 }
