@@ -127,8 +127,33 @@ func (e *Engine) CheckOverride(o *overrides.Override) error {
 	case o.Prefix != "" && (len(r.Key) != 1 || r.Key[0].Hash || r.Key[0].Kind == rules.FromIP):
 		return &overrides.FieldError{Field: "prefix", Problem: fmt.Sprintf("rule %q is keyed by %s: a prefix needs a rule keyed by one source that is neither hashed nor an address", o.Rule, keyNames(r))}
 	case o.Action == overrides.Limit:
-		_, err := withLimit(r, o)
-		return err
+		if _, err := withLimit(r, o); err != nil {
+			return err
+		}
+		return e.checkDistinctLimits(o)
+	}
+	return nil
+}
+
+// MaxOverrideLimits bounds the distinct limits (rate, period, burst) among
+// one rule's limit overrides: a store keeps a table (or a fingerprint) per
+// limit of a rule, and finds it among the rule's others, so that a few
+// tiers cost nothing and thousands would cost every decision of the rule.
+const MaxOverrideLimits = 256
+
+func (e *Engine) checkDistinctLimits(o *overrides.Override) error {
+	type limit struct {
+		rate, burst int64
+		per         time.Duration
+	}
+	seen := map[limit]bool{{o.Rate, o.Burst, o.Per.D()}: true}
+	for _, x := range e.keyOverrides.current().Live(time.Now()) {
+		if x.Rule == o.Rule && x.Action == overrides.Limit && x.ID != overrides.IDOf(o.Rule, o.Key, o.Prefix) {
+			seen[limit{x.Rate, x.Burst, x.Per.D()}] = true
+		}
+	}
+	if len(seen) > MaxOverrideLimits {
+		return &overrides.FieldError{Field: "rate", Problem: fmt.Sprintf("rule %s's overrides already have %d distinct limits, the most they may: give this key one of the limits in use", o.Rule, MaxOverrideLimits)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,26 @@ rules:
 				b.Fatalf("statuses %d, allowed %v, overrides %v", len(res.Statuses), res.Allowed, res.Overrides)
 			}
 		})
+	}
+}
+
+// A rule's limit overrides have at most MaxOverrideLimits distinct limits;
+// one more distinct is refused, one in use is not.
+func TestARulesOverridesHaveFewDistinctLimits(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	for i := range MaxOverrideLimits {
+		put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: fmt.Sprint("u", i), Action: overrides.Limit, Rate: int64(10 + i), Per: overrides.Duration(time.Hour)})
+	}
+	next := overrides.Override{Rule: "per-user", Key: "another", Action: overrides.Limit, Rate: 5, Per: overrides.Duration(time.Hour)}
+	if err := f.e.CheckOverride(&next); err == nil || !strings.Contains(err.Error(), "distinct limits") {
+		t.Fatalf("a distinct limit past the bound: %v", err)
+	}
+	next.Rate = 10 // in use
+	if err := f.e.CheckOverride(&next); err != nil {
+		t.Fatalf("a limit in use: %v", err)
+	}
+	again := overrides.Override{Rule: "per-user", Key: "u0", Action: overrides.Limit, Rate: 7, Per: overrides.Duration(time.Hour)}
+	if err := f.e.CheckOverride(&again); err != nil {
+		t.Fatalf("replacing an override's own limit: %v", err)
 	}
 }
