@@ -111,7 +111,8 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 	}
 	var out [1]sluice.Decision
 	dl, n := e.degradedLimit(r, l)
-	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), DryRun: tk.DryRun, Charge: tk.Charge}}
+	fb := [1]sluice.Take{{Rule: r.fallbackID, Key: tk.Key, Limit: dl, Cost: mulCost(tk.Cost, n), DryRun: tk.DryRun, Charge: tk.Charge,
+		Floor: mulCost(degradedFloor(tk.Floor, dl, l), n)}}
 	if e.fallback.Take(ctx, fb[:], out[:]) == nil {
 		d = out[0]
 		d.Rule, d.Limit, d.Remaining = r.ID, l, d.Remaining/n
@@ -120,6 +121,17 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 		e.client.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
 	}
 	return d
+}
+
+// degradedFloor is a tier's floor (Take.Floor, in units of l) in the
+// degraded limit dl: the same share of its capacity, rounded up, so that
+// the tiers above keep their part of a gateway's share while the store
+// fails, as they keep it of the store's count.
+func degradedFloor(floor int64, dl, l sluice.Limit) int64 {
+	if floor <= 0 || dl == l {
+		return floor
+	}
+	return min(dl.Capacity(), int64(math.Ceil(float64(floor)*float64(dl.Capacity())/float64(l.Capacity()))))
 }
 
 // writesBack reports whether what a rule admits while the store fails is

@@ -489,3 +489,91 @@ func TestAUsageReportIsCountedWhileTheStoreFails(t *testing.T) {
 		t.Fatalf("owed %d units, want the 3 reported", o.Owed)
 	}
 }
+
+// A rule with its own fallback limit counts what this gateway admitted
+// through the store in that limit too: 2 healthy admissions of a per-node
+// fallback of 3 leave 1 when the store fails.
+func TestAFallbackLimitCountsWhatWasAdmittedThroughTheStore(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, fallback: {rate: 3, per: 1h}}\n", Options{BreakerFailures: 1000})
+	for range 2 {
+		if !f.check(t, userReq("u")).Allowed {
+			t.Fatal("healthy: refused")
+		}
+	}
+	f.store.mode.Store(1)
+	admitted := 0
+	for range 5 {
+		if f.check(t, userReq("u")).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("store failing after 2 admitted through it, fallback 3: %d admitted, want 1", admitted)
+	}
+}
+
+// A rule with tiers keeps its floor in the share too: the store's last
+// answer for a low tier (what is left above the floor) plus the floor is
+// what the gateway's share starts from, so the critical tier keeps its
+// part while the store fails.
+func TestTheShareOfATieredRuleKeepsTheFloor(t *testing.T) {
+	f := newFixture(t, `
+priority: {from: header:X-Priority}
+rules:
+  - {id: r, key: [user], rate: 10, per: 1h, tiers: {critical: 40%}}
+`, Options{BreakerFailures: 1000})
+	normal := func() *rules.Request { r := userReq("u"); r.Header["X-Priority"] = []string{"sheddable"}; return r }
+	critical := func() *rules.Request { r := userReq("u"); r.Header["X-Priority"] = []string{"critical"}; return r }
+	n := 0
+	for range 10 {
+		if f.check(t, normal()).Allowed {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Fatalf("healthy, normal tier: %d admitted of 10, want 6 (4 kept for critical)", n)
+	}
+	f.store.mode.Store(1)
+	if f.check(t, normal()).Allowed {
+		t.Fatal("store failing: the normal tier was admitted past its part")
+	}
+	c := 0
+	for range 10 {
+		if f.check(t, critical()).Allowed {
+			c++
+		}
+	}
+	if c != 4 {
+		t.Fatalf("store failing: the critical tier admitted %d, want the 4 kept for it", c)
+	}
+}
+
+// A rule without countOn that fails open is charged at the check, as when
+// the store answers: nothing is left to charge after the response.
+func TestAFailedOpenRuleWithoutCountOnHasNothingToChargeLater(t *testing.T) {
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1000})
+	f.store.mode.Store(1)
+	res := f.check(t, userReq("u"))
+	if !res.Allowed || !res.Statuses[0].FailedOpen || res.Statuses[0].charge != 0 {
+		t.Fatalf("failed open: allowed %v, %+v, charge %d, want 0", res.Allowed, res.Statuses[0], res.Statuses[0].charge)
+	}
+}
+
+func TestADegradedFloorIsTheSameShareOfTheDegradedLimit(t *testing.T) {
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	for _, c := range []struct {
+		floor int64
+		dl    sluice.Limit
+		want  int64
+	}{
+		{4, l, 4},
+		{0, sluice.Limit{Rate: 5, Period: time.Hour}, 0},
+		{4, sluice.Limit{Rate: 5, Period: time.Hour}, 2},
+		{3, sluice.Limit{Rate: 5, Period: time.Hour}, 2}, // 1.5, rounded up
+		{10, sluice.Limit{Rate: 3, Period: time.Hour}, 3},
+	} {
+		if got := degradedFloor(c.floor, c.dl, l); got != c.want {
+			t.Errorf("floor %d of %v in %v: %d, want %d", c.floor, l, c.dl, got, c.want)
+		}
+	}
+}
