@@ -410,9 +410,15 @@ func validID(s string) bool {
 }
 
 // knownMethods are the methods a rule may match: RFC 9110's, PATCH (RFC
-// 5789) and WebDAV's (RFC 4918).
+// 5789), WebDAV's (RFC 4918), and MethodMessage.
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
-	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"}
+	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", MethodMessage}
+
+// MethodMessage is the method of a message a gRPC server receives on a
+// stream (package grpclimit): a rule counts such messages only if its
+// match names it (`match: {method: MESSAGE, path: /pkg.Service/Upload}`);
+// a rule that names no method counts calls and streams, not messages.
+const MethodMessage = "MESSAGE"
 
 // syntaxError locates a YAML syntax error. go.yaml.in/yaml/v3 reports a
 // parser error at the line before the one at fault, with no column (it

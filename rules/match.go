@@ -78,6 +78,9 @@ func (p *Pattern) Match(path string) bool {
 // route key: the method and the matched pattern ("POST /login"), or the
 // method and path when m has no path patterns.
 func (m *Match) Matches(method, host, path string) (pattern string, ok bool) {
+	if method == MethodMessage && !contains(m.Methods, method) {
+		return "", false // a stream's message: only for rules that name it
+	}
 	if len(m.Methods) > 0 && !contains(m.Methods, method) {
 		return "", false
 	}

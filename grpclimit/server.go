@@ -1,0 +1,221 @@
+package grpclimit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Options configure the server interceptors.
+type Options struct {
+	// HTTP shapes the answers and the pipeline as for the HTTP middleware:
+	// trusted proxies (default: the rule file's), MaxDelay, the
+	// concurrency limit and the pressure adaptive rules follow.
+	HTTP httplimit.Options
+	// Attributes, if set, gives key sources values the service knows of a
+	// call, by source name, as the JSON API's attributes do: an
+	// authenticated identity an earlier interceptor put in the context,
+	// as attrs["user"], is then the value of every rule's user source.
+	Attributes func(ctx context.Context, fullMethod string, attrs map[string]string)
+}
+
+// Limiter decides gRPC calls by the rules of an engine.
+type Limiter struct {
+	e *engine.Engine
+	l *httplimit.Limiter
+	o Options
+}
+
+// New returns a Limiter over e.
+func New(e *engine.Engine, o Options) *Limiter {
+	if o.HTTP.TraceVia == "" {
+		o.HTTP.TraceVia = "grpc"
+	}
+	return &Limiter{e: e, l: httplimit.New(e, o.HTTP), o: o}
+}
+
+// UnaryServerInterceptor decides each unary call before its handler runs.
+func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		x := &call{l: l, ctx: ctx}
+		x.forward = func(ctx context.Context) error {
+			var err error
+			x.resp, err = handler(ctx, req)
+			return err
+		}
+		return x.resp, x.serve(l.request(ctx, info.FullMethod, "POST"))
+	}
+}
+
+// StreamServerInterceptor decides each stream when it opens, and each
+// message the server receives on it as a request of method MESSAGE.
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		x := &call{l: l, ctx: ss.Context()}
+		x.forward = func(context.Context) error {
+			return handler(srv, &stream{ServerStream: ss, l: l, method: info.FullMethod})
+		}
+		return x.serve(l.request(ss.Context(), info.FullMethod, "POST"))
+	}
+}
+
+// stream decides each message the server receives.
+type stream struct {
+	grpc.ServerStream
+	l      *Limiter
+	method string
+}
+
+func (s *stream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	ctx := s.Context()
+	var res engine.Result
+	if err := s.l.e.Check(ctx, s.l.request(ctx, s.method, "MESSAGE"), engine.CheckOptions{}, &res); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if !res.Allowed {
+		return refusal(&res)
+	}
+	if res.Delay > 0 && !httplimit.Hold(ctx, res.Delay) {
+		s.l.e.Refund(context.WithoutCancel(ctx), &res)
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return nil
+}
+
+// request is the call as the rules read it.
+func (l *Limiter) request(ctx context.Context, fullMethod, method string) *rules.Request {
+	md, _ := metadata.FromIncomingContext(ctx)
+	header := make(http.Header, len(md))
+	host := ""
+	for k, vs := range md {
+		switch {
+		case k == ":authority":
+			if len(vs) > 0 {
+				host = vs[0]
+			}
+		case strings.HasPrefix(k, ":"), strings.HasSuffix(k, "-bin"):
+		default:
+			header[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	cfg := l.e.Config()
+	trusted := l.o.HTTP.TrustedProxies
+	if trusted == nil {
+		trusted = cfg.TrustedProxies
+	}
+	var addr netip.Addr
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = peerAddr(p.Addr)
+	}
+	req := &rules.Request{Method: method, Host: host, Path: fullMethod, Header: header,
+		ClientIP: httplimit.Trust{Proxies: trusted, Depth: cfg.ClientIPDepth}.Client(addr, header)}
+	if l.o.Attributes != nil {
+		req.Attributes = map[string]string{}
+		l.o.Attributes(ctx, fullMethod, req.Attributes)
+	}
+	return req
+}
+
+func peerAddr(a net.Addr) netip.Addr {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(t.IP)
+		return ip.Unmap()
+	}
+	return httplimit.ParseAddr(a.String())
+}
+
+// call is one gRPC call as the pipeline's Exchange.
+type call struct {
+	l       *Limiter
+	ctx     context.Context
+	forward func(context.Context) error
+	resp    any
+	err     error
+	header  metadata.MD
+}
+
+// serve runs the pipeline and returns the call's error: the handler's, or
+// the refusal's.
+func (x *call) serve(req *rules.Request) error {
+	var res engine.Result
+	x.l.l.Serve(x, req, &res)
+	if len(x.header) > 0 {
+		grpc.SetHeader(x.ctx, x.header)
+	}
+	return x.err
+}
+
+func (x *call) Context() context.Context { return x.ctx }
+
+func (x *call) Hold(d time.Duration) bool { return httplimit.Hold(x.ctx, d) }
+
+func (x *call) Abandon() { x.err = status.FromContextError(x.ctx.Err()).Err() }
+
+func (x *call) Refuse(res *engine.Result) {
+	x.fields(res)
+	x.err = refusal(res)
+}
+
+func (x *call) Shed() {
+	x.header = metadata.Pairs("retry-after", "1")
+	x.err = withRetry(status.New(codes.Unavailable, "the service is at its concurrency limit"), time.Second, nil).Err()
+}
+
+func (x *call) Forward(_ string, res *engine.Result, _, _ bool) int {
+	x.fields(res)
+	x.err = x.forward(x.ctx)
+	return httpStatus(status.Code(x.err))
+}
+
+func (x *call) ResponseHeader(string) string { return "" }
+func (x *call) ResponseBody() []byte          { return nil }
+func (x *call) SeesResponse() bool            { return true }
+
+func (x *call) TraceContext() (string, httplimit.HeaderCarrier) {
+	md, _ := metadata.FromIncomingContext(x.ctx)
+	return "grpc", carrier(md)
+}
+
+// fields keeps the RateLimit fields of res for the response's metadata.
+func (x *call) fields(res *engine.Result) {
+	x.l.l.VisitHeaders(res, func(name string, value []byte) {
+		if x.header == nil {
+			x.header = metadata.MD{}
+		}
+		x.header.Append(strings.ToLower(name), string(value))
+	})
+}
+
+// carrier reads and writes metadata as trace context fields.
+type carrier metadata.MD
+
+func (c carrier) Get(k string) string {
+	if v := metadata.MD(c).Get(k); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+func (c carrier) Set(k, v string) { metadata.MD(c).Set(k, v) }
+func (c carrier) Keys() []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package grpclimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/grpclimit"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serve starts a grpc-go server with the health and reflection services
+// behind the interceptors, on rules src, and returns a client connection.
+func serve(t *testing.T, src string, o grpclimit.Options) *grpc.ClientConn {
+	t.Helper()
+	cfg, err := rules.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := grpclimit.New(e, o)
+	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor()))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	reflection.Register(s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func check(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	return err
+}
+
+func withUser(u string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "x-user-id", u)
+}
+
+// Calls are limited per key from metadata; the refusal is
+// ResourceExhausted with RetryInfo and QuotaFailure that a plain grpc-go
+// client decodes, and the RateLimit fields come as metadata.
+func TestUnaryCallsAreLimitedByMethodAndMetadata(t *testing.T) {
+	conn := serve(t, `
+rules:
+  - {id: per-user, match: {path: "/grpc.health.v1.Health/*"}, key: [user], rate: 3, per: 1h}
+  - {id: other-service, match: {path: "/other.Service/*"}, key: [user], rate: 1, per: 1h}
+`, grpclimit.Options{})
+	for i := range 3 {
+		var header metadata.MD
+		if err := check(withUser("u1"), conn, grpc.Header(&header)); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if i == 2 && len(header.Get("ratelimit")) == 0 {
+			t.Errorf("an admitted call near its limit has no ratelimit metadata: %v", header)
+		}
+	}
+	var header, trailer metadata.MD
+	err := check(withUser("u1"), conn, grpc.Header(&header), grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("the 4th call: %v, want ResourceExhausted", err)
+	}
+	var retry *errdetails.RetryInfo
+	var quota *errdetails.QuotaFailure
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			retry = d
+		case *errdetails.QuotaFailure:
+			quota = d
+		}
+	}
+	if retry == nil || retry.RetryDelay.AsDuration() < 19*time.Minute || retry.RetryDelay.AsDuration() > 20*time.Minute {
+		t.Fatalf("RetryInfo %v, want about 20 minutes", retry)
+	}
+	if quota == nil || len(quota.Violations) != 1 || quota.Violations[0].Subject != "rule:per-user" {
+		t.Fatalf("QuotaFailure %v, want the rule per-user", quota)
+	}
+	md := metadata.Join(header, trailer)
+	if len(md.Get("ratelimit")) == 0 || len(md.Get("ratelimit-policy")) == 0 || len(md.Get("retry-after")) == 0 {
+		t.Fatalf("a refusal's metadata: %v, want ratelimit, ratelimit-policy, retry-after", md)
+	}
+	if err := check(withUser("u2"), conn); err != nil {
+		t.Fatalf("another user: %v", err)
+	}
+}
+
+// The peer is the client unless it is a trusted proxy; then the
+// forwarding fields name the client, as on HTTP.
+func TestThePeerIsTheClientBehindTrustedProxiesOnly(t *testing.T) {
+	src := "%s\nrules:\n  - {id: per-ip, key: [ip], rate: 2, per: 1h}\n"
+	spoof := func(ip string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", ip)
+	}
+	untrusted := serve(t, sprintf(src, ""), grpclimit.Options{})
+	ok := 0
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"} {
+		if check(spoof(ip), untrusted) == nil {
+			ok++
+		}
+	}
+	if ok != 2 {
+		t.Fatalf("spoofed X-Forwarded-For from an untrusted peer: %d of 4 admitted, want 2 (one client)", ok)
+	}
+	trusted := serve(t, sprintf(src, "trustedProxies: [127.0.0.0/8]"), grpclimit.Options{})
+	ok = 0
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"} {
+		if check(spoof(ip), trusted) == nil {
+			ok++
+		}
+	}
+	if ok != 4 {
+		t.Fatalf("four clients behind a trusted proxy: %d of 4 admitted", ok)
+	}
+}
+
+type identityKey struct{}
+
+// A value the service put in the context keys the rules.
+func TestAnIdentityFromTheContextKeysTheRules(t *testing.T) {
+	auth := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if who := md.Get("authorization"); len(who) > 0 {
+			ctx = context.WithValue(ctx, identityKey{}, "acct-"+who[0])
+		}
+		return h(ctx, req)
+	}
+	cfg, err := rules.Parse("t.yaml", []byte("keys: {account: {header: X-Account}}\nrules:\n  - {id: per-account, key: [account], rate: 1, per: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := grpclimit.New(e, grpclimit.Options{Attributes: func(ctx context.Context, _ string, attrs map[string]string) {
+		if id, ok := ctx.Value(identityKey{}).(string); ok {
+			attrs["account"] = id
+		}
+	}})
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(auth, l.UnaryServerInterceptor()))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(lis)
+	defer s.Stop()
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	as := func(who string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", who)
+	}
+	if err := check(as("a"), conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(as("a"), conn); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("account a's second call: %v", err)
+	}
+	if err := check(as("b"), conn); err != nil {
+		t.Fatalf("account b: %v", err)
+	}
+}
+
+// A stream is decided when it opens, and each message it receives by the
+// rules that name MESSAGE; a rule that names no method counts the stream
+// once.
+func TestAStreamsMessagesAreCountedByTheRulesThatSaySo(t *testing.T) {
+	conn := serve(t, `
+rules:
+  - {id: streams, match: {path: "/grpc.reflection.v1.ServerReflection/*"}, key: [user], rate: 2, per: 1h}
+  - {id: messages, match: {method: MESSAGE, path: "/grpc.reflection.v1.ServerReflection/*"}, key: [user], rate: 3, per: 1h}
+`, grpclimit.Options{})
+	client := reflectionpb.NewServerReflectionClient(conn)
+	open := func() (reflectionpb.ServerReflection_ServerReflectionInfoClient, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(withUser("s1"), 10*time.Second)
+		st, err := client.ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, cancel
+	}
+	st, cancel := open()
+	defer cancel()
+	answered := 0
+	var last error
+	for range 5 {
+		if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			last = err
+			break
+		}
+		if _, err := st.Recv(); err != nil {
+			last = err
+			break
+		}
+		answered++
+	}
+	if answered != 3 || status.Code(last) != codes.ResourceExhausted {
+		t.Fatalf("messages on a stream: %d answered, then %v; want 3, then ResourceExhausted", answered, last)
+	}
+	second, cancel2 := open()
+	defer cancel2()
+	second.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	if _, err := second.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second stream, its messages spent: %v", err)
+	}
+	third, cancel3 := open()
+	defer cancel3()
+	third.CloseSend()
+	_, err := third.Recv()
+	if status.Code(err) != codes.ResourceExhausted || errors.Is(err, io.EOF) {
+		t.Fatalf("a third stream, two allowed: %v, want ResourceExhausted at open", err)
+	}
+}
