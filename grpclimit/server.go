@@ -184,8 +184,8 @@ func (x *call) Forward(_ string, res *engine.Result, _, _ bool) int {
 }
 
 func (x *call) ResponseHeader(string) string { return "" }
-func (x *call) ResponseBody() []byte          { return nil }
-func (x *call) SeesResponse() bool            { return true }
+func (x *call) ResponseBody() []byte         { return nil }
+func (x *call) SeesResponse() bool           { return true }
 
 func (x *call) TraceContext() (string, httplimit.HeaderCarrier) {
 	md, _ := metadata.FromIncomingContext(x.ctx)
