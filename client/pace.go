@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -173,6 +174,11 @@ func (t *Transport) pacerFor(req *http.Request) *pacer {
 	return p
 }
 
+// ErrBeyondDeadline is returned, unsent, for a request whose turn (the pace
+// learnt from the server's RateLimit fields) comes after its context's
+// deadline: it could only wait and fail. It is a context.DeadlineExceeded.
+var ErrBeyondDeadline = fmt.Errorf("client: the quota the server announced comes back after this request's deadline: not sent (%w)", context.DeadlineExceeded)
+
 // pace waits for the request's turn, within the deadline.
 func (t *Transport) pace(ctx context.Context, req *http.Request, deadline time.Time) error {
 	p := t.pacerFor(req)
@@ -183,6 +189,12 @@ func (t *Transport) pace(ctx context.Context, req *http.Request, deadline time.T
 	d := p.reserve(now)
 	if d <= 0 {
 		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+		p.mu.Lock()
+		p.inflight = max(p.inflight-1, 0) // it will not be sent
+		p.mu.Unlock()
+		return ErrBeyondDeadline
 	}
 	if now.Add(d).After(deadline) {
 		d = max(deadline.Sub(now), 0) // go at the deadline and let the server answer

@@ -130,7 +130,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, err
 		}
 		wait, ok := t.retryWait(attempt, resp)
-		if !ok || attempt >= maxRetries || maxRetries < 0 || !t.spend() || time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+		if !ok || attempt >= maxRetries || maxRetries < 0 || !t.spend() || time.Now().Add(wait).After(deadline) || ctx.Err() != nil || pastDeadline(ctx, wait) {
 			return resp, err
 		}
 		if t.OnRetry != nil {
@@ -144,6 +144,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// pastDeadline reports whether a wait of d would end past ctx's deadline:
+// then the answer in hand is returned rather than a wait with no answer at
+// its end.
+func pastDeadline(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Now().Add(d).After(dl)
 }
 
 // retryable reports whether the answer asks for a retry that is safe to

@@ -282,3 +282,30 @@ func TestUnretriedFailuresDoNotRefillTheBudget(t *testing.T) {
 		t.Fatalf("a GET after the outage made %d attempts, want 1: the budget was refilled by failures", got)
 	}
 }
+
+// A request whose turn, as the server's RateLimit fields announced it,
+// comes after its own deadline is not sent and not waited for: it fails at
+// once with ErrBeyondDeadline, a context.DeadlineExceeded.
+func TestAPaceBeyondTheDeadlineIsNotWaited(t *testing.T) {
+	cfg, err := rules.Parse("r.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 1, per: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := engine.New(cfg, engine.Options{Store: memory.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var sent atomic.Int64
+	ts := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) })))
+	defer ts.Close()
+	c := &http.Client{Transport: &Transport{}}
+	resp, err := c.Get(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL, nil)
+	_, err = c.Do(req)
+	if !errors.Is(err, ErrBeyondDeadline) || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || sent.Load() != 1 {
+		t.Fatalf("a pace an hour away, a deadline 5 s away: %v (context %v, %d sent), want ErrBeyondDeadline at once, 1 sent", err, ctx.Err(), sent.Load())
+	}
+}
