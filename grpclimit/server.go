@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -50,13 +52,15 @@ func New(e *engine.Engine, o Options) *Limiter {
 // UnaryServerInterceptor decides each unary call before its handler runs.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		x := &call{l: l, ctx: ctx}
+		x := getCall(l, ctx)
+		defer putCall(x)
 		x.forward = func(ctx context.Context) error {
 			var err error
 			x.resp, err = handler(ctx, req)
 			return err
 		}
-		return x.resp, x.serve(l.request(ctx, info.FullMethod, "POST"))
+		err := x.serve(l.request(ctx, info.FullMethod, "POST"))
+		return x.resp, err
 	}
 }
 
@@ -64,7 +68,8 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // message the server receives on it as a request of method MESSAGE.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		x := &call{l: l, ctx: ss.Context()}
+		x := getCall(l, ss.Context())
+		defer putCall(x)
 		x.forward = func(context.Context) error {
 			return handler(srv, &stream{ServerStream: ss, l: l, method: info.FullMethod})
 		}
@@ -111,7 +116,7 @@ func (l *Limiter) request(ctx context.Context, fullMethod, method string) *rules
 			}
 		case strings.HasPrefix(k, ":"), strings.HasSuffix(k, "-bin"):
 		default:
-			header[http.CanonicalHeaderKey(k)] = vs
+			header[canonical(k)] = vs
 		}
 	}
 	cfg := l.e.Config()
@@ -140,7 +145,8 @@ func peerAddr(a net.Addr) netip.Addr {
 	return httplimit.ParseAddr(a.String())
 }
 
-// call is one gRPC call as the pipeline's Exchange.
+// call is one gRPC call as the pipeline's Exchange, with its result:
+// pooled, so that a call reuses the buffers of the ones before it.
 type call struct {
 	l       *Limiter
 	ctx     context.Context
@@ -148,13 +154,26 @@ type call struct {
 	resp    any
 	err     error
 	header  metadata.MD
+	res     engine.Result
+}
+
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+func getCall(l *Limiter, ctx context.Context) *call {
+	x := calls.Get().(*call)
+	x.l, x.ctx = l, ctx
+	return x
+}
+
+func putCall(x *call) {
+	x.l, x.ctx, x.forward, x.resp, x.err, x.header = nil, nil, nil, nil, nil, nil
+	calls.Put(x)
 }
 
 // serve runs the pipeline and returns the call's error: the handler's, or
 // the refusal's.
 func (x *call) serve(req *rules.Request) error {
-	var res engine.Result
-	x.l.l.Serve(x, req, &res)
+	x.l.l.Serve(x, req, &x.res)
 	if len(x.header) > 0 {
 		grpc.SetHeader(x.ctx, x.header)
 	}
@@ -198,8 +217,44 @@ func (x *call) fields(res *engine.Result) {
 		if x.header == nil {
 			x.header = metadata.MD{}
 		}
-		x.header.Append(strings.ToLower(name), string(value))
+		k := metadataName(name)
+		x.header[k] = append(x.header[k], string(value))
 	})
+}
+
+// metadataName is a field's name in metadata: lower case (the fields
+// sluice sends, without allocating).
+func metadataName(name string) string {
+	switch name {
+	case "RateLimit":
+		return "ratelimit"
+	case "RateLimit-Policy":
+		return "ratelimit-policy"
+	case "Retry-After":
+		return "retry-after"
+	}
+	return strings.ToLower(name)
+}
+
+// canonicalNames caches header names in canonical form for metadata keys
+// (lower case on the wire), bounded: past it, names are made per call.
+var canonicalNames sync.Map
+
+const maxCanonicalNames = 256
+
+var canonicalCount atomic.Int32
+
+func canonical(k string) string {
+	if v, ok := canonicalNames.Load(k); ok {
+		return v.(string)
+	}
+	c := http.CanonicalHeaderKey(k)
+	if canonicalCount.Load() < maxCanonicalNames {
+		if _, loaded := canonicalNames.LoadOrStore(k, c); !loaded {
+			canonicalCount.Add(1)
+		}
+	}
+	return c
 }
 
 // carrier reads and writes metadata as trace context fields.
