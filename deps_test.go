@@ -19,7 +19,7 @@ func TestTheLibraryDoesNotImportTheServicesDependencies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	library := []string{".", "./algo", "./httplimit", "./engine", "./store/...", "./rules", "./client", "./concurrency", "./share"}
+	library := []string{".", "./algo", "./httplimit", "./engine", "./store/...", "./rules", "./client", "./concurrency", "./share", "./overrides"}
 	out, err := exec.Command("go", append([]string{"list", "-deps"}, library...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
@@ -88,7 +88,7 @@ func TestImportGroupsDoNotMixTheStandardLibraryAndModules(t *testing.T) {
 // example (go doc lists it, go test runs it and checks its output), in
 // its example_test.go.
 func TestEveryLibraryPackageHasAnExample(t *testing.T) {
-	for _, dir := range []string{".", "store/memory", "store/redis", "rules", "engine", "httplimit", "client", "concurrency"} {
+	for _, dir := range []string{".", "store/memory", "store/redis", "rules", "engine", "httplimit", "client", "concurrency", "overrides", "grpclimit"} {
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, filepath.Join(dir, "example_test.go"), nil, 0)
 		if err != nil {

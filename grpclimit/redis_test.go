@@ -1,0 +1,81 @@
+package grpclimit_test
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/grpclimit"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+// Two gRPC servers, each with its own engine and its own connection to one
+// real Redis, share one limit exactly: 64 callers spread over both make
+// 1,000 calls for one user limited to 100.
+func TestTwoServersOnRedisShareOneLimitExactly(t *testing.T) {
+	url := redistest.Start(t).URL()
+	var conns []*grpc.ClientConn
+	for range 2 {
+		cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: per-user, key: [user], rate: 100, per: 1h}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := redis.New(redis.Options{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		e, err := engine.New(cfg, engine.Options{Store: store, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer(grpc.UnaryInterceptor(grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor()))
+		healthpb.RegisterHealthServer(s, health.NewServer())
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conns = append(conns, conn)
+	}
+	var ok, refused, left atomic.Int64
+	left.Store(1000)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for n := left.Add(-1); n >= 0; n = left.Add(-1) {
+				err := check(withUser("shared"), conns[(int(n)+i)%2])
+				switch status.Code(err) {
+				case codes.OK:
+					ok.Add(1)
+				case codes.ResourceExhausted:
+					refused.Add(1)
+				default:
+					t.Errorf("a call: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 100 || refused.Load() != 900 {
+		t.Fatalf("1,000 calls over two servers on one Redis, limit 100: %d admitted, %d refused", ok.Load(), refused.Load())
+	}
+}
