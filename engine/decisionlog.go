@@ -35,7 +35,7 @@ type DecisionLog struct {
 }
 
 // log writes res, if the log's settings keep it.
-func (l *DecisionLog) log(res *Result, where string) {
+func (l *DecisionLog) log(res *Result, where, path string) {
 	if l == nil || l.Logger == nil || (res.Allowed && !l.All) {
 		return
 	}
@@ -77,6 +77,9 @@ func (l *DecisionLog) log(res *Result, where string) {
 		slog.Int64("retry_after_ms", d.RetryAfter.Milliseconds()),
 		slog.Int64("remaining", d.Remaining),
 		slog.String("via", where),
+	}
+	if path != "" {
+		attrs = append(attrs, slog.String("method", path))
 	}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]

@@ -146,6 +146,11 @@ type CheckOptions struct {
 	// real cost with Settle once it is known (see Result.Reservation).
 	// Without it they take the estimate for good.
 	Reserve bool
+	// Via names the face in the decision log (default "http"); with
+	// LogPath the log line also gives the request's path, for faces whose
+	// paths name a fixed set of operations (a gRPC method).
+	Via     string
+	LogPath bool
 }
 
 // Check evaluates req against the rule set and fills res (which may be
@@ -185,7 +190,15 @@ func (e *Engine) Check(ctx context.Context, req *rules.Request, opt CheckOptions
 		e.penalize(ctx, res)
 	}
 	if !opt.DryRun {
-		e.decisions.log(res, "http")
+		via := opt.Via
+		if via == "" {
+			via = "http"
+		}
+		path := ""
+		if opt.LogPath {
+			path = res.Path
+		}
+		e.decisions.log(res, via, path)
 		e.observe(res)
 	}
 	return nil

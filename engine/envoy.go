@@ -121,7 +121,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, domain string, descs []De
 		return err
 	}
 	combineDescriptors(res)
-	e.decisions.log(res, "envoy")
+	e.decisions.log(res, "envoy", "")
 	e.observe(res)
 	return nil
 }

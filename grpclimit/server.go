@@ -32,6 +32,10 @@ type Options struct {
 	// authenticated identity an earlier interceptor put in the context,
 	// as attrs["user"], is then the value of every rule's user source.
 	Attributes func(ctx context.Context, fullMethod string, attrs map[string]string)
+	// OnDecision, if set, is told each decision with the method it was
+	// for (a stream's messages too): for metrics by method, which the
+	// engine's, by rule, do not give. res is valid only during the call.
+	OnDecision func(fullMethod string, res *engine.Result)
 }
 
 // Limiter decides gRPC calls by the rules of an engine.
@@ -46,6 +50,7 @@ func New(e *engine.Engine, o Options) *Limiter {
 	if o.HTTP.TraceVia == "" {
 		o.HTTP.TraceVia = "grpc"
 	}
+	o.HTTP.LogVia, o.HTTP.LogPath = "grpc", true // the method
 	return &Limiter{e: e, l: httplimit.New(e, o.HTTP), o: o}
 }
 
@@ -59,7 +64,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			x.resp, err = handler(ctx, req)
 			return err
 		}
-		err := x.serve(l.request(ctx, info.FullMethod, "POST"))
+		err := x.serve(info.FullMethod, l.request(ctx, info.FullMethod, "POST"))
 		return x.resp, err
 	}
 }
@@ -73,7 +78,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		x.forward = func(context.Context) error {
 			return handler(srv, &stream{ServerStream: ss, l: l, method: info.FullMethod})
 		}
-		return x.serve(l.request(ss.Context(), info.FullMethod, "POST"))
+		return x.serve(info.FullMethod, l.request(ss.Context(), info.FullMethod, "POST"))
 	}
 }
 
@@ -90,8 +95,11 @@ func (s *stream) RecvMsg(m any) error {
 	}
 	ctx := s.Context()
 	var res engine.Result
-	if err := s.l.e.Check(ctx, s.l.request(ctx, s.method, "MESSAGE"), engine.CheckOptions{}, &res); err != nil {
+	if err := s.l.e.Check(ctx, s.l.request(ctx, s.method, "MESSAGE"), engine.CheckOptions{Via: "grpc", LogPath: true}, &res); err != nil {
 		return status.Error(codes.Internal, err.Error())
+	}
+	if s.l.o.OnDecision != nil {
+		s.l.o.OnDecision(s.method, &res)
 	}
 	if !res.Allowed {
 		return refusal(&res)
@@ -172,8 +180,11 @@ func putCall(x *call) {
 
 // serve runs the pipeline and returns the call's error: the handler's, or
 // the refusal's.
-func (x *call) serve(req *rules.Request) error {
+func (x *call) serve(method string, req *rules.Request) error {
 	x.l.l.Serve(x, req, &x.res)
+	if x.l.o.OnDecision != nil {
+		x.l.o.OnDecision(method, &x.res)
+	}
 	if len(x.header) > 0 {
 		grpc.SetHeader(x.ctx, x.header)
 	}

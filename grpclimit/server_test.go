@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,3 +242,53 @@ rules:
 		t.Fatalf("a third stream, two allowed: %v, want ResourceExhausted at open", err)
 	}
 }
+
+// The decision log names the face and the method, and OnDecision is told
+// each decision with its method (for metrics by method).
+func TestTheDecisionLogNamesTheMethod(t *testing.T) {
+	var buf syncBuffer
+	cfg, _ := rules.Parse("t.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 1, per: 1h}\n"))
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet,
+		DecisionLog: &engine.DecisionLog{Logger: slog.New(slog.NewTextHandler(&buf, nil))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	byMethod := map[string][2]int{} // allowed, refused
+	l := grpclimit.New(e, grpclimit.Options{OnDecision: func(m string, res *engine.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := byMethod[m]
+		if res.Allowed {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		byMethod[m] = c
+	}})
+	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(lis)
+	defer s.Stop()
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	check(context.Background(), conn)
+	check(context.Background(), conn)
+	mu.Lock()
+	if c := byMethod["/grpc.health.v1.Health/Check"]; c != [2]int{1, 1} {
+		t.Errorf("decisions told by method: %v, want one allowed and one refused for Check", byMethod)
+	}
+	mu.Unlock()
+	if line := buf.String(); !strings.Contains(line, "via=grpc") || !strings.Contains(line, "method=/grpc.health.v1.Health/Check") || !strings.Contains(line, "allowed=false") {
+		t.Fatalf("the decision log: %q", line)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -83,6 +83,11 @@ type Options struct {
 	Tracer Tracer
 	// TraceVia is the sluice.via of those spans (default "http").
 	TraceVia string
+	// LogVia is the via of the decision log's lines (default "http"), and
+	// LogPath gives them the request's path: for faces whose paths name a
+	// fixed set of operations (grpclimit: "grpc" and the method).
+	LogVia  string
+	LogPath bool
 }
 
 // Limiter is the middleware: an http.Handler wrapper built from an engine.

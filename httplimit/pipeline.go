@@ -87,7 +87,7 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 		via, header := x.TraceContext()
 		ctx, span = l.o.Tracer.StartDecision(ctx, via, header)
 	}
-	l.e.Check(ctx, req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses()}, res)
+	l.e.Check(ctx, req, engine.CheckOptions{Reserve: sees && cfg.SettlesFromResponses(), Via: l.o.LogVia, LogPath: l.o.LogPath}, res)
 	if span != nil {
 		span.End(res, nil)
 	}
