@@ -22,8 +22,10 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/grpclimit"
+	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -292,3 +294,51 @@ type syncBuffer struct {
 
 func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// The concurrency limit of the HTTP options holds for calls: one in
+// flight, the next answered Unavailable with RetryInfo, and a shadow rule
+// that would refuse lets the call through.
+func TestTheConcurrencyLimitAndShadowRulesHoldForCalls(t *testing.T) {
+	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: would, key: [ip], rate: 1, per: 1h, mode: shadow}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	inside := make(chan struct{}, 1)
+	l := grpclimit.New(e, grpclimit.Options{HTTP: httplimit.Options{Concurrency: concurrency.New(concurrency.Fixed{N: 1}, concurrency.Options{})}})
+	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("hold")) > 0 {
+			inside <- struct{}{}
+			<-release
+		}
+		return h(ctx, req)
+	}
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(), hold))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(lis)
+	defer s.Stop()
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	done := make(chan error, 1)
+	go func() { done <- check(metadata.AppendToOutgoingContext(context.Background(), "hold", "1"), conn) }()
+	<-inside
+	err = check(context.Background(), conn)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || len(st.Details()) == 0 {
+		t.Fatalf("a call beyond the concurrency limit: %v %v, want Unavailable with RetryInfo", err, st.Details())
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the held call: %v", err)
+	}
+	for range 3 {
+		if err := check(context.Background(), conn); err != nil {
+			t.Fatalf("a shadow rule refused: %v", err)
+		}
+	}
+}
