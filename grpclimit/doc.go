@@ -9,7 +9,9 @@
 // the request's header fields (header sources read them), its peer is the
 // client behind the rule file's trustedProxies (as on HTTP), and
 // Options.Attributes puts what the service knows (an authenticated
-// identity) in the request's attributes. A stream is decided when it
+// identity) in the request's attributes. The request message is, for rules
+// that read a body, their JSON body (protobuf's JSON): a key or a reserve
+// rule's estimate from a field of the message. A stream is decided when it
 // opens; each message the server receives on it is decided as a request of
 // method MESSAGE on the same path, which only rules that name MESSAGE count
 // (`match: {method: MESSAGE, path: /pkg.Service/Upload}`).

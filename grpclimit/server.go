@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -64,7 +66,9 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			x.resp, err = handler(ctx, req)
 			return err
 		}
-		err := x.serve(info.FullMethod, l.request(ctx, info.FullMethod, "POST"))
+		r := l.request(ctx, info.FullMethod, "POST")
+		l.body(r, req)
+		err := x.serve(info.FullMethod, r)
 		return x.resp, err
 	}
 }
@@ -95,7 +99,9 @@ func (s *stream) RecvMsg(m any) error {
 	}
 	ctx := s.Context()
 	var res engine.Result
-	if err := s.l.e.Check(ctx, s.l.request(ctx, s.method, "MESSAGE"), engine.CheckOptions{Via: "grpc", LogPath: true}, &res); err != nil {
+	req := s.l.request(ctx, s.method, "MESSAGE")
+	s.l.body(req, m)
+	if err := s.l.e.Check(ctx, req, engine.CheckOptions{Via: "grpc", LogPath: true}, &res); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	if s.l.o.OnDecision != nil {
@@ -143,6 +149,31 @@ func (l *Limiter) request(ctx context.Context, fullMethod, method string) *rules
 		l.o.Attributes(ctx, fullMethod, req.Attributes)
 	}
 	return req
+}
+
+// body gives the rules the request message as the JSON body body sources
+// and reserve rules' estimateBody read (protobuf's JSON, fields by their
+// .proto names), when a rule reads a body: a key or a cost from a field
+// of the message, as from an HTTP request's JSON.
+func (l *Limiter) body(req *rules.Request, msg any) {
+	if !l.e.Config().NeedsBody() {
+		return
+	}
+	m, ok := msg.(proto.Message)
+	if !ok {
+		req.BodyUnseen = true // a body source is missing, not read from something else
+		return
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		req.BodyUnseen = true
+		return
+	}
+	if len(b) > rules.MaxBodyBytes {
+		b, req.BodyTruncated = b[:rules.MaxBodyBytes], true
+	}
+	req.Body = b
+	req.Header.Set("Content-Type", "application/json")
 }
 
 func peerAddr(a net.Addr) netip.Addr {

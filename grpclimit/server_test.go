@@ -18,9 +18,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
@@ -344,5 +346,59 @@ func TestTheConcurrencyLimitAndShadowRulesHoldForCalls(t *testing.T) {
 		if err := check(context.Background(), conn); err != nil {
 			t.Fatalf("a shadow rule refused: %v", err)
 		}
+	}
+}
+
+// A key and a cost can come from the request message's fields, as from an
+// HTTP request's JSON body: here the health check's service names the
+// key, and a reserve rule's estimate is a field of the message.
+func TestKeysAndCostsFromTheRequestMessage(t *testing.T) {
+	conn := serve(t, `
+keys:
+  svc: {body: service}
+rules:
+  - {id: per-service, key: [svc], rate: 2, per: 1h}
+`, grpclimit.Options{})
+	call := func(svc string) error {
+		_, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		return err
+	}
+	for range 2 {
+		if err := call("orders"); status.Code(err) != codes.NotFound { // the health server knows no "orders": it ran
+			t.Fatalf("within the limit: %v", err)
+		}
+	}
+	if err := call("orders"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the third call for service orders: %v", err)
+	}
+	if err := call("billing"); status.Code(err) != codes.NotFound {
+		t.Fatalf("another service in the message: %v", err)
+	}
+
+	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: seconds, key: [ip], rate: 10, per: 1h, reserve: {estimate: 1, estimateBody: tokens}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intercept := grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor()
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 1}})
+	ctx = grpc.NewContextWithServerTransportStream(ctx, discardStream{})
+	info := &grpc.UnaryServerInfo{FullMethod: "/t.T/Complete"}
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	tokens := func(n float64) *structpb.Struct { // {"tokens": n} as the message
+		m, _ := structpb.NewStruct(map[string]any{"tokens": n})
+		return m
+	}
+	if _, err := intercept(ctx, tokens(7), info, ok); err != nil {
+		t.Fatalf("a message costing 7 of 10: %v", err)
+	}
+	if _, err := intercept(ctx, tokens(4), info, ok); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a message costing 4 with 3 left: %v", err)
+	}
+	if _, err := intercept(ctx, tokens(3), info, ok); err != nil {
+		t.Fatalf("a message costing the 3 left: %v", err)
 	}
 }
