@@ -78,25 +78,117 @@ func (c *Client) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 }
 
 // StreamClientInterceptor paces the opening of streams by what calls to
-// the same target learnt; a stream is not retried (its messages are the
-// caller's to send again).
+// the same target learnt. A server-streaming call (one request, then the
+// server's messages) refused before its first message is opened again
+// after the wait the refusal asks, within the same limits as a unary
+// call's retries; other streams are not retried, their messages being the
+// caller's to send again.
 func (c *Client) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	c.init()
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		var cs grpc.ClientStream
-		a := &attempt{invoke: func(ctx context.Context) (metadata.MD, error) {
-			var err error
-			cs, err = streamer(ctx, desc, cc, method, opts...)
-			return nil, err
-		}}
-		hr := (&http.Request{Method: http.MethodPost, URL: &url.URL{Scheme: "grpc", Host: cc.Target(), Path: method}, Header: http.Header{}}).
-			WithContext(context.WithValue(ctx, callKey{}, a))
-		resp, err := c.Transport.RoundTrip(withNoRetry(hr)) // paced; a stream goes once
-		if resp != nil {
-			resp.Body.Close()
+		open := func(ctx context.Context) (grpc.ClientStream, error) {
+			var cs grpc.ClientStream
+			a := &attempt{invoke: func(ctx context.Context) (metadata.MD, error) {
+				var err error
+				cs, err = streamer(ctx, desc, cc, method, opts...)
+				return nil, err
+			}}
+			hr := (&http.Request{Method: http.MethodPost, URL: &url.URL{Scheme: "grpc", Host: cc.Target(), Path: method}, Header: http.Header{}}).
+				WithContext(context.WithValue(ctx, callKey{}, a))
+			resp, err := c.Transport.RoundTrip(withNoRetry(hr)) // paced; the opening goes once
+			if resp != nil {
+				resp.Body.Close()
+			}
+			return cs, callError(err, a)
 		}
-		return cs, callError(err, a)
+		cs, err := open(ctx)
+		if err != nil || desc.ClientStreams || !desc.ServerStreams {
+			return cs, err
+		}
+		return &serverStream{ClientStream: cs, c: c, ctx: ctx, open: open}, nil
 	}
+}
+
+// serverStream opens a server-streaming call again when the server refused
+// it before its first message: the request is kept to be sent again.
+type serverStream struct {
+	grpc.ClientStream
+	c        *Client
+	ctx      context.Context
+	open     func(context.Context) (grpc.ClientStream, error)
+	req      any
+	received bool
+	retries  int
+}
+
+func (s *serverStream) SendMsg(m any) error {
+	s.req = m
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *serverStream) RecvMsg(m any) error {
+	for {
+		err := s.ClientStream.RecvMsg(m)
+		if err == nil {
+			s.received = true
+			return nil
+		}
+		wait, ok := s.retryWait(err)
+		if !ok {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		cs, oerr := s.open(s.ctx)
+		if oerr != nil {
+			return oerr
+		}
+		if err := cs.SendMsg(s.req); err != nil {
+			return err
+		}
+		if err := cs.CloseSend(); err != nil {
+			return err
+		}
+		s.ClientStream = cs
+		s.retries++
+	}
+}
+
+// retryWait is the wait before opening the stream again, if it may be:
+// refused (ResourceExhausted, or Unavailable with RetryInfo) before any
+// message, its request known, within MaxRetries and MaxDelay and the
+// deadline.
+func (s *serverStream) retryWait(err error) (time.Duration, bool) {
+	st := status.Convert(err)
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri
+		}
+	}
+	maxRetries, maxDelay := s.c.Transport.MaxRetries, s.c.Transport.MaxDelay
+	if maxRetries == 0 {
+		maxRetries = 3
+	}
+	if maxDelay <= 0 {
+		maxDelay = 10 * time.Second
+	}
+	switch {
+	case s.received || s.req == nil || retry == nil || s.retries >= maxRetries:
+		return 0, false
+	case st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable:
+		return 0, false
+	}
+	wait := retry.RetryDelay.AsDuration()
+	if d, ok := s.ctx.Deadline(); wait > maxDelay || ok && time.Now().Add(wait).After(d) {
+		return 0, false
+	}
+	return wait, true
 }
 
 // callError is the call's answer: the last attempt's, or why none was

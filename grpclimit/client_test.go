@@ -136,3 +136,45 @@ func TestTheClientPacesByTheRateLimitMetadata(t *testing.T) {
 		t.Fatalf("48 calls at 16 a second: %d refused with pacing, %d without; want fewer than half", paced, unpaced)
 	}
 }
+
+// A server-streaming call refused before its first message is opened again
+// after the wait and gets its messages; a refusal longer than MaxDelay is
+// the caller's.
+func TestAServerStreamRefusedAtOpenIsOpenedAgain(t *testing.T) {
+	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 2, per: 1s, burst: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened atomic.Int64
+	countStreams := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		opened.Add(1)
+		return h(srv, ss)
+	}
+	s := grpc.NewServer(grpc.ChainStreamInterceptor(countStreams, grpclimit.New(e, grpclimit.Options{}).StreamServerInterceptor()))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(lis)
+	defer s.Stop()
+	c := &grpclimit.Client{}
+	c.Transport.NoPacing = true
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(c.StreamClientInterceptor()))
+	defer conn.Close()
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Recv(); err != nil {
+			t.Fatalf("stream %d: %v", i+1, err)
+		}
+		cancel()
+	}
+	if opened.Load() != 3 {
+		t.Fatalf("%d streams opened at the server, want 3 (the second refused once, then opened again)", opened.Load())
+	}
+}
