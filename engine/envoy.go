@@ -168,7 +168,7 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 		switch {
 		case override != nil:
 			if r == nil {
-				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1}}
+				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1}, stats: &unreported}
 				r.fallbackID = r.ID + "#fallback"
 			}
 			limit = *override

@@ -22,6 +22,10 @@ type rule struct {
 	stats                         *counters // shared by the rule's limit overrides
 }
 
+// unreported counts for the rules made for one request (an Envoy limit
+// override), which no metric reports.
+var unreported counters
+
 func compile(cfg *rules.Config) *ruleSet {
 	rs := &ruleSet{cfg: cfg}
 	for _, r := range cfg.Rules {
