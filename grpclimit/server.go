@@ -240,6 +240,10 @@ func (x *call) Shed() {
 
 func (x *call) Forward(_ string, res *engine.Result, _, _ bool) int {
 	x.fields(res)
+	if len(x.header) > 0 { // before the handler, which may send its headers (a stream)
+		grpc.SetHeader(x.ctx, x.header)
+		x.header = nil
+	}
 	x.err = x.forward(x.ctx)
 	return httpStatus(status.Code(x.err))
 }

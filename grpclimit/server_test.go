@@ -402,3 +402,22 @@ rules:
 		t.Fatalf("a message costing the 3 left: %v", err)
 	}
 }
+
+// An admitted stream carries the RateLimit metadata in its headers, set
+// before the handler sends its own.
+func TestAnAdmittedStreamCarriesTheRateLimitMetadata(t *testing.T) {
+	conn := serve(t, "rules:\n  - {id: r, key: [ip], rate: 2, per: 1h}\n", grpclimit.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	md, err := w.Header()
+	if err != nil || len(md.Get("ratelimit")) == 0 {
+		t.Fatalf("an admitted stream's headers: %v %v, want ratelimit", md, err)
+	}
+}
