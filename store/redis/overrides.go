@@ -20,9 +20,13 @@ import (
 //
 //	{sluice-overrides}:set      hash: id -> "<version>|<JSON of the override>"
 //	{sluice-overrides}:expiry   sorted set: id scored by its expiry (ms; +inf: until removed)
-//	{sluice-overrides}:version  the count of changes, the version of the set
+//	{sluice-overrides}:version  the version of the set, counted from the time
+//	                            of its first change in ms x 1,000
 //
-// A change is one script: it drops what has expired, compares the
+// The version starts from the time, not from 0, so that a Redis that lost
+// its data (restarted without persistence, flushed) never hands out a
+// version a follower already has for other contents. A change is one
+// script: it drops what has expired, compares the
 // override's version, writes, counts the change and publishes on the
 // channel sluice-overrides, which every follower subscribes to (and it
 // re-reads on its own besides, so that a lost message heals). On Redis
@@ -61,11 +65,12 @@ if want >= 0 then
   if have ~= want then return {'version', before or ''} end
 end
 if not before and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[6]) then return {'full', ''} end
-local v = redis.call('INCR', KEYS[3])
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('SET', KEYS[3], ARGV[1] .. '000') end
+local v = string.format('%.0f', redis.call('INCR', KEYS[3]))
 redis.call('HSET', KEYS[1], ARGV[2], v .. '|' .. ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[2])
 redis.call('PUBLISH', ARGV[7], v)
-return {'', tostring(v), before or ''}
+return {'', v, before or ''}
 `)
 	// ARGV: now (ms), id, ifVersion, channel.
 	overridesDelete = rueidis.NewLuaScript(`
@@ -80,9 +85,10 @@ local want = tonumber(ARGV[3])
 if want >= 0 and tonumber(string.match(before, '^(%d+)|')) ~= want then return {'version', before} end
 redis.call('HDEL', KEYS[1], ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[2])
-local v = redis.call('INCR', KEYS[3])
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('SET', KEYS[3], ARGV[1] .. '000') end
+local v = string.format('%.0f', redis.call('INCR', KEYS[3]))
 redis.call('PUBLISH', ARGV[4], v)
-return {'', tostring(v), before}
+return {'', v, before}
 `)
 )
 

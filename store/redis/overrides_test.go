@@ -102,3 +102,40 @@ func overridesOn(t *testing.T, url string) {
 		t.Fatalf("after the expiry and a change: %v %v, want only the new one", list, err)
 	}
 }
+
+// A Redis that loses its data (FLUSHALL, a restart without persistence)
+// starts its versions anew from the time: a follower that had version V
+// never takes other contents for V, and follows what is set after.
+func TestOverridesAfterRedisLostItsData(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s, err := redis.New(redis.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ov := s.Overrides()
+	f := &overrides.Follower{Store: ov, Reread: time.Hour}
+	now := time.Now()
+	a := overrides.Override{Rule: "r", Key: "a", Action: overrides.Block, Expires: now.Add(time.Hour), Reason: "x", By: "y"}
+	if _, _, err := ov.Put(ctx, a, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Refresh(ctx); err != nil || f.Current().Find("r", "a", now) == nil {
+		t.Fatalf("before: %v", err)
+	}
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	b := a
+	b.Key = "b"
+	if _, _, err := ov.Put(ctx, b, 0, now.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if set := f.Current(); set.Find("r", "a", now) != nil || set.Find("r", "b", now) == nil {
+		t.Fatalf("after the flush and one change: a %v, b %v; want only b", set.Find("r", "a", now), set.Find("r", "b", now))
+	}
+}
