@@ -114,7 +114,9 @@ func (s *Server) putOverride(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	written, before, err := s.o.Overrides.Store.Put(r.Context(), o, ifVersion, now)
+	ctx, cancel := context.WithTimeout(r.Context(), storeWait)
+	defer cancel()
+	written, before, err := s.o.Overrides.Store.Put(ctx, o, ifVersion, now)
 	if err != nil {
 		s.storeRefused(w, r, err, overrides.IDOf(o.Rule, o.Key, o.Prefix), ifVersion)
 		return
@@ -123,7 +125,7 @@ func (s *Server) putOverride(w http.ResponseWriter, r *http.Request) {
 	if before != nil {
 		change, status = "replaced", http.StatusOK
 	}
-	s.changed(r.Context(), change, written, before, written.By, written.Reason)
+	s.changed(ctx, change, written, before, written.By, written.Reason)
 	w.Header().Set("ETag", etag(written.Version))
 	writeJSON(w, status, written)
 }
@@ -144,12 +146,14 @@ func (s *Server) deleteOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	before, err := s.o.Overrides.Store.Delete(r.Context(), id, ifVersion, time.Now())
+	ctx, cancel := context.WithTimeout(r.Context(), storeWait)
+	defer cancel()
+	before, err := s.o.Overrides.Store.Delete(ctx, id, ifVersion, time.Now())
 	if err != nil {
 		s.storeRefused(w, r, err, id, ifVersion)
 		return
 	}
-	s.changed(r.Context(), "removed", nil, before, by, reason)
+	s.changed(ctx, "removed", nil, before, by, reason)
 	writeJSON(w, http.StatusOK, before)
 }
 
@@ -244,6 +248,11 @@ func precondition(w http.ResponseWriter, r *http.Request, put bool) (int64, bool
 	}
 	return v, true
 }
+
+// storeWait bounds a change's calls to the overrides' store: a store that
+// does not answer within it refuses the change (503, nothing changed)
+// rather than holding the operator.
+const storeWait = 2 * time.Second
 
 func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
 
