@@ -120,6 +120,12 @@ func TestOverridesReachEveryServeProcessEndToEnd(t *testing.T) {
 			if srv == nil {
 				return
 			}
+			srv.Pause() // a hung Redis: the change is refused, not waited for
+			code, _, errOut = runSluice(t, "override", "set", "--url", bases[0], "--rule", "per-user", "--key-value", "user=other", "--action", "exempt", "--for", "1h", "--reason", "x")
+			srv.Resume()
+			if code == 0 || !strings.Contains(errOut, "503") || !strings.Contains(errOut, "nothing changed") {
+				t.Fatalf("a change while Redis hangs: exit %d, %s; want a clear 503", code, errOut)
+			}
 			srv.Stop()
 			code, _, errOut = runSluice(t, "override", "set", "--url", bases[0], "--rule", "per-user", "--key-value", "user=other", "--action", "exempt", "--for", "1h", "--reason", "x")
 			if code == 0 || !strings.Contains(errOut, "503") || !strings.Contains(errOut, "nothing changed") {
