@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // The overrides API of the built binary, with its defaults (the embedded
@@ -106,5 +111,53 @@ func TestOverridesRefuseHostileInputEndToEnd(t *testing.T) {
 		if code, body := put(tokened, one("u", `,"for":"1h"`), c.hdr...); code != c.want {
 			t.Errorf("with --admin-token, %v: %d %s, want %d", c.hdr, code, body, c.want)
 		}
+	}
+}
+
+// The gateway follows overrides too: set through its admin listener with
+// the command, a block refuses the key at the proxy and an exemption lets
+// it past its limit, with the defaults (the fasthttp plane, the embedded
+// store).
+func TestTheGatewayEnforcesOverridesEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-user, key: [user], rate: 2, per: 1h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin := freeAddr(t)
+	base, _ := start(t, "gateway", "--config", rulesPath, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", admin, "--watch", "0")
+	get := func(user string) int {
+		req, _ := http.NewRequest("GET", base+"/", nil)
+		req.Header.Set("X-User-ID", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	run := func(args ...string) {
+		t.Helper()
+		if code, stderr := proctest.Run(t, append([]string{"override", "set", "--url", "http://" + admin}, args...)...); code != 0 {
+			t.Fatalf("sluice override set %v: exit %d: %s", args, code, stderr)
+		}
+	}
+	run("--rule", "per-user", "--key-value", "user=bad", "--action", "block", "--for", "1h", "--reason", "abuse")
+	run("--rule", "per-user", "--key-value", "user=vip", "--action", "exempt", "--for", "1h", "--reason", "partner")
+	if code := get("bad"); code != http.StatusTooManyRequests {
+		t.Fatalf("a blocked user at the gateway: %d, want 429", code)
+	}
+	for i := range 5 {
+		if code := get("vip"); code != http.StatusOK {
+			t.Fatalf("an exempt user's request %d at the gateway: %d", i+1, code)
+		}
+	}
+	codes := []int{get("other"), get("other"), get("other")}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != http.StatusTooManyRequests {
+		t.Fatalf("a user without an override: %v, want the rule's 2 then 429", codes)
 	}
 }
