@@ -1,10 +1,12 @@
 package grpclimit_test
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/grpclimit"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
@@ -77,5 +80,51 @@ func TestTwoServersOnRedisShareOneLimitExactly(t *testing.T) {
 	wg.Wait()
 	if ok.Load() != 100 || refused.Load() != 900 {
 		t.Fatalf("1,000 calls over two servers on one Redis, limit 100: %d admitted, %d refused", ok.Load(), refused.Load())
+	}
+}
+
+// A store that does not answer is answered by each rule's fail mode, as on
+// HTTP: a fail-closed rule refuses Unavailable with RetryInfo, a fail-open
+// one admits within the gateway's share.
+func TestAFailedStoreIsAnsweredByEachRulesFailMode(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg, err := rules.Parse("t.yaml", []byte(`
+rules:
+  - {id: closed, match: {path: /grpc.health.v1.Health/Check}, key: [user], rate: 100, per: 1h, failMode: closed}
+  - {id: open, match: {path: /grpc.health.v1.Health/Watch}, key: [user], rate: 100, per: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := redis.New(redis.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	e, err := engine.New(cfg, engine.Options{Store: store, Fallback: memory.New(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := grpclimit.New(e, grpclimit.Options{})
+	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor()))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(lis)
+	defer s.Stop()
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	srv.Stop()
+	err = check(withUser("u"), conn)
+	if st := status.Convert(err); st.Code() != codes.Unavailable || len(st.Details()) == 0 {
+		t.Fatalf("a fail-closed rule without its store: %v, want Unavailable with RetryInfo", err)
+	}
+	ctx, cancel := context.WithTimeout(withUser("u"), 10*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("a fail-open rule without its store: %v, want the stream admitted", err)
 	}
 }
