@@ -64,9 +64,11 @@ func counted(t *testing.T, src string, c *grpclimit.Client) (*grpc.ClientConn, *
 func TestTheClientWaitsAsTheServerAsks(t *testing.T) {
 	c := &grpclimit.Client{}
 	c.Transport.NoPacing = true // the waits here are the retries'
-	conn, calls, refused := counted(t, "rules:\n  - {id: r, key: [ip], rate: 2, per: 1s, burst: 1}\n", c)
+	// One every 3 s: the second call, made at once, is refused for about 3 s
+	// however busy the machine.
+	conn, calls, refused := counted(t, "rules:\n  - {id: r, key: [ip], rate: 1, per: 3s, burst: 1}\n", c)
 	start := time.Now()
-	for i := range 3 {
+	for i := range 2 {
 		if err := check(context.Background(), conn); err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
 		}
@@ -74,10 +76,10 @@ func TestTheClientWaitsAsTheServerAsks(t *testing.T) {
 	if refused.Load() == 0 {
 		t.Fatal("no call was refused: the test shows nothing")
 	}
-	if calls.Load() > 3+refused.Load() || refused.Load() > 2 {
-		t.Fatalf("3 calls took %d attempts, %d refused", calls.Load(), refused.Load())
+	if calls.Load() != 2+refused.Load() || refused.Load() > 1 {
+		t.Fatalf("2 calls took %d attempts, %d refused: want one refusal, waited out once", calls.Load(), refused.Load())
 	}
-	t.Logf("3 calls, %d refused and retried, in %v", refused.Load(), time.Since(start).Round(time.Millisecond))
+	t.Logf("2 calls, %d refused and retried, in %v", refused.Load(), time.Since(start).Round(time.Millisecond))
 }
 
 // A wait past the call's deadline is not made: the refusal is answered at
@@ -141,7 +143,7 @@ func TestTheClientPacesByTheRateLimitMetadata(t *testing.T) {
 // after the wait and gets its messages; a refusal longer than MaxDelay is
 // the caller's.
 func TestAServerStreamRefusedAtOpenIsOpenedAgain(t *testing.T) {
-	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 2, per: 1s, burst: 1}\n"))
+	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 1, per: 3s, burst: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
