@@ -43,16 +43,18 @@ func TestOverridesReachEveryServeProcessEndToEnd(t *testing.T) {
 			proctest.WaitHealthy(t, bases)
 
 			// admitted is what 1,000 checks of user from 64 callers get, and
-			// the most the rule's refill could add while they ran.
+			// the most over the limit that the rule's refill while they ran
+			// and the degraded answers (a call that missed the store's
+			// deadline on a busy machine, docs/redis.md) could add.
 			admitted := func(user string, rate int64) (int64, int64) {
 				start := time.Now()
 				o := proctest.Load(t, bases, "/", user, 1000)
-				return o.Admitted, rate*int64(time.Since(start))/int64(time.Minute) + 1
+				return o.Admitted, rate*int64(time.Since(start))/int64(time.Minute) + 1 + o.DegradedAdmitted
 			}
 			within := func(what string, got, want, slack int64) {
 				t.Helper()
 				if got < want || got > want+slack {
-					t.Errorf("%s: %d admitted, want %d (up to %d more from the refill while the checks ran)", what, got, want, slack)
+					t.Errorf("%s: %d admitted, want %d (up to %d more from the refill while the checks ran and degraded answers)", what, got, want, slack)
 				}
 			}
 			got, slack := admitted("base", 100)
