@@ -46,14 +46,16 @@ func TestOverridesReachEveryServeProcessEndToEnd(t *testing.T) {
 			// the most over the limit that the rule's refill while they ran
 			// and the degraded answers (a call that missed the store's
 			// deadline on a busy machine, docs/redis.md) could add.
+			var degraded int64 // answers that missed the store, of the last Load
 			admitted := func(user string, rate int64) (int64, int64) {
 				start := time.Now()
 				o := proctest.Load(t, bases, "/", user, 1000)
+				degraded = o.Degraded
 				return o.Admitted, rate*int64(time.Since(start))/int64(time.Minute) + 1 + o.DegradedAdmitted
 			}
 			within := func(what string, got, want, slack int64) {
 				t.Helper()
-				if got < want || got > want+slack {
+				if got < want-degraded || got > want+slack {
 					t.Errorf("%s: %d admitted, want %d (up to %d more from the refill while the checks ran and degraded answers)", what, got, want, slack)
 				}
 			}
