@@ -421,3 +421,26 @@ func TestAnAdmittedStreamCarriesTheRateLimitMetadata(t *testing.T) {
 		t.Fatalf("an admitted stream's headers: %v %v, want ratelimit", md, err)
 	}
 }
+
+// A countOn rule is charged from the call's status read as HTTP: here
+// NotFound (404) is counted and OK is not.
+func TestACountOnRuleIsChargedFromTheCallsStatus(t *testing.T) {
+	conn := serve(t, "rules:\n  - {id: misses, key: [user], rate: 2, per: 1h, countOn: {status: [404]}}\n", grpclimit.Options{})
+	call := func(svc string) error {
+		_, err := healthpb.NewHealthClient(conn).Check(withUser("u"), &healthpb.HealthCheckRequest{Service: svc})
+		return err
+	}
+	for range 5 {
+		if err := call(""); err != nil {
+			t.Fatalf("a call answered OK, not counted: %v", err)
+		}
+	}
+	for range 2 {
+		if err := call("unknown"); status.Code(err) != codes.NotFound {
+			t.Fatalf("a counted miss: %v", err)
+		}
+	}
+	if err := call(""); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("after two misses: %v, want ResourceExhausted", err)
+	}
+}
