@@ -177,6 +177,13 @@ var (
 	ErrFull = fmt.Errorf("overrides: at most %d overrides may be in force; remove some first", MaxOverrides)
 	// ErrNotFound: no override has that id.
 	ErrNotFound = errors.New("overrides: no such override")
+	// ErrNotMade: the store did not make the change before the caller's
+	// deadline, and will not make it later.
+	ErrNotMade = errors.New("overrides: the store did not answer in time; nothing changed")
+	// ErrOutcomeUnknown: the change was sent, and the store did not answer
+	// before the caller's deadline and a grace after it. The store made the
+	// change before the deadline or never will; only reading it tells which.
+	ErrOutcomeUnknown = errors.New("overrides: the store did not answer; the change was made before the deadline or never will be")
 )
 
 // Duration is a time.Duration written as Go writes one ("1m0s") and read

@@ -16,6 +16,12 @@ import (
 // ifVersion is the override's version the caller read (0: it must not
 // exist; -1: whatever it is). Both drop the expired overrides they find,
 // so none outlives the next change.
+//
+// A change answered with an error was not made, with one exception: a
+// store across a network never makes a change after ctx's deadline (it
+// refuses one that reaches it late, ErrNotMade), but a change it made just
+// before the deadline may have an answer that is lost on the way:
+// ErrOutcomeUnknown, and only a Load tells.
 type Store interface {
 	// Load returns every override and the store's version.
 	Load(ctx context.Context) ([]*Override, int64, error)

@@ -118,7 +118,7 @@ func (s *Server) putOverride(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	written, before, err := s.o.Overrides.Store.Put(ctx, o, ifVersion, now)
 	if err != nil {
-		s.storeRefused(w, r, err, overrides.IDOf(o.Rule, o.Key, o.Prefix), ifVersion)
+		s.storeRefused(w, r, err, overrides.IDOf(o.Rule, o.Key, o.Prefix), ifVersion, "set "+describeOverride(&o), o.By, o.Reason)
 		return
 	}
 	change, status := "created", http.StatusCreated
@@ -150,7 +150,7 @@ func (s *Server) deleteOverride(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	before, err := s.o.Overrides.Store.Delete(ctx, id, ifVersion, time.Now())
 	if err != nil {
-		s.storeRefused(w, r, err, id, ifVersion)
+		s.storeRefused(w, r, err, id, ifVersion, "remove", by, reason)
 		return
 	}
 	s.changed(ctx, "removed", nil, before, by, reason)
@@ -198,8 +198,10 @@ func describeOverride(o *overrides.Override) string {
 
 // storeRefused answers a store's refusal of a change: a version that moved
 // (412), a missing precondition (428), a full store (409), an unknown id
-// (404), or a store that did not answer (503: nothing changed).
-func (s *Server) storeRefused(w http.ResponseWriter, r *http.Request, err error, id string, ifVersion int64) {
+// (404), a store that did not answer (503: nothing changed), or one whose
+// answer was lost (503: the change was made before the deadline or never
+// will be; logged with the change intended, so the audit trail has it).
+func (s *Server) storeRefused(w http.ResponseWriter, r *http.Request, err error, id string, ifVersion int64, intended, by, reason string) {
 	switch {
 	case errors.Is(err, overrides.ErrVersion) && ifVersion == 0 && r.Header.Get("If-None-Match") == "":
 		current := ""
@@ -216,8 +218,14 @@ func (s *Server) storeRefused(w http.ResponseWriter, r *http.Request, err error,
 		writeProblem(w, http.StatusConflict, "Conflict", err.Error(), "")
 	case errors.Is(err, overrides.ErrNotFound):
 		writeProblem(w, http.StatusNotFound, "Not Found", "no override "+id, "id")
+	case errors.Is(err, overrides.ErrOutcomeUnknown):
+		s.log.Warn("sluice: override change outcome unknown: the store took it and did not answer", "id", id,
+			"by", by, "reason", reason, "intended", intended, "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable",
+			"the overrides' store took the change and did not answer ("+err.Error()+"): it was made in the "+storeWait.String()+
+				" allowed or will never be; read GET /v1/overrides/"+id+" before trying again", "")
 	default:
-		s.log.Warn("sluice: an override change was refused: the store did not answer", "error", err)
+		s.log.Warn("sluice: an override change was refused: the store did not answer", "id", id, "intended", intended, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the overrides' store did not answer ("+err.Error()+"): nothing changed, and the overrides in force stay", "")
 	}
 }
@@ -250,8 +258,9 @@ func precondition(w http.ResponseWriter, r *http.Request, put bool) (int64, bool
 }
 
 // storeWait bounds a change's calls to the overrides' store: a store that
-// does not answer within it refuses the change (503, nothing changed)
-// rather than holding the operator.
+// does not take the change within it never makes it (503, nothing
+// changed) rather than holding the operator, or making it after the
+// operator was told it failed.
 const storeWait = 2 * time.Second
 
 func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }

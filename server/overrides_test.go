@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -171,6 +173,56 @@ func TestOverridesAPIIsBoundedAndGuarded(t *testing.T) {
 	}
 	if w := tok.do("GET", "/v1/overrides", "", "Authorization", "Bearer t0k"); w.Code != http.StatusOK {
 		t.Errorf("the token: %d", w.Code)
+	}
+}
+
+// lostAnswers is a store across a network whose answers to changes are
+// lost (or that refuses them for being late).
+type lostAnswers struct {
+	overrides.Memory
+	err error
+}
+
+func (l *lostAnswers) Put(context.Context, overrides.Override, int64, time.Time) (*overrides.Override, *overrides.Override, error) {
+	return nil, nil, l.err
+}
+
+func (l *lostAnswers) Delete(context.Context, string, int64, time.Time) (*overrides.Override, error) {
+	return nil, l.err
+}
+
+// A change the store never made is answered "nothing changed"; one whose
+// answer was lost is not: it is answered as unknown, and the change
+// intended is logged, so that the audit trail has it either way.
+func TestAChangeWithAnUnknownOutcomeIsSaidSoAndLogged(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{overrides.ErrNotMade, "nothing changed"},
+		{fmt.Errorf("%w: i/o timeout", overrides.ErrOutcomeUnknown), "was made in the 2s allowed or will never be"},
+	} {
+		var log strings.Builder
+		store := &lostAnswers{err: c.err}
+		f := newFixture(t, Options{Loopback: true, Overrides: &overrides.Follower{Store: store}, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		put := f.do("PUT", "/v1/overrides", `{"rule":"per-user","key":"u1","action":"block","for":"1h","reason":"abuse","by":"ops"}`)
+		del := f.do("DELETE", "/v1/overrides/abc?by=ops&reason=over", "")
+		for _, w := range []*httptest.ResponseRecorder{put, del} {
+			if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), c.want) {
+				t.Errorf("%v: %d %s, want 503 saying %q", c.err, w.Code, w.Body, c.want)
+			}
+		}
+		if c.err == overrides.ErrNotMade {
+			if strings.Contains(put.Body.String(), "will never be") {
+				t.Errorf("a change not made is answered as unknown: %s", put.Body)
+			}
+			continue
+		}
+		for _, want := range []string{"outcome unknown", "by=ops", "reason=abuse", `intended="set block until`, "intended=remove"} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("the log lacks %q:\n%s", want, log.String())
+			}
+		}
 	}
 }
 

@@ -64,7 +64,10 @@ func newFixtureOf(t testing.TB, src string, o Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Engine, o.Memory, o.Logger = e, mem, quiet
+	o.Engine, o.Memory = e, mem
+	if o.Logger == nil {
+		o.Logger = quiet
+	}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)

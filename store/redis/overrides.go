@@ -32,6 +32,17 @@ import (
 // re-reads on its own besides, so that a lost message heals). On Redis
 // Cluster the keys share a slot and the message reaches every node's
 // subscribers.
+//
+// A change never lands after its caller gave up on it. A command sent to
+// a Redis that hangs is not lost: it waits in the connection and runs when
+// Redis wakes, long after the caller answered "nothing changed". So a
+// change first reads Redis's clock (on the node holding the keys) and
+// sends, with the script, its caller's deadline on that clock; the script
+// refuses to run past it. The deadline is computed from what is left of
+// the caller's wait after the clock's answer came back, so it falls no
+// later, on Redis's clock, than the caller's own. The caller then waits
+// changeGrace beyond its deadline for the answer of a script that ran in
+// time; only an answer lost beyond that leaves the outcome unknown.
 type Overrides struct {
 	s                    *Store
 	set, expiry, version string
@@ -49,9 +60,16 @@ var (
 local v = redis.call('GET', KEYS[3]) or '0'
 return {v, redis.call('HGETALL', KEYS[1])}
 `)
+	// overridesTime is Redis's clock (µs) on the node that holds the
+	// overrides: a cluster's nodes each have their own.
+	overridesTime = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000000 + tonumber(t[2])
+`)
 	// ARGV: now (ms), id, ifVersion (-1 any, 0 absent), JSON, expiry (ms
-	// or "+inf"), max, channel. A reply {err, before} or {"", version, before}.
-	overridesPut = rueidis.NewLuaScript(`
+	// or "+inf"), max, channel, deadline (µs on Redis's clock; 0 none).
+	// A reply {err, before} or {"", version, before}.
+	overridesPut = rueidis.NewLuaScript(lateCheck(8) + `
 local now = tonumber(ARGV[1])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[1], id)
@@ -72,8 +90,8 @@ redis.call('ZADD', KEYS[2], ARGV[5], ARGV[2])
 redis.call('PUBLISH', ARGV[7], v)
 return {'', v, before or ''}
 `)
-	// ARGV: now (ms), id, ifVersion, channel.
-	overridesDelete = rueidis.NewLuaScript(`
+	// ARGV: now (ms), id, ifVersion, channel, deadline.
+	overridesDelete = rueidis.NewLuaScript(lateCheck(5) + `
 local now = tonumber(ARGV[1])
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[1], id)
@@ -91,6 +109,66 @@ redis.call('PUBLISH', ARGV[4], v)
 return {'', v, before}
 `)
 )
+
+// lateCheck is a change script's first lines: past the deadline in
+// ARGV[arg], it changes nothing and answers "late".
+func lateCheck(arg int) string {
+	return fmt.Sprintf(`
+local by = tonumber(ARGV[%d])
+if by > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000000 + tonumber(t[2]) > by then return {'late', ''} end
+end`, arg)
+}
+
+// afterClock, set only by tests, runs between the clock's answer and the
+// change: where a Redis that hangs there is the case the deadline covers.
+var afterClock func()
+
+// changeGrace is how long past its caller's deadline a change waits for
+// the answer of a script that ran in time.
+const changeGrace = time.Second
+
+// change runs a change script under ctx's deadline (see Overrides) and
+// returns its reply; an error means nothing changed, except
+// ErrOutcomeUnknown.
+func (o *Overrides) change(ctx context.Context, script *rueidis.Lua, args []string) ([]string, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{o.set, o.expiry, o.version}
+	deadline, bounded := ctx.Deadline()
+	if !bounded {
+		return script.Exec(ctx, c, keys, append(args, "0")).AsStrSlice()
+	}
+	now, err := overridesTime.Exec(ctx, c, keys[2:], nil).AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", overrides.ErrNotMade, err)
+	}
+	if afterClock != nil {
+		afterClock()
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return nil, overrides.ErrNotMade
+	}
+	wait, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(changeGrace))
+	defer cancel()
+	r, err := script.Exec(wait, c, keys, append(args, strconv.FormatInt(now+left.Microseconds(), 10))).AsStrSlice()
+	_, refused := rueidis.IsRedisErr(err)
+	switch {
+	case refused:
+		return nil, err // refused by Redis: the script did not run
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", overrides.ErrOutcomeUnknown, err)
+	case len(r) == 0:
+		return nil, errors.New("redis: overrides: an empty reply")
+	case r[0] == "late":
+		return nil, overrides.ErrNotMade
+	}
+	return r, nil
+}
 
 func (o *Overrides) client() (rueidis.Client, error) {
 	c := o.s.conn()
@@ -146,12 +224,9 @@ func (o *Overrides) Version(ctx context.Context) (int64, error) {
 	return v, err
 }
 
-// Put writes ov if its version is ifVersion (-1: any; 0: absent).
+// Put writes ov if its version is ifVersion (-1: any; 0: absent), and
+// not after ctx's deadline.
 func (o *Overrides) Put(ctx context.Context, ov overrides.Override, ifVersion int64, now time.Time) (*overrides.Override, *overrides.Override, error) {
-	c, err := o.client()
-	if err != nil {
-		return nil, nil, err
-	}
 	ov.ID = overrides.IDOf(ov.Rule, ov.Key, ov.Prefix)
 	ov.Updated, ov.Version = now.UTC(), 0
 	body, err := json.Marshal(ov)
@@ -162,10 +237,10 @@ func (o *Overrides) Put(ctx context.Context, ov overrides.Override, ifVersion in
 	if !ov.UntilRemoved {
 		expiry = strconv.FormatInt(ov.Expires.UnixMilli(), 10)
 	}
-	r, err := overridesPut.Exec(ctx, c, []string{o.set, o.expiry, o.version}, []string{
+	r, err := o.change(ctx, overridesPut, []string{
 		strconv.FormatInt(now.UnixMilli(), 10), ov.ID, strconv.FormatInt(ifVersion, 10), string(body), expiry,
 		strconv.Itoa(overrides.MaxOverrides), o.channel,
-	}).AsStrSlice()
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -185,15 +260,12 @@ func (o *Overrides) Put(ctx context.Context, ov overrides.Override, ifVersion in
 	return &ov, before, nil
 }
 
-// Delete removes the override id if its version is ifVersion (-1: any).
+// Delete removes the override id if its version is ifVersion (-1: any),
+// and not after ctx's deadline.
 func (o *Overrides) Delete(ctx context.Context, id string, ifVersion int64, now time.Time) (*overrides.Override, error) {
-	c, err := o.client()
-	if err != nil {
-		return nil, err
-	}
-	r, err := overridesDelete.Exec(ctx, c, []string{o.set, o.expiry, o.version}, []string{
+	r, err := o.change(ctx, overridesDelete, []string{
 		strconv.FormatInt(now.UnixMilli(), 10), id, strconv.FormatInt(ifVersion, 10), o.channel,
-	}).AsStrSlice()
+	})
 	if err != nil {
 		return nil, err
 	}

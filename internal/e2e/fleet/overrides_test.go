@@ -124,11 +124,27 @@ func TestOverridesReachEveryServeProcessEndToEnd(t *testing.T) {
 			if srv == nil {
 				return
 			}
-			srv.Pause() // a hung Redis: the change is refused, not waited for
+			// A hung Redis: the changes are refused, not waited for, and
+			// never made when it wakes (what it had queued meanwhile runs
+			// then, and must refuse to).
+			version := setVersion(t, bases[0])
+			srv.Pause()
 			code, _, errOut = runSluice(t, "override", "set", "--url", bases[0], "--rule", "per-user", "--key-value", "user=other", "--action", "exempt", "--for", "1h", "--reason", "x")
+			rmCode, _, rmOut := runSluice(t, "override", "rm", "--url", bases[1], blocked, "--reason", "x")
 			srv.Resume()
-			if code == 0 || !strings.Contains(errOut, "503") || !strings.Contains(errOut, "nothing changed") {
-				t.Fatalf("a change while Redis hangs: exit %d, %s; want a clear 503", code, errOut)
+			for _, c := range []struct {
+				code int
+				out  string
+			}{{code, errOut}, {rmCode, rmOut}} {
+				if c.code == 0 || !strings.Contains(c.out, "503") || !strings.Contains(c.out, "nothing changed") {
+					t.Fatalf("a change while Redis hangs: exit %d, %s; want a clear 503", c.code, c.out)
+				}
+			}
+			time.Sleep(time.Second) // what Redis had queued has run, and been told
+			for _, b := range bases {
+				if v := setVersion(t, b); v != version {
+					t.Fatalf("%s: the overrides' version went %d -> %d after Redis woke: a change refused with 503 was made", b, version, v)
+				}
 			}
 			srv.Stop()
 			code, _, errOut = runSluice(t, "override", "set", "--url", bases[0], "--rule", "per-user", "--key-value", "user=other", "--action", "exempt", "--for", "1h", "--reason", "x")
@@ -161,6 +177,21 @@ func overrideAction(t *testing.T, base, id string) string {
 		return ""
 	}
 	return o.Action
+}
+
+// setVersion is the version of the overrides in force at base.
+func setVersion(t *testing.T, base string) int64 {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/overrides")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct{ Version int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Version
 }
 
 func overrideVersion(t *testing.T, base, id string) int64 {
