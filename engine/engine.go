@@ -119,6 +119,8 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	e.keyOverrides.source = o.Overrides
 	dropper, _ := o.Store.(LimitDropper)
 	e.overrides = newOverrides(o.MaxOverrides, dropper)
+	e.keyOverrides.drop = dropper
+	e.keyOverrides.fallback, _ = o.Fallback.(LimitDropper)
 	if e.log == nil {
 		e.log = slog.Default()
 	}

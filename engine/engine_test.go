@@ -51,6 +51,13 @@ type faultyStore struct {
 	before atomic.Pointer[func([]sluice.Take)]
 }
 
+// DropLimit passes on to the store, as a wrapper in front of one must.
+func (s *faultyStore) DropLimit(rule string, l sluice.Limit) {
+	if d, ok := s.inner.(LimitDropper); ok {
+		d.DropLimit(rule, l)
+	}
+}
+
 var errDown = errors.New("store down")
 
 func (f *faultyStore) Take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {

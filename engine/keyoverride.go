@@ -39,10 +39,18 @@ type AppliedOverride struct {
 
 // keyOverrides holds the source of the set in force and the limit
 // overrides' rules, built once per rule set and override set.
+//
+// Stores keep state per limit (the embedded store a table per rule and
+// limit), so a limit no override uses any more is dropped from the store
+// and the fallback store when the derived rules are next built: an
+// operator cycling through thousands of limits holds the tables of the
+// limits in force, not of every limit ever set. The rule's own limits are
+// never dropped.
 type keyOverrides struct {
-	source  func() *overrides.Set
-	mu      sync.Mutex
-	derived atomic.Pointer[derivedRules]
+	source         func() *overrides.Set
+	drop, fallback LimitDropper // nil: the store keeps nothing per limit
+	mu             sync.Mutex
+	derived        atomic.Pointer[derivedRules]
 }
 
 type derivedRules struct {
@@ -69,6 +77,9 @@ func (k *keyOverrides) ruleFor(rs *ruleSet, set *overrides.Set, o *overrides.Ove
 	defer k.mu.Unlock()
 	d := k.derived.Load()
 	if d == nil || d.rs != rs || d.set != set {
+		if d != nil {
+			k.dropUnused(d, rs, set)
+		}
 		d = &derivedRules{rs: rs, set: set, rules: map[*overrides.Override]*rule{}}
 	} else if r := d.rules[o]; r != nil {
 		return r
@@ -82,6 +93,44 @@ func (k *keyOverrides) ruleFor(rs *ruleSet, set *overrides.Set, o *overrides.Ove
 	d.rules[o] = r
 	k.derived.Store(d)
 	return r
+}
+
+// dropUnused frees the store state of old's limits that no live limit
+// override of set uses and that are not their rule's own in rs.
+func (k *keyOverrides) dropUnused(old *derivedRules, rs *ruleSet, set *overrides.Set) {
+	if k.drop == nil && k.fallback == nil {
+		return
+	}
+	type use struct {
+		rule        string
+		rate, burst int64
+		per         time.Duration
+	}
+	inUse := map[use]bool{}
+	for _, o := range set.Live(time.Now()) {
+		if o.Action == overrides.Limit {
+			inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] = true
+		}
+	}
+	dropped := map[overrideKey]bool{}
+	for o, r := range old.rules {
+		if inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] {
+			continue
+		}
+		base := rs.find(r.ID)
+		for _, l := range []sluice.Limit{r.store, r.Limit} {
+			if base != nil && (l == base.store || l == base.Limit || l == base.Fallback) || dropped[overrideKey{r.ID, l}] {
+				continue
+			}
+			dropped[overrideKey{r.ID, l}] = true
+			if k.drop != nil {
+				k.drop.DropLimit(r.ID, l)
+			}
+			if k.fallback != nil {
+				k.fallback.DropLimit(r.fallbackID, l)
+			}
+		}
+	}
 }
 
 func clonedRules(m map[*overrides.Override]*rule) map[*overrides.Override]*rule {

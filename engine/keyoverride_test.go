@@ -123,6 +123,54 @@ func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
 	}
 }
 
+// An operator cycling through limits leaves the stores holding the
+// tables of the limits in force, never those of every limit once set; the
+// rule's own table, and its keys' counts, stay.
+func TestLimitsNoOverrideUsesAreDropped(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	tables := func(s sluice.Store, rule string) int {
+		n := 0
+		for _, st := range s.(*memory.Store).Stats() {
+			if st.Rule == rule {
+				n++
+			}
+		}
+		return n
+	}
+	put(t, store, fol, f.e, overrides.Override{Rule: "everyone", Key: "203.0.113.7", Action: overrides.Exempt, UntilRemoved: true})
+	admittedOf(t, f, "steady", 2) // the rule's own table: 1 left for steady
+	for i := range 300 {
+		o := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "cycled", Action: overrides.Limit, Rate: int64(10 + i), Per: overrides.Duration(time.Hour)})
+		if n, _ := admittedOf(t, f, "cycled", 1); n != 1 {
+			t.Fatalf("limit %d: refused", 10+i)
+		}
+		if _, err := store.Delete(context.Background(), o.ID, o.Version, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := fol.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more limit in force, and one the rule's own: neither is dropped.
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "kept", Action: overrides.Limit, Rate: 7, Per: overrides.Duration(time.Hour)})
+	same := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "same", Action: overrides.Limit, Rate: 3, Per: overrides.Duration(time.Hour)})
+	admittedOf(t, f, "kept", 1)
+	admittedOf(t, f, "same", 1)
+	if _, err := store.Delete(context.Background(), same.ID, same.Version, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fol.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	admittedOf(t, f, "kept", 1) // the rules built again: "same"'s limit, the rule's own, is no longer used
+	if n := tables(f.mem, "per-user"); n != 2 {
+		t.Errorf("the store holds %d tables for per-user after 300 limits came and went; want 2 (the rule's, 7 an hour)", n)
+	}
+	if n, _ := admittedOf(t, f, "steady", 3); n != 1 {
+		t.Errorf("the rule's own count was lost: steady had 1 left, got %d of 3", n)
+	}
+}
+
 func TestPrefixesAndExactKeys(t *testing.T) {
 	f, store, fol := overrideFixture(t)
 	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Prefix: "load-", Action: overrides.Exempt})
