@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/overrides"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // The overrides API, on the admin listener: an operator's change of one
@@ -311,9 +313,41 @@ func (s *Server) overrideOf(req *OverrideRequest, now time.Time) (overrides.Over
 		}
 		o.Key = engine.StoreKey(key)
 	} else if o.Key != "" {
-		o.Key = engine.StoreKey(o.Key)
+		key, err := rawKeyOf(s.e.Config(), req.Rule, req.Key)
+		if err != nil {
+			return o, err
+		}
+		o.Key = engine.StoreKey(key)
 	}
 	return o, nil
+}
+
+// rawKeyOf builds the key of a rule keyed by one source from key, that
+// source's value, as the rules build it from a request: an address as the
+// rule counts it (an IPv6 one by its prefix, also accepted as that
+// prefix), a hashed source's value hashed (the secret itself is never
+// kept), a normalised one normalised. A key that the rule could never
+// build is refused rather than kept as an override that never applies.
+func rawKeyOf(cfg *rules.Config, rule, key string) (string, error) {
+	rr := cfg.Rule(rule)
+	if rr == nil {
+		return "", &badRequest{"rule", fmt.Sprintf("no rule %q is in force", rule)}
+	}
+	if len(rr.Key) != 1 {
+		return "", &badRequest{"key", fmt.Sprintf("rule %s is keyed by %s: give keyValues, one value per source", rr.ID, strings.Join(sourceNames(rr), " and "))}
+	}
+	src := rr.Key[0]
+	if src.Kind == rules.FromIP {
+		if p, err := netip.ParsePrefix(key); err == nil && p.Addr().Is6() && p.Bits() == cfg.IPv6Prefix {
+			key = p.Addr().String()
+		}
+	}
+	built, err := keyOf(cfg, rr, func(string) string { return key }, "key")
+	var bad *badRequest
+	if errors.As(err, &bad) {
+		bad.field = "key"
+	}
+	return built, err
 }
 
 // fieldError turns a validation error into a 400's.

@@ -176,6 +176,55 @@ func TestOverridesAPIIsBoundedAndGuarded(t *testing.T) {
 	}
 }
 
+// A key given as is is built as the rules build it from a request, so
+// that an override applies to the requests it names: an IPv6 address as
+// its /64, an API key hashed (never kept or listed as given). One the
+// rule could never build is refused, naming the field.
+func TestARawKeyIsBuiltAsTheRulesBuildIt(t *testing.T) {
+	f := newFixtureOf(t, `
+rules:
+  - {id: per-ip, key: [ip], rate: 100, per: 1m}
+  - {id: per-key, key: [api_key], rate: 100, per: 1m}
+  - {id: pair, key: [user, ip], rate: 100, per: 1m}
+`, Options{Loopback: true, Overrides: &overrides.Follower{Store: &overrides.Memory{}}})
+	block := func(rule, key string) *httptest.ResponseRecorder {
+		return f.do("PUT", "/v1/overrides", fmt.Sprintf(`{"rule":%q,"key":%q,"action":"block","for":"1h","reason":"r","by":"b"}`, rule, key))
+	}
+	blocked := func(ip, auth string) bool {
+		w := f.do("POST", "/v1/check", fmt.Sprintf(`{"request":{"method":"GET","path":"/","ip":%q,"headers":{"Authorization":%q}}}`, ip, auth))
+		var r CheckResponse
+		json.Unmarshal(w.Body.Bytes(), &r)
+		return !r.Allowed
+	}
+	if w := block("per-ip", "2001:db8:1:2::5"); w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"key":"2001:db8:1:2::/64"`) {
+		t.Fatalf("an IPv6 address: %d %s; want it kept as the /64 the rule counts", w.Code, w.Body)
+	}
+	if !blocked("2001:db8:1:2::9", "") || blocked("2001:db8:1:3::9", "") {
+		t.Error("the block on an IPv6 address does not refuse its /64, or refuses beyond it")
+	}
+	if w := block("per-ip", "2001:db8:7:7::/64"); w.Code != http.StatusCreated || !strings.Contains(w.Body.String(), `"key":"2001:db8:7:7::/64"`) {
+		t.Errorf("the /64 itself: %d %s", w.Code, w.Body)
+	}
+	if w := block("per-key", "k-stolen"); w.Code != http.StatusCreated || strings.Contains(w.Body.String(), "k-stolen") {
+		t.Fatalf("an API key on a hashed source: %d %s; want it kept hashed", w.Code, w.Body)
+	}
+	if !blocked("192.0.2.1", "Bearer k-stolen") || blocked("192.0.2.1", "Bearer k-other") {
+		t.Error("the block on a hashed API key does not refuse it, or refuses another")
+	}
+	if w := f.do("GET", "/v1/overrides", ""); strings.Contains(w.Body.String(), "k-stolen") {
+		t.Errorf("the list shows the secret: %s", w.Body)
+	}
+	for _, c := range []struct{ rule, key string }{
+		{"per-ip", "not-an-address"},
+		{"per-ip", "2001:db8::/48"}, // not the prefix the rule counts
+		{"pair", "u1"},
+	} {
+		if w := block(c.rule, c.key); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"field":"key"`) {
+			t.Errorf("rule %s, key %q: %d %s; want 400 naming key", c.rule, c.key, w.Code, w.Body)
+		}
+	}
+}
+
 // lostAnswers is a store across a network whose answers to changes are
 // lost (or that refuses them for being late).
 type lostAnswers struct {

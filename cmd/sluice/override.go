@@ -50,7 +50,7 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "set":
 		rule = fs.String("rule", "", "the rule to change (its id)")
 		fs.Var(keyValues, "key-value", "a key source's value, `NAME=VALUE` (repeat for each of the rule's sources), built as the rules build the key")
-		key = fs.String("key", "", "the key as the rules built it (instead of --key-value)")
+		key = fs.String("key", "", "for a rule keyed by one source, its value (instead of --key-value): built as the rules build it, an IPv6 address as the prefix counted, a hashed source hashed")
 		prefix = fs.String("prefix", "", "every key starting with this (a rule keyed by one plain source)")
 		action = fs.String("action", "", "limit, exempt or block")
 		rate = fs.Int64("rate", 0, "for limit: units per --per")
