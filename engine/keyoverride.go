@@ -171,6 +171,8 @@ func (e *Engine) CheckOverride(o *overrides.Override) error {
 	switch {
 	case r == nil:
 		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("no rule %q is in force", o.Rule)}
+	case r.OverrideOf != "":
+		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is rule %s's overrides list in the rule file: name %s (an operator's override of it wins over the file's for the same key)", o.Rule, r.OverrideOf, r.OverrideOf)}
 	case r.Envoy != nil:
 		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is an Envoy descriptor's: overrides apply to the HTTP faces' rules", o.Rule)}
 	case o.Prefix != "" && (len(r.Key) != 1 || r.Key[0].Hash || r.Key[0].Kind == rules.FromIP):

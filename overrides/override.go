@@ -133,8 +133,10 @@ func (o *Override) Check(now time.Time) error {
 		switch {
 		case o.Rate <= 0:
 			return bad("rate", "must be at least 1 for a limit (to refuse everything, use action block)")
-		case o.Per.D() <= 0:
+		case o.Per.D() == 0:
 			return bad("per", "missing: the period of the rate, such as 1m")
+		case o.Per.D() < 0:
+			return bad("per", "must be a positive period, such as 1m, not %v", o.Per.D())
 		case o.Burst < 0:
 			return bad("burst", "must be 0 (the rate) or more")
 		}

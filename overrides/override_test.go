@@ -26,6 +26,7 @@ func TestCheckNamesTheFieldAtFault(t *testing.T) {
 		{"key", func(o *Override) { o.Key = strings.Repeat("k", MaxKeyBytes+1) }},
 		{"rate", func(o *Override) { o.Rate = 0 }},
 		{"per", func(o *Override) { o.Per = 0 }},
+		{"per", func(o *Override) { o.Per = Duration(-time.Minute) }},
 		{"burst", func(o *Override) { o.Burst = -1 }},
 		{"rate", func(o *Override) { o.Action = Exempt }},
 		{"action", func(o *Override) { o.Action = "" }},
@@ -45,6 +46,8 @@ func TestCheckNamesTheFieldAtFault(t *testing.T) {
 		var fe *FieldError
 		if err := o.Check(now); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%+v: %v, want an error naming %s", o, err, c.field)
+		} else if o.Per < 0 && strings.Contains(fe.Problem, "missing") {
+			t.Errorf("a negative period is said missing: %v", fe)
 		}
 	}
 	o := valid()
@@ -79,6 +82,11 @@ func TestTwoOperatorsCannotOverwriteEachOtherBlindly(t *testing.T) {
 	third.Rate = 9
 	if _, _, err := m.Put(ctx, third, first.Version, now); !errors.Is(err, ErrVersion) {
 		t.Fatalf("replace at an old version: %v, want ErrVersion", err)
+	}
+	elsewhere := valid()
+	elsewhere.Key = "absent"
+	if _, _, err := m.Put(ctx, elsewhere, Existing, now); !errors.Is(err, ErrVersion) {
+		t.Fatalf("replace any version where none exists: %v, want ErrVersion", err)
 	}
 	if _, err := m.Delete(ctx, w.ID, first.Version, now); !errors.Is(err, ErrVersion) {
 		t.Fatalf("delete at an old version: %v", err)

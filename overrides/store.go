@@ -14,7 +14,8 @@ import (
 // Every change bumps the store's version, so a reader that has a version
 // knows whether it has the latest set. Put and Delete are compare-and-set:
 // ifVersion is the override's version the caller read (0: it must not
-// exist; -1: whatever it is). Both drop the expired overrides they find,
+// exist; AnyVersion: whatever it is, if any; Existing: it must exist,
+// whatever its version). Both drop the expired overrides they find,
 // so none outlives the next change.
 //
 // A change answered with an error was not made, with one exception: a
@@ -149,9 +150,17 @@ func (m *Memory) dropExpired(now time.Time) {
 	}
 }
 
+// The versions a change may be conditioned on besides an override's own.
+const (
+	AnyVersion int64 = -1 // whatever version, and for Put none
+	Existing   int64 = -2 // whatever version, but one (HTTP's If-Match: *)
+)
+
 // checkVersion is the compare of compare-and-set.
 func checkVersion(current *Override, ifVersion int64) error {
 	switch {
+	case ifVersion == Existing && current == nil:
+		return ErrVersion
 	case ifVersion < 0:
 		return nil
 	case current == nil && ifVersion != 0, current != nil && current.Version != ifVersion:

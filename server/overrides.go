@@ -232,9 +232,10 @@ func (s *Server) storeRefused(w http.ResponseWriter, r *http.Request, err error,
 	}
 }
 
-// precondition reads If-Match ("V", the override's version) and, for a
-// PUT, If-None-Match: * (it must not exist); with neither, a PUT only
-// creates and a DELETE removes whatever version there is.
+// precondition reads If-Match ("V", the override's version, or *: any
+// version, but one) and, for a PUT, If-None-Match: * (it must not exist);
+// with neither, a PUT only creates and a DELETE removes whatever version
+// there is.
 func precondition(w http.ResponseWriter, r *http.Request, put bool) (int64, bool) {
 	match, none := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
 	switch {
@@ -249,7 +250,9 @@ func precondition(w http.ResponseWriter, r *http.Request, put bool) (int64, bool
 	case match == "" && put:
 		return 0, true
 	case match == "":
-		return -1, true
+		return overrides.AnyVersion, true
+	case match == "*":
+		return overrides.Existing, true
 	}
 	v, err := strconv.ParseInt(strings.TrimPrefix(strings.Trim(match, `"`), "W/"), 10, 64)
 	if err != nil || v < 1 {

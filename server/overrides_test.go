@@ -59,6 +59,9 @@ func TestOverridesAPI(t *testing.T) {
 	if w := f.do("PUT", "/v1/overrides", strings.Replace(body, `"rate":3`, `"rate":4`, 1), "If-Match", `"1"`); w.Code != http.StatusOK || w.Header().Get("ETag") != `"2"` {
 		t.Fatalf("a replace at its version: %d %s", w.Code, w.Body)
 	}
+	if w := f.do("PUT", "/v1/overrides", strings.Replace(body, `"u42"`, `"nobody"`, 1), "If-Match", "*"); w.Code != http.StatusPreconditionFailed {
+		t.Fatalf("If-Match: * where none exists: %d %s, want 412", w.Code, w.Body)
+	}
 	if w := f.do("GET", "/v1/overrides/"+o.ID, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"rate":4`) {
 		t.Fatalf("get: %d %s", w.Code, w.Body)
 	}

@@ -96,9 +96,12 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 		if resp.StatusCode/100 != 2 {
-			var p struct{ Detail string }
+			var p struct{ Detail, Field string }
 			if json.Unmarshal(b, &p) == nil && p.Detail != "" {
 				hint := ""
+				if f := fs.Lookup(flagOfField(p.Field)); f != nil && resp.StatusCode == http.StatusBadRequest {
+					hint = " (--" + f.Name + ")"
+				}
 				switch resp.StatusCode {
 				case http.StatusPreconditionRequired:
 					hint = " (sluice override ls gives its version: set --version V replaces it)"
@@ -189,6 +192,17 @@ func overrideUsage(w io.Writer) {
 	fmt.Fprintln(w, "  sluice override set --rule per-user --prefix loadtest- --action exempt --for 1h --reason 'load test'")
 	fmt.Fprintln(w, "  sluice override ls")
 	fmt.Fprintln(w, "  sluice override rm 3f9a1c2b7d4e5f60 --reason 'launch over'")
+}
+
+// flagOfField names the flag that sets an API field.
+func flagOfField(field string) string {
+	switch field {
+	case "keyValues":
+		return "key-value"
+	case "untilRemoved":
+		return "until-removed"
+	}
+	return field
 }
 
 // keyValueFlag gathers --key-value NAME=VALUE.

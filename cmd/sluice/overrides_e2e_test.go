@@ -62,6 +62,12 @@ func TestOverridesRefuseHostileInputEndToEnd(t *testing.T) {
 		// A long key is counted, and overridden, as its digest.
 		{`{"rule":"user-default","key":"` + strings.Repeat("k", 5000) + `","action":"block","for":"1h","reason":"r","by":"b"}`, nil, 201},
 		{one(strings.Repeat("v", 500_000), `,"for":"1h"`), nil, 201},
+		// A key is built as the rule builds it: an IPv6 address as its
+		// /64; what the rule could never build is refused.
+		{`{"rule":"ip-flood","key":"2001:db8:1:2::5","action":"block","for":"1h","reason":"r","by":"b"}`, nil, 201},
+		{`{"rule":"ip-flood","key":"not-an-address","action":"block","for":"1h","reason":"r","by":"b"}`, nil, 400},
+		{`{"rule":"login","key":"u1","action":"block","for":"1h","reason":"r","by":"b"}`, nil, 400},
+		{`{"rule":"user-default","key":"u1","action":"limit","rate":5,"per":"-1m","for":"1h","reason":"r","by":"b"}`, nil, 400},
 	} {
 		if code, body := put(base, c.body, c.hdr...); code != c.want {
 			t.Errorf("%.100s %v: %d %.300s, want %d", c.body, c.hdr, code, body, c.want)
@@ -95,9 +101,13 @@ func TestOverridesRefuseHostileInputEndToEnd(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// Two were created above (the long keys): 9,998 more fit.
-	if created.Load() != 9_998 || full.Load() != 3 || other.Load() != 0 {
-		t.Fatalf("10,001 overrides more: %d created, %d refused as past the bound, %d otherwise; want 9,998, 3, 0", created.Load(), full.Load(), other.Load())
+	// Three were created above (the long keys, the address): 9,997 more fit.
+	if created.Load() != 9_997 || full.Load() != 4 || other.Load() != 0 {
+		t.Fatalf("10,001 overrides more: %d created, %d refused as past the bound, %d otherwise; want 9,997, 4, 0", created.Load(), full.Load(), other.Load())
+	}
+	// The command names its own flag at fault, not the API's field.
+	if code, stderr := proctest.Run(t, "override", "set", "--url", base, "--rule", "user-default", "--key-value", "user=u", "--action", "limit", "--rate", "5", "--per", "-1m", "--for", "1h", "--reason", "r"); code == 0 || !strings.Contains(stderr, "(--per)") {
+		t.Errorf("a negative --per: exit %d, %s; want the flag named", code, stderr)
 	}
 	if code, body := put(base, one("u", `,"for":"1h"`)); code != http.StatusConflict || !strings.Contains(body, "at most 10000") {
 		t.Fatalf("at the bound: %d %s", code, body)

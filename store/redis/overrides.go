@@ -66,7 +66,7 @@ return {v, redis.call('HGETALL', KEYS[1])}
 local t = redis.call('TIME')
 return tonumber(t[1]) * 1000000 + tonumber(t[2])
 `)
-	// ARGV: now (ms), id, ifVersion (-1 any, 0 absent), JSON, expiry (ms
+	// ARGV: now (ms), id, ifVersion (-1 any, -2 any but one, 0 absent), JSON, expiry (ms
 	// or "+inf"), max, channel, deadline (µs on Redis's clock; 0 none).
 	// A reply {err, before} or {"", version, before}.
 	overridesPut = rueidis.NewLuaScript(lateCheck(8) + `
@@ -77,6 +77,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
 end
 local before = redis.call('HGET', KEYS[1], ARGV[2])
 local want = tonumber(ARGV[3])
+if want == -2 and not before then return {'version', ''} end
 if want >= 0 then
   local have = 0
   if before then have = tonumber(string.match(before, '^(%d+)|')) end

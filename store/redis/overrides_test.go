@@ -66,6 +66,11 @@ func overridesOn(t *testing.T, url string) {
 	if _, _, err := b.Put(ctx, o, 0, now); !errors.Is(err, overrides.ErrVersion) {
 		t.Fatalf("a second create: %v, want ErrVersion", err)
 	}
+	absent := o
+	absent.Key = "absent"
+	if _, _, err := b.Put(ctx, absent, overrides.Existing, now); !errors.Is(err, overrides.ErrVersion) {
+		t.Fatalf("a replace of any version where none exists: %v, want ErrVersion", err)
+	}
 	o.Rate = 300
 	if _, _, err := b.Put(ctx, o, w.Version+1, now); !errors.Is(err, overrides.ErrVersion) {
 		t.Fatalf("a replace at a wrong version: %v, want ErrVersion", err)
