@@ -85,7 +85,7 @@ func TestClientsAtEveryBoundStayWithinTheBudget(t *testing.T) {
 		})
 	}
 	attackers.Wait()
-	for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() < 1<<20-int64(len(body)); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); f.s.heldAnswerBytes.Load() < 1<<20-int64(len(body)); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("held answers reached %d bytes, want about 1 MiB", f.s.heldAnswerBytes.Load())
 		}

@@ -83,7 +83,7 @@ func FuzzConnection(f *testing.F) {
 		client.Close()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(patience):
 			t.Fatal("the connection did not end after its client closed")
 		}
 		mu.Lock()

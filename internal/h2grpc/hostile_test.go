@@ -103,7 +103,7 @@ func framed(b []byte) []byte { return append(message(b), b...) }
 // It fails the test after 10 s or if the connection ends.
 func (r *raw) next(want func(http2.Frame) bool) http2.Frame {
 	r.t.Helper()
-	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r.nc.SetReadDeadline(time.Now().Add(patience))
 	for {
 		f, err := r.fr.ReadFrame()
 		if err != nil {
@@ -261,7 +261,7 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 		}
 		defer nc.Close()
 		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		nc.SetReadDeadline(time.Now().Add(patience))
 		if n, err := io.ReadAll(nc); !errors.Is(err, nil) || len(n) > 0 && !bytes.HasPrefix(n, []byte{0, 0}) {
 			t.Fatalf("an HTTP/1.1 request got %q, %v; want the connection closed", n, err)
 		}
@@ -297,7 +297,7 @@ func TestStreamLimitHoldsUnderResets(t *testing.T) {
 	}
 	close(f.release)
 	// Once the held methods return, the connection serves again.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for id := uint32(1001); ; id += 2 {
 		r.call(id, "/t.T/Echo", framed([]byte("after")))
 		f := r.next(func(f http2.Frame) bool {
@@ -406,7 +406,7 @@ func TestShutdownBeforeTheClientsSettingsDrains(t *testing.T) {
 	// The preface alone: the server waits for the SETTINGS that ends it.
 	r := dialPreface(t, f.addr)
 	nc := r.nc
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	nc.SetReadDeadline(time.Now().Add(patience))
 	if f, err := r.fr.ReadFrame(); err != nil {
 		t.Fatal(err)
 	} else if _, ok := f.(*http2.SettingsFrame); !ok {
@@ -414,7 +414,7 @@ func TestShutdownBeforeTheClientsSettingsDrains(t *testing.T) {
 	}
 	shut := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 		defer cancel()
 		shut <- f.s.Shutdown(ctx)
 	}()
@@ -661,7 +661,7 @@ func TestUnfinishedRequestsAreBounded(t *testing.T) {
 	}
 	waitBytes := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); f.s.unfinishedBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(patience); f.s.unfinishedBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d unfinished bytes, want %d", f.s.unfinishedBytes.Load(), n)
 			}
@@ -721,7 +721,7 @@ func TestAnUnfinishedRequestCostsWhatItSent(t *testing.T) {
 			r.fr.WriteData(id, false, message([]byte("12345")))
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); f.s.unfinishedBytes.Load() < 2000*5; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); f.s.unfinishedBytes.Load() < 2000*5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d unfinished bytes seen, want 10,000", f.s.unfinishedBytes.Load())
 		}
@@ -755,7 +755,7 @@ func TestHeldAnswersAreBoundedOverAllConnections(t *testing.T) {
 	f := newFixture(t, func(s *Server) { s.MaxHeldAnswerBytes = 90 }) // two held answers exactly
 	heldBecomes := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(patience); f.s.heldAnswerBytes.Load() != n; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d answer bytes held, want %d", f.s.heldAnswerBytes.Load(), n)
 			}
@@ -806,7 +806,7 @@ func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
 	f := newFixture(t, func(s *Server) { s.MaxOpenCalls = 20 })
 	openBecomes := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); f.s.openCalls.Load() != n; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(patience); f.s.openCalls.Load() != n; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d calls open, want %d", f.s.openCalls.Load(), n)
 			}
@@ -860,7 +860,7 @@ func TestAHeldAnswerIsCountedAsItDrains(t *testing.T) {
 		if c.grant > 0 {
 			r.fr.WriteWindowUpdate(1, c.grant)
 		}
-		for deadline := time.Now().Add(10 * time.Second); f.s.heldAnswerBytes.Load() != c.held; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(patience); f.s.heldAnswerBytes.Load() != c.held; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("after granting %d: %d bytes held, want %d", c.grant, f.s.heldAnswerBytes.Load(), c.held)
 			}

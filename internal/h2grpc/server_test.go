@@ -170,7 +170,7 @@ func TestStatuses(t *testing.T) {
 func TestDeadlineAndCancel(t *testing.T) {
 	f := newFixture(t, nil)
 	cc := f.client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
 	defer cancel()
 	resp, err := invoke(ctx, cc, "/t.T/Deadline", nil)
 	var ms int
@@ -184,7 +184,7 @@ func TestDeadlineAndCancel(t *testing.T) {
 	ccancel()
 	select {
 	case <-f.sawDone:
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the method's context never ended after the client cancelled")
 	}
 	if err := <-done; grpcstatus.Code(err) != codes.Canceled {
@@ -231,7 +231,7 @@ func TestShutdownFinishesCallsInFlight(t *testing.T) {
 	}
 	shut := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
 		defer cancel()
 		shut <- f.s.Shutdown(ctx)
 	}()

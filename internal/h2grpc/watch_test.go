@@ -165,7 +165,7 @@ func TestWorkersEndWithTheServer(t *testing.T) {
 		t.Fatal("no worker ran the call")
 	}
 	f.s.Close()
-	for deadline := time.Now().Add(10 * time.Second); f.s.nworkers.Load() != 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(patience); f.s.nworkers.Load() != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d workers 10 s after the server closed", f.s.nworkers.Load())
 		}
