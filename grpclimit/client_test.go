@@ -2,7 +2,6 @@ package grpclimit_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,29 +9,17 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/grpclimit"
-	"github.com/sluice-rl/sluice/rules"
-	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // counted serves src behind the interceptors and counts the calls that
 // reached the server and those it refused; the client side uses c.
 func counted(t *testing.T, src string, c *grpclimit.Client) (*grpc.ClientConn, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
-	cfg, err := rules.Parse("t.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, src)
 	var calls, refused atomic.Int64
 	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		calls.Add(1)
@@ -42,20 +29,7 @@ func counted(t *testing.T, src string, c *grpclimit.Client) (*grpc.ClientConn, *
 		}
 		return resp, err
 	}
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(count, grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(c.UnaryClientInterceptor()), grpc.WithStreamInterceptor(c.StreamClientInterceptor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := served(t, grpc.NewServer(grpc.ChainUnaryInterceptor(count, grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor())), grpc.WithUnaryInterceptor(c.UnaryClientInterceptor()), grpc.WithStreamInterceptor(c.StreamClientInterceptor()))
 	return conn, &calls, &refused
 }
 
@@ -143,28 +117,16 @@ func TestTheClientPacesByTheRateLimitMetadata(t *testing.T) {
 // after the wait and gets its messages; a refusal longer than MaxDelay is
 // the caller's.
 func TestAServerStreamRefusedAtOpenIsOpenedAgain(t *testing.T) {
-	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: r, key: [ip], rate: 1, per: 3s, burst: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, "rules:\n  - {id: r, key: [ip], rate: 1, per: 3s, burst: 1}\n")
 	var opened atomic.Int64
 	countStreams := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		opened.Add(1)
 		return h(srv, ss)
 	}
-	s := grpc.NewServer(grpc.ChainStreamInterceptor(countStreams, grpclimit.New(e, grpclimit.Options{}).StreamServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	go s.Serve(lis)
-	defer s.Stop()
 	c := &grpclimit.Client{}
 	c.Transport.NoPacing = true
-	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(c.StreamClientInterceptor()))
-	defer conn.Close()
+	conn := served(t, grpc.NewServer(grpc.ChainStreamInterceptor(countStreams, grpclimit.New(e, grpclimit.Options{}).StreamServerInterceptor())),
+		grpc.WithStreamInterceptor(c.StreamClientInterceptor()))
 	for i := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "x"})

@@ -2,7 +2,6 @@ package grpclimit_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,8 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -46,19 +43,7 @@ func TestTwoServersOnRedisShareOneLimitExactly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := grpc.NewServer(grpc.UnaryInterceptor(grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor()))
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Serve(lis)
-		t.Cleanup(s.Stop)
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := served(t, grpc.NewServer(grpc.UnaryInterceptor(grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor())))
 		conns = append(conns, conn)
 	}
 	var ok, refused, left atomic.Int64
@@ -109,13 +94,7 @@ rules:
 		t.Fatal(err)
 	}
 	l := grpclimit.New(e, grpclimit.Options{})
-	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
+	conn := served(t, grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor())))
 	srv.Stop()
 	err = check(withUser("u"), conn)
 	if st := status.Convert(err); st.Code() != codes.Unavailable || len(st.Details()) == 0 {

@@ -14,8 +14,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -38,29 +36,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // behind the interceptors, on rules src, and returns a client connection.
 func serve(t *testing.T, src string, o grpclimit.Options) *grpc.ClientConn {
 	t.Helper()
-	cfg, err := rules.Parse("test.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, src)
 	l := grpclimit.New(e, o)
 	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
 	reflection.Register(s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := served(t, s)
 	return conn
 }
 
@@ -162,26 +142,13 @@ func TestAnIdentityFromTheContextKeysTheRules(t *testing.T) {
 		}
 		return h(ctx, req)
 	}
-	cfg, err := rules.Parse("t.yaml", []byte("keys: {account: {header: X-Account}}\nrules:\n  - {id: per-account, key: [account], rate: 1, per: 1h}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, "keys: {account: {header: X-Account}}\nrules:\n  - {id: per-account, key: [account], rate: 1, per: 1h}\n")
 	l := grpclimit.New(e, grpclimit.Options{Attributes: func(ctx context.Context, _ string, attrs map[string]string) {
 		if id, ok := ctx.Value(identityKey{}).(string); ok {
 			attrs["account"] = id
 		}
 	}})
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(auth, l.UnaryServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
+	conn := served(t, grpc.NewServer(grpc.ChainUnaryInterceptor(auth, l.UnaryServerInterceptor())))
 	as := func(who string) context.Context {
 		return metadata.AppendToOutgoingContext(context.Background(), "authorization", who)
 	}
@@ -270,13 +237,7 @@ func TestTheDecisionLogNamesTheMethod(t *testing.T) {
 		}
 		byMethod[m] = c
 	}})
-	s := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
+	conn := served(t, grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor())))
 	check(context.Background(), conn)
 	check(context.Background(), conn)
 	mu.Lock()
@@ -305,14 +266,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // flight, the next answered Unavailable with RetryInfo, and a shadow rule
 // that would refuse lets the call through.
 func TestTheConcurrencyLimitAndShadowRulesHoldForCalls(t *testing.T) {
-	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: would, key: [ip], rate: 1, per: 1h, mode: shadow}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, "rules:\n  - {id: would, key: [ip], rate: 1, per: 1h, mode: shadow}\n")
 	release := make(chan struct{})
 	inside := make(chan struct{}, 1)
 	l := grpclimit.New(e, grpclimit.Options{HTTP: httplimit.Options{Concurrency: concurrency.New(concurrency.Fixed{N: 1}, concurrency.Options{})}})
@@ -323,17 +277,11 @@ func TestTheConcurrencyLimitAndShadowRulesHoldForCalls(t *testing.T) {
 		}
 		return h(ctx, req)
 	}
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(), hold))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
+	conn := served(t, grpc.NewServer(grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(), hold)))
 	done := make(chan error, 1)
 	go func() { done <- check(metadata.AppendToOutgoingContext(context.Background(), "hold", "1"), conn) }()
 	<-inside
-	err = check(context.Background(), conn)
+	err := check(context.Background(), conn)
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || len(st.Details()) == 0 {
 		t.Fatalf("a call beyond the concurrency limit: %v %v, want Unavailable with RetryInfo", err, st.Details())
@@ -375,14 +323,7 @@ rules:
 		t.Fatalf("another service in the message: %v", err)
 	}
 
-	cfg, err := rules.Parse("t.yaml", []byte("rules:\n  - {id: seconds, key: [ip], rate: 10, per: 1h, reserve: {estimate: 1, estimateBody: tokens}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineOf(t, "rules:\n  - {id: seconds, key: [ip], rate: 10, per: 1h, reserve: {estimate: 1, estimateBody: tokens}}\n")
 	intercept := grpclimit.New(e, grpclimit.Options{}).UnaryServerInterceptor()
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 1}})
 	ctx = grpc.NewContextWithServerTransportStream(ctx, discardStream{})
