@@ -84,3 +84,36 @@ func TestDecisionLogDefaults(t *testing.T) {
 		t.Fatalf("%d decision lines for 149 rejections, want 100 a second (the default), at least", n)
 	}
 }
+
+// A check's line says where it came from and, for a face that asks
+// (LogPath: gRPC's method), the path; a dry run is never logged, as it
+// decides nothing.
+func TestDecisionLogLinesSayViaAndPathAndSkipDryRuns(t *testing.T) {
+	var buf bytes.Buffer
+	dl := &DecisionLog{Logger: slog.New(slog.NewJSONHandler(&buf, nil)), All: true}
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1h}\n", Options{DecisionLog: dl})
+	check := func(o CheckOptions) map[string]any {
+		buf.Reset()
+		var res Result
+		if err := f.e.Check(context.Background(), userReq("u"), o, &res); err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() == 0 {
+			return nil
+		}
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("%q: %v", buf.String(), err)
+		}
+		return line
+	}
+	if l := check(CheckOptions{}); l == nil || l["via"] != "http" || l["method"] != nil {
+		t.Errorf("a plain check: %v, want via=http and no method", l)
+	}
+	if l := check(CheckOptions{Via: "grpc", LogPath: true}); l == nil || l["via"] != "grpc" || l["method"] != "/items" {
+		t.Errorf("a check that logs its path: %v, want via=grpc method=/items", l)
+	}
+	if l := check(CheckOptions{DryRun: true}); l != nil {
+		t.Errorf("a dry run was logged: %v", l)
+	}
+}
