@@ -169,6 +169,9 @@ func (s *Server) changed(ctx context.Context, change string, after, before *over
 	s.log.Info("sluice: override "+change, "id", o.ID, "rule", o.Rule, "key", o.Key, "prefix", o.Prefix,
 		"by", by, "reason", reason, "before", describeOverride(before), "after", describeOverride(after))
 	s.metrics.OverrideChanged(change)
+	// Its own wait: the change may have used all of the request's.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWait)
+	defer cancel()
 	if err := s.o.Overrides.Refresh(ctx); err != nil {
 		s.log.Warn("sluice: override changed, but the overrides could not be read again; the follower will", "error", err)
 	}
@@ -340,9 +343,20 @@ func rawKeyOf(cfg *rules.Config, rule, key string) (string, error) {
 		return "", &badRequest{"key", fmt.Sprintf("rule %s is keyed by %s: give keyValues, one value per source", rr.ID, strings.Join(sourceNames(rr), " and "))}
 	}
 	src := rr.Key[0]
-	if src.Kind == rules.FromIP {
-		if p, err := netip.ParsePrefix(key); err == nil && p.Addr().Is6() && p.Bits() == cfg.IPv6Prefix {
-			key = p.Addr().String()
+	switch {
+	case src.Kind == rules.FromIP && strings.Contains(key, "/"):
+		p, err := netip.ParsePrefix(key)
+		if err != nil || !p.Addr().Is6() || p.Bits() != cfg.IPv6Prefix {
+			return "", &badRequest{"key", fmt.Sprintf("%q: rule %s counts an IPv4 client by its address and an IPv6 one by its /%d: give an address, or that prefix", key, rr.ID, cfg.IPv6Prefix)}
+		}
+		key = p.Addr().String()
+	case src.Kind == rules.FromIP && strings.Contains(key, "%"):
+		return "", &badRequest{"key", fmt.Sprintf("%q: a zone names an interface of this host, not a client: give the address alone", key)}
+	case src.Scheme != "":
+		// The whole header value pasted ("Bearer k-…") means its token,
+		// as the rule reads it.
+		if scheme, token, ok := strings.Cut(key, " "); ok && strings.EqualFold(scheme, src.Scheme) {
+			key = strings.TrimSpace(token)
 		}
 	}
 	built, err := keyOf(cfg, rr, func(string) string { return key }, "key")

@@ -217,9 +217,15 @@ rules:
 	if w := f.do("GET", "/v1/overrides", ""); strings.Contains(w.Body.String(), "k-stolen") {
 		t.Errorf("the list shows the secret: %s", w.Body)
 	}
+	if w := block("per-key", "Bearer k-pasted"); w.Code != http.StatusCreated || !blocked("192.0.2.1", "Bearer k-pasted") {
+		t.Errorf("a whole Authorization value given as the key: %d %s; want its token blocked", w.Code, w.Body)
+	}
 	for _, c := range []struct{ rule, key string }{
 		{"per-ip", "not-an-address"},
 		{"per-ip", "2001:db8::/48"}, // not the prefix the rule counts
+		{"per-ip", "192.0.2.0/24"},
+		{"per-ip", "fe80::1%eth0"}, // a zone is this host's
+		{"per-ip", "192.0.2.1%eth0"},
 		{"pair", "u1"},
 	} {
 		if w := block(c.rule, c.key); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"field":"key"`) {
@@ -241,6 +247,42 @@ func (l *lostAnswers) Put(context.Context, overrides.Override, int64, time.Time)
 
 func (l *lostAnswers) Delete(context.Context, string, int64, time.Time) (*overrides.Override, error) {
 	return nil, l.err
+}
+
+// slowAnswer is a store whose answers to changes come as the caller's
+// deadline passes, as Redis's may within its grace.
+type slowAnswer struct{ overrides.Memory }
+
+func (s *slowAnswer) Load(ctx context.Context) ([]*overrides.Override, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	return s.Memory.Load(ctx)
+}
+
+func (s *slowAnswer) Version(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return s.Memory.Version(ctx)
+}
+
+func (s *slowAnswer) Put(ctx context.Context, o overrides.Override, v int64, now time.Time) (*overrides.Override, *overrides.Override, error) {
+	<-ctx.Done()
+	return s.Memory.Put(context.Background(), o, v, now)
+}
+
+// A change answered late is in force in the process it was made through
+// when it is answered: the re-read has a wait of its own.
+func TestAChangeAnsweredLateIsInForceWhenAnswered(t *testing.T) {
+	fol := &overrides.Follower{Store: &slowAnswer{}}
+	f := newFixture(t, Options{Loopback: true, Overrides: fol})
+	if w := f.do("PUT", "/v1/overrides", `{"rule":"per-user","key":"u1","action":"block","for":"1h","reason":"r","by":"b"}`); w.Code != http.StatusCreated {
+		t.Fatalf("%d %s", w.Code, w.Body)
+	}
+	if len(fol.Current().Live(time.Now())) != 1 {
+		t.Fatal("the change was answered before this process had it in force")
+	}
 }
 
 // A change the store never made is answered "nothing changed"; one whose
