@@ -23,6 +23,8 @@ func overrideFixture(t *testing.T) (*fixture, *overrides.Memory, *overrides.Foll
 rules:
   - {id: per-user, key: [user], rate: 3, per: 1h}
   - {id: everyone, key: [ip], rate: 100, per: 1h}
+  - {id: pricey, match: {path: /pricey}, key: [user], rate: 10, per: 1h, cost: 5}
+  - {id: pair, match: {path: /pair}, key: [user, ip], rate: 10, per: 1h}
 `, Options{Overrides: fol.Current})
 	return f, store, fol
 }
@@ -124,18 +126,50 @@ func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
 }
 
 // An operator cycling through limits leaves the stores holding the
-// tables of the limits in force, never those of every limit once set; the
-// rule's own table, and its keys' counts, stay.
+// tables of the limits in force, never those of every limit once set:
+// the store's and the fallback store's (which mirrors the store's counts
+// for an outage), with or without a fallback that can drop them. The
+// rule's own table, and its keys' counts, stay; so does a limit in force.
 func TestLimitsNoOverrideUsesAreDropped(t *testing.T) {
-	f, store, fol := overrideFixture(t)
-	tables := func(s sluice.Store, rule string) int {
+	for _, fallback := range []string{"dropping", "keeping"} {
+		t.Run(fallback, func(t *testing.T) { limitsDropped(t, fallback == "dropping") })
+	}
+}
+
+// keepsLimits is a store that keeps its tables: it cannot drop a limit.
+type keepsLimits struct{ sluice.Store }
+
+func limitsDropped(t *testing.T, fallbackDrops bool) {
+	store := &overrides.Memory{}
+	fol := &overrides.Follower{Store: store}
+	o := Options{Overrides: fol.Current}
+	fb := memory.New()
+	o.Fallback = fb
+	if !fallbackDrops {
+		o.Fallback = keepsLimits{fb}
+	}
+	f := newFixture(t, `
+rules:
+  - {id: per-user, key: [user], rate: 3, per: 1h}
+  - {id: everyone, key: [ip], rate: 100, per: 1h}
+`, o)
+	tables := func(s *memory.Store, rule string) int {
 		n := 0
-		for _, st := range s.(*memory.Store).Stats() {
+		for _, st := range s.Stats() {
 			if st.Rule == rule {
 				n++
 			}
 		}
 		return n
+	}
+	inForce := func(what string) {
+		t.Helper()
+		if n := tables(f.mem, "per-user"); n > 2 {
+			t.Fatalf("%s: %d tables for per-user, want the rule's and the limit in force", what, n)
+		}
+		if n := tables(fb, "per-user#fallback"); fallbackDrops && n > 2 {
+			t.Fatalf("%s: the fallback store holds %d tables for per-user, want the rule's and the limit in force", what, n)
+		}
 	}
 	put(t, store, fol, f.e, overrides.Override{Rule: "everyone", Key: "203.0.113.7", Action: overrides.Exempt, UntilRemoved: true})
 	admittedOf(t, f, "steady", 2) // the rule's own table: 1 left for steady
@@ -144,6 +178,7 @@ func TestLimitsNoOverrideUsesAreDropped(t *testing.T) {
 		if n, _ := admittedOf(t, f, "cycled", 1); n != 1 {
 			t.Fatalf("limit %d: refused", 10+i)
 		}
+		inForce(fmt.Sprintf("limit %d in force", 10+i))
 		if _, err := store.Delete(context.Background(), o.ID, o.Version, time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -162,9 +197,14 @@ func TestLimitsNoOverrideUsesAreDropped(t *testing.T) {
 	if err := fol.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	admittedOf(t, f, "kept", 1) // the rules built again: "same"'s limit, the rule's own, is no longer used
+	// The rules built again: "same"'s limit, the rule's own, is no longer
+	// used by an override, and "kept"'s is.
+	if n, _ := admittedOf(t, f, "kept", 10); n != 6 {
+		t.Errorf("the limit in force lost its count: kept had 6 of 7 left, got %d of 10", n)
+	}
+	inForce("after 300 limits came and went")
 	if n := tables(f.mem, "per-user"); n != 2 {
-		t.Errorf("the store holds %d tables for per-user after 300 limits came and went; want 2 (the rule's, 7 an hour)", n)
+		t.Errorf("%d tables for per-user, want 2 (the rule's, 7 an hour)", n)
 	}
 	if n, _ := admittedOf(t, f, "steady", 3); n != 1 {
 		t.Errorf("the rule's own count was lost: steady had 1 left, got %d of 3", n)
@@ -217,12 +257,21 @@ func TestAnOverrideTheRulesCannotApplyIsRefused(t *testing.T) {
 		{overrides.Override{Rule: "nope", Key: "u", Action: overrides.Exempt}, "rule"},
 		{overrides.Override{Rule: "everyone", Prefix: "10.", Action: overrides.Exempt}, "prefix"},
 		{overrides.Override{Rule: "per-user", Key: "u", Action: overrides.Limit, Rate: 1 << 62, Per: 1}, "rate"},
+		{overrides.Override{Rule: "pricey", Key: "u", Action: overrides.Limit, Rate: 4, Per: overrides.Duration(time.Hour)}, "burst"},
+		{overrides.Override{Rule: "pair", Prefix: "u", Action: overrides.Exempt}, "prefix"},
 	} {
 		err := f.e.CheckOverride(&c.o)
 		fe, ok := err.(*overrides.FieldError)
 		if !ok || fe.Field != c.field {
 			t.Errorf("%+v: %v, want an error naming %s", c.o, err, c.field)
 		}
+		if c.o.Rule == "pair" && !strings.Contains(fe.Problem, "keyed by user and ip:") {
+			t.Errorf("the sources are not named as they are: %v", fe)
+		}
+	}
+	// A burst of exactly the rule's cost admits one request.
+	if err := f.e.CheckOverride(&overrides.Override{Rule: "pricey", Key: "u", Action: overrides.Limit, Rate: 5, Per: overrides.Duration(time.Hour)}); err != nil {
+		t.Errorf("a burst of the rule's cost: %v", err)
 	}
 }
 
@@ -322,5 +371,21 @@ func TestARulesOverridesHaveFewDistinctLimits(t *testing.T) {
 	again := overrides.Override{Rule: "per-user", Key: "u0", Action: overrides.Limit, Rate: 7, Per: overrides.Duration(time.Hour)}
 	if err := f.e.CheckOverride(&again); err != nil {
 		t.Fatalf("replacing an override's own limit: %v", err)
+	}
+}
+
+// A limit override goes with its rule as the rule file has it now: a
+// reload that changes the rule (its cost here) changes the rule the
+// override counts under, the override's limit kept.
+func TestALimitOverrideFollowsItsRuleAcrossAReload(t *testing.T) {
+	f, store, fol := overrideFixture(t)
+	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "u", Action: overrides.Limit, Rate: 10, Per: overrides.Duration(time.Hour)})
+	admittedOf(t, f, "u", 1)
+	if r := remaining(t, f, "per-user", "u"); r != 3 {
+		t.Fatalf("the rule's own count of u: %d, want 3 untouched", r)
+	}
+	f.e.Reload(mustRules(t, "rules:\n  - {id: per-user, key: [user], rate: 3, per: 1h, cost: 3}\n"))
+	if n, _ := admittedOf(t, f, "u", 10); n != 3 {
+		t.Fatalf("after the reload: %d of 10 admitted, want 3 (9 of the override's 10 left, 3 a request)", n)
 	}
 }
