@@ -11,7 +11,7 @@ import (
 // would otherwise hold every run for the whole wait.
 var patience = func() time.Duration {
 	if os.Getenv("SLUICE_MUTATION") != "" {
-		return 2 * time.Second
+		return 4 * time.Second // the connection watcher ticks each second: some waits are two ticks
 	}
 	return 10 * time.Second
 }()
