@@ -698,10 +698,10 @@ func TestUnfinishedRequestsAreBounded(t *testing.T) {
 	waitBytes(0)
 	whole := framed(make([]byte, 1000))
 	b.call(5, "/t.T/Echo", nil)
-	b.fr.WriteData(5, false, whole[:996]) // all 1,000 bytes of the budget but a's 5
-	b.fr.WriteData(5, true, whole[996:])
+	b.fr.WriteData(5, false, whole[:1000]) // the whole budget, a's 5 given back
+	b.fr.WriteData(5, true, whole[1000:])
 	if code, _ := b.grpcStatus(5); code != "0" {
-		t.Fatalf("a call holding 996 bytes once the other connection ended: grpc-status %s", code)
+		t.Fatalf("a call holding exactly the budget once the other connection ended: grpc-status %s", code)
 	}
 }
 
@@ -822,6 +822,20 @@ func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
 	if rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("a call past the bound on the connection holding them: RST_STREAM %v, want REFUSED_STREAM", rst.ErrCode)
 	}
+
+	// Past the bound, a connection holding its share (8) gets no more.
+	eight := dialRaw(t, f.addr)
+	for i := range openCallsShare {
+		eight.call(uint32(2*i+1), "/t.T/Echo", nil)
+	}
+	openBecomes(20 + openCallsShare)
+	eight.call(2*openCallsShare+1, "/t.T/Echo", framed(nil))
+	rst = eight.next(func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == 2*openCallsShare+1 }).(*http2.RSTStreamFrame)
+	if rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("a call past the bound on a connection holding its share: RST_STREAM %v, want REFUSED_STREAM", rst.ErrCode)
+	}
+	eight.nc.Close()
+	openBecomes(20)
 
 	unfinished := dialRaw(t, f.addr)
 	for i := range 5 {
