@@ -830,7 +830,10 @@ func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
 	}
 	openBecomes(20 + openCallsShare)
 	eight.call(2*openCallsShare+1, "/t.T/Echo", framed(nil))
-	rst = eight.next(func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == 2*openCallsShare+1 }).(*http2.RSTStreamFrame)
+	rst = eight.next(func(f http2.Frame) bool {
+		r, ok := f.(*http2.RSTStreamFrame)
+		return ok && r.StreamID == 2*openCallsShare+1
+	}).(*http2.RSTStreamFrame)
 	if rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("a call past the bound on a connection holding its share: RST_STREAM %v, want REFUSED_STREAM", rst.ErrCode)
 	}
