@@ -850,6 +850,8 @@ func TestOpenCallsAreBoundedOverAllConnections(t *testing.T) {
 	if code, _ := other.grpcStatus(1); code != "0" {
 		t.Fatalf("a call from a connection holding none, past the bound: grpc-status %s, want 0", code)
 	}
+	unfinished.fr.WriteRSTStream(1, http2.ErrCodeCancel) // a call reset before its request came whole
+	openBecomes(24)
 	unfinished.nc.Close()
 	openBecomes(20)
 	close(f.release)
