@@ -206,3 +206,23 @@ func TestKeepaliveFollowsTheClientsFrames(t *testing.T) {
 		t.Fatal("still open KeepaliveTimeout after an unanswered keepalive PING")
 	}
 }
+
+// TestWorkersAreBounded: calls past maxWorkers at once run on goroutines
+// of their own, and the workers stay maxWorkers.
+func TestWorkersAreBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	r := dialRaw(t, f.addr)
+	const calls = maxWorkers + 40
+	for i := range calls {
+		r.call(uint32(2*i+1), "/t.T/Hold", framed(nil))
+	}
+	for deadline := time.Now().Add(patience); f.s.openCalls.Load() != calls; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls open, want %d", f.s.openCalls.Load(), calls)
+		}
+	}
+	if n := f.s.nworkers.Load(); n > maxWorkers {
+		t.Fatalf("%d workers for %d calls at once, want at most %d", n, calls, maxWorkers)
+	}
+	close(f.release)
+}
