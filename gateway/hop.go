@@ -32,55 +32,87 @@ type hopFields struct {
 // list and those its Connection fields name) and the fields also names,
 // matching names in any case: the gateway keeps names as they arrive, and
 // "proxy-authorization" is Proxy-Authorization. It makes one pass over the
-// fields (two when Connection names a field of its own), and allocates only
-// what it removes.
-func scrubHop(h fastHeader, also ...string) (f hopFields) {
-	var named []string // fields Connection names beyond the fixed list, copied: h changes below
-	var doomed [][]byte
-	doom := func(k []byte) {
-		if !slices.ContainsFunc(doomed, func(d []byte) bool { return bytes.Equal(d, k) }) {
-			doomed = append(doomed, bytes.Clone(k))
-		}
+// fields (two when Connection names a field of its own). Its working
+// memory is s, kept with the request's state (nil: its own), so that a
+// request spends no allocation here beyond the header's iterator.
+func scrubHop(h fastHeader, s *hopScratch, also ...string) hopFields {
+	if s == nil {
+		s = new(hopScratch)
 	}
+	s.reset(also)
 	for k, v := range h.All() {
-		switch {
-		case isHopName(k):
-			switch {
-			case foldEq(k, "Connection"):
-				for t := range strings.SplitSeq(view.String(v), ",") {
-					t = strings.TrimSpace(t)
-					switch {
-					case strings.EqualFold(t, "upgrade"):
-						f.connUpgrade = true
-					case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)) ||
-						strings.EqualFold(t, "Content-Length") || strings.EqualFold(t, "Host"):
-						// The request's framing and target are not the
-						// Connection field's to remove.
-					default:
-						named = append(named, strings.Clone(t))
-					}
-				}
-			case foldEq(k, "Te"):
-				f.trailers = f.trailers || hasToken(view.String(v), "trailers")
-			case foldEq(k, "Upgrade") && f.upgrade == "":
-				f.upgrade = strings.TrimSpace(string(v))
-			}
-			doom(k)
-		case slices.ContainsFunc(also, func(a string) bool { return foldEq(k, a) }):
-			doom(k)
-		}
+		s.see(k, v)
 	}
-	if len(named) > 0 {
+	if len(s.named) > 0 {
 		for k := range h.All() {
-			if slices.ContainsFunc(named, func(n string) bool { return foldEq(k, n) }) {
-				doom(k)
+			if slices.ContainsFunc(s.named, func(n string) bool { return foldEq(k, n) }) {
+				s.doom(k)
 			}
 		}
 	}
-	for _, k := range doomed {
-		h.DelBytes(k)
+	for _, d := range s.doomed {
+		h.DelBytes(s.arena[d[0]:d[1]])
 	}
+	f := s.f
+	s.also = nil
 	return f
+}
+
+// hopScratch is scrubHop's working memory: what it saw, and the names it
+// removes once it has looked at every field (h changes as they go, so the
+// names are copied into arena).
+type hopScratch struct {
+	also   []string
+	f      hopFields
+	named  []string // fields Connection names beyond the fixed list
+	doomed [][2]int // spans of arena
+	arena  []byte
+}
+
+func (s *hopScratch) reset(also []string) {
+	s.also, s.f = also, hopFields{}
+	s.named, s.doomed, s.arena = s.named[:0], s.doomed[:0], s.arena[:0]
+}
+
+// see looks at one field.
+func (s *hopScratch) see(k, v []byte) {
+	switch {
+	case isHopName(k):
+		switch {
+		case foldEq(k, "Connection"):
+			for t := range strings.SplitSeq(view.String(v), ",") {
+				t = strings.TrimSpace(t)
+				switch {
+				case strings.EqualFold(t, "upgrade"):
+					s.f.connUpgrade = true
+				case t == "" || strings.EqualFold(t, "close") || isHopName([]byte(t)) ||
+					strings.EqualFold(t, "Content-Length") || strings.EqualFold(t, "Host"):
+					// The request's framing and target are not the
+					// Connection field's to remove.
+				default:
+					s.named = append(s.named, strings.Clone(t))
+				}
+			}
+		case foldEq(k, "Te"):
+			s.f.trailers = s.f.trailers || hasToken(view.String(v), "trailers")
+		case foldEq(k, "Upgrade") && s.f.upgrade == "":
+			s.f.upgrade = strings.TrimSpace(string(v))
+		}
+		s.doom(k)
+	case slices.ContainsFunc(s.also, func(a string) bool { return foldEq(k, a) }):
+		s.doom(k)
+	}
+}
+
+// doom marks field k for removal, once.
+func (s *hopScratch) doom(k []byte) {
+	for _, d := range s.doomed {
+		if bytes.Equal(s.arena[d[0]:d[1]], k) {
+			return
+		}
+	}
+	s.doomed = append(s.doomed, [2]int{len(s.arena), len(s.arena) + len(k)})
+	s.arena = append(s.arena, k...)
 }
 
 // isHopName reports whether k names a hop-by-hop field of the fixed list,
