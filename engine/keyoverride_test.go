@@ -51,6 +51,17 @@ func put(t *testing.T, store *overrides.Memory, fol *overrides.Follower, e *Engi
 	return w
 }
 
+// remove takes override o out of the store and has fol read it.
+func remove(t *testing.T, store *overrides.Memory, fol *overrides.Follower, o *overrides.Override) {
+	t.Helper()
+	if _, err := store.Delete(context.Background(), o.ID, o.Version, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fol.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // admittedOf counts the admitted of n checks for user, and returns the last
 // result.
 func admittedOf(t *testing.T, f *fixture, user string, n int) (int, *Result) {
@@ -93,12 +104,7 @@ func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
 	if n, _ := admittedOf(t, f, "other", 10); n != 3 {
 		t.Fatalf("another key under the rule: %d of 10, want the rule's 3", n)
 	}
-	if _, err := store.Delete(context.Background(), raised.ID, raised.Version, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := fol.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	remove(t, store, fol, raised)
 	if n, _ := admittedOf(t, f, "raised", 10); n != 1 {
 		t.Fatalf("the override removed: %d of 10 admitted, want the 1 the rule had left", n)
 	}
@@ -179,24 +185,14 @@ rules:
 			t.Fatalf("limit %d: refused", 10+i)
 		}
 		inForce(fmt.Sprintf("limit %d in force", 10+i))
-		if _, err := store.Delete(context.Background(), o.ID, o.Version, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		if err := fol.Refresh(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		remove(t, store, fol, o)
 	}
 	// One more limit in force, and one the rule's own: neither is dropped.
 	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "kept", Action: overrides.Limit, Rate: 7, Per: overrides.Duration(time.Hour)})
 	same := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "same", Action: overrides.Limit, Rate: 3, Per: overrides.Duration(time.Hour)})
 	admittedOf(t, f, "kept", 1)
 	admittedOf(t, f, "same", 1)
-	if _, err := store.Delete(context.Background(), same.ID, same.Version, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := fol.Refresh(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	remove(t, store, fol, same)
 	// The rules built again: "same"'s limit, the rule's own, is no longer
 	// used by an override, and "kept"'s is.
 	if n, _ := admittedOf(t, f, "kept", 10); n != 6 {
