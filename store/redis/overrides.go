@@ -42,7 +42,9 @@ import (
 // the caller's wait after the clock's answer came back, so it falls no
 // later, on Redis's clock, than the caller's own. The caller then waits
 // changeGrace beyond its deadline for the answer of a script that ran in
-// time; only an answer lost beyond that leaves the outcome unknown.
+// time; only an answer lost beyond that leaves the outcome unknown. A
+// store that sends its own clock (Options.Clock) sends no deadline: a
+// change it sent and heard nothing of is unknown.
 type Overrides struct {
 	s                    *Store
 	set, expiry, version string
@@ -139,24 +141,28 @@ func (o *Overrides) change(ctx context.Context, script *rueidis.Lua, args []stri
 		return nil, err
 	}
 	keys := []string{o.set, o.expiry, o.version}
-	deadline, bounded := ctx.Deadline()
-	if !bounded {
-		return script.Exec(ctx, c, keys, append(args, "0")).AsStrSlice()
+	by, wait := "0", ctx
+	// A store that sends its own clock may be on a server that refuses TIME
+	// in scripts: its changes carry no deadline, and a change whose answer
+	// does not come is said unknown.
+	if deadline, bounded := ctx.Deadline(); bounded && o.s.clock == nil {
+		now, err := overridesTime.Exec(ctx, c, keys[2:], nil).AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", overrides.ErrNotMade, err)
+		}
+		if afterClock != nil {
+			afterClock()
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, overrides.ErrNotMade
+		}
+		by = strconv.FormatInt(now+left.Microseconds(), 10)
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(changeGrace))
+		defer cancel()
 	}
-	now, err := overridesTime.Exec(ctx, c, keys[2:], nil).AsInt64()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", overrides.ErrNotMade, err)
-	}
-	if afterClock != nil {
-		afterClock()
-	}
-	left := time.Until(deadline)
-	if left <= 0 {
-		return nil, overrides.ErrNotMade
-	}
-	wait, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(changeGrace))
-	defer cancel()
-	r, err := script.Exec(wait, c, keys, append(args, strconv.FormatInt(now+left.Microseconds(), 10))).AsStrSlice()
+	r, err := script.Exec(wait, c, keys, append(args, by)).AsStrSlice()
 	_, refused := rueidis.IsRedisErr(err)
 	switch {
 	case refused:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
@@ -77,5 +78,31 @@ func TestAChangeOnAHungRedisIsNeverMadeLater(t *testing.T) {
 				t.Fatalf("after Redis woke: %v; want only %s, nothing changed", list, id)
 			}
 		})
+	}
+}
+
+// A store that sends its own clock reads no clock from Redis for a change
+// (its server may refuse TIME in scripts) and still makes it.
+func TestAChangeWithTheStoresOwnClockIsMade(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL(), Clock: sluice.NewManualClock(time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	called := false
+	afterClock = func() { called = true }
+	defer func() { afterClock = nil }()
+	o := overrides.Override{Rule: "r", Key: "k", Action: overrides.Block, UntilRemoved: true, Reason: "x", By: "y"}
+	if _, _, err := s.Overrides().Put(ctx, o, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if called {
+		t.Error("a store with its own clock read Redis's for a change")
+	}
+	if list, _, err := s.Overrides().Load(context.Background()); err != nil || len(list) != 1 {
+		t.Fatalf("after the change: %v %v", list, err)
 	}
 }
