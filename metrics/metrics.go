@@ -61,7 +61,11 @@ func New(version string) *Metrics {
 	}, []string{"change"})
 	m.collector = &collector{panics: &m.panics}
 	m.reg.MustRegister(m.latency, m.errs, m.changes, info, m.collector,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// The scheduler's latency (go_sched_latencies_seconds: how long
+		// goroutines ready to run waited for a thread) beside the default
+		// Go metrics: a gateway short of CPU shows it there first.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -11,6 +11,8 @@ package main
 import (
 	"flag"
 	"log"
+	"os"
+	"runtime"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,6 +22,9 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8001", "listen address")
 	upstream := flag.String("upstream", "127.0.0.1:9000", "the upstream's host:port")
 	flag.Parse()
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(4 * runtime.GOMAXPROCS(0)) // as the gateway: four Ps a CPU
+	}
 	const timeout = 30 * time.Second
 	c := &fasthttp.HostClient{
 		Addr: *upstream, MaxConns: 1024, ReadTimeout: timeout, WriteTimeout: timeout, MaxIdleConnDuration: 90 * time.Second,
