@@ -74,7 +74,7 @@ type fastState struct {
 	out     http.Header // the limit's response fields, for an upgrade
 	body    []byte
 	problem httplimit.Problem // a refusal's body, before it is written out
-	hop     hopScratch        // scrubHop's working memory
+	hop     hopScratch        // the hop-by-hop removal's working memory
 
 	// The last refusal written from this state, kept to be written again
 	// while the refusals repeat (httplimit.RefusalKey): its fields (names,
@@ -329,7 +329,7 @@ func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []neti
 	if !fromTrusted {
 		drop = untrustedHeaders
 	}
-	hop := scrubHop(&req.Header, &st.hop, drop...)
+	hop := scrubRequestHop(&req.Header, &st.hop, drop...)
 	asked := ""
 	if hop.connUpgrade {
 		asked = hop.upgrade
@@ -394,7 +394,7 @@ func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []neti
 	}
 	ctx.Response.Header.SetProtocol(nil)
 	ctx.Response.Header.SetStatusMessage(nil)
-	scrubHop(&ctx.Response.Header, &st.hop)
+	scrubResponseHop(&ctx.Response.Header, &st.hop)
 	h := &ctx.Response.Header
 	g.limiter.VisitHeaders(res, func(name string, v []byte) { h.SetBytesV(name, v) })
 }
