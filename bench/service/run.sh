@@ -116,7 +116,7 @@ for r in $([[ $PARTS == *http* ]] && seq "$ROUNDS"); do
 		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
 		read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/")
 		record "$name/allow/rps" "$rps"; record "$name/allow/p99" "$p99"
-		if [ "$name" != nginx-bare ] && [ "$name" != fasthttp-bare ]; then
+		if [ "$name" != nginx-bare ]; then
 			read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/strict")
 			record "$name/reject/rps" "$rps"; record "$name/reject/p99" "$p99"
 		fi
@@ -277,6 +277,8 @@ echo "  gateway (net/http) / nginx limit_req, requests/s allowed: $(ratio "$(med
 echo "  gateway (fasthttp) / nginx limit_req, p99 429:            $(ratio "$(med "${RES[sluice-fasthttp/reject/p99]:-}")" "$(med "${RES[nginx-limit_req/reject/p99]:-}")")"
 echo "  bare fasthttp proxy (no limiter) / nginx limit_req, allowed: $(ratio "$(med "${RES[fasthttp-bare/allow/rps]:-}")" "$(med "${RES[nginx-limit_req/allow/rps]:-}")")"
 echo "  gateway (fasthttp) / bare fasthttp proxy, allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[fasthttp-bare/allow/rps]:-}")")"
+echo "  bare fasthttp 429 (no decision) / nginx limit_req, 429:   $(ratio "$(med "${RES[fasthttp-bare/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
+echo "  gateway (fasthttp) / bare fasthttp 429, requests/s 429:   $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[fasthttp-bare/reject/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s allowed: $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[haproxy-stick-table/allow/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]:-}")" "$(med "${RES[haproxy-stick-table/allow/p99]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 )
 
 // procsPerCPU is how many Go processors (GOMAXPROCS) the gateway runs per
@@ -23,12 +24,13 @@ import (
 const procsPerCPU = 4
 
 // setGatewayProcs gives the gateway procsPerCPU Ps per CPU unless
-// GOMAXPROCS is set in its environment, which is then the operator's
-// choice. The CPUs counted are the runtime's default: the machine's, or
-// the container's CPU limit. Setting it stops the runtime from following a
+// GOMAXPROCS is set in its environment to a number the runtime takes (a
+// positive one), which is then the operator's choice. The CPUs counted are
+// the runtime's default: the machine's, or the container's CPU limit
+// rounded up (at least 2). Setting it stops the runtime from following a
 // CPU limit changed while the process runs.
 func setGatewayProcs() {
-	if os.Getenv("GOMAXPROCS") != "" {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
 		return
 	}
 	runtime.GOMAXPROCS(procsPerCPU * runtime.GOMAXPROCS(0))

@@ -16,7 +16,9 @@ func TestTheGatewayRunsFourProcessorsACPUUnlessGOMAXPROCSIsSet(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
-	os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-ip, key: [ip], rate: 3, per: 1h}\n"), 0o600)
+	if err := os.WriteFile(rulesPath, []byte("rules:\n  - {id: per-ip, key: [ip], rate: 3, per: 1h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	procs := func(env string, gateway bool) float64 {
 		t.Helper()
 		t.Setenv("GOMAXPROCS", env) // "" is unset, for Go's runtime and for sluice
@@ -40,5 +42,9 @@ func TestTheGatewayRunsFourProcessorsACPUUnlessGOMAXPROCSIsSet(t *testing.T) {
 	}
 	if got := procs("3", true); got != 3 {
 		t.Errorf("with GOMAXPROCS=3 the gateway runs %v processors; want 3", got)
+	}
+	// A value the runtime ignores is not a choice made.
+	if got := procs("0", true); got != procsPerCPU*cpus {
+		t.Errorf("with GOMAXPROCS=0 the gateway runs %v processors; want %v", got, procsPerCPU*cpus)
 	}
 }

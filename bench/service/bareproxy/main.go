@@ -3,12 +3,15 @@
 // and no limiter at all: the ceiling of the gateway's data plane on a
 // machine, for bench/service/run.sh to put beside nginx, HAProxy and the
 // gateway, so that what sluice itself costs stands apart from what the
-// HTTP stack costs.
+// HTTP stack costs. Paths under /strict are answered at once with a 429
+// of the gateway's shape (its fields and a problem body of the same size),
+// no decision made: the ceiling of the gateway's refusals on the stack.
 //
 //	bareproxy -listen 127.0.0.1:8001 -upstream 127.0.0.1:9000
 package main
 
 import (
+	"bytes"
 	"flag"
 	"log"
 	"os"
@@ -32,6 +35,10 @@ func main() {
 	}
 	s := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
+			if bytes.HasPrefix(ctx.Path(), []byte("/strict")) {
+				refuse(ctx)
+				return
+			}
 			if err := c.DoTimeout(&ctx.Request, &ctx.Response, timeout); err != nil {
 				ctx.SetStatusCode(fasthttp.StatusBadGateway)
 			}
@@ -41,4 +48,19 @@ func main() {
 		CloseOnShutdown: true,
 	}
 	log.Fatal(s.ListenAndServe(*listen))
+}
+
+// refusal is the body of the gateway's 429 for a limit of one an hour.
+var refusal = []byte(`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Limit is 1 request per hour. Try again in about 60 minutes.","violated-policies":["strict"]}`)
+
+// refuse writes the fields and body the gateway writes for that refusal.
+func refuse(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	h.Add("Retry-After", "3600")
+	h.Add("Ratelimit-Policy", `"loose";q=1000000000;w=1, "strict";q=1;w=3600`)
+	h.Add("Ratelimit", `"strict";r=0;t=3600`)
+	h.Add("Cache-Control", "no-store")
+	ctx.SetStatusCode(fasthttp.StatusTooManyRequests)
+	ctx.SetContentType("application/problem+json")
+	ctx.SetBody(refusal)
 }
