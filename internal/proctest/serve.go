@@ -47,6 +47,10 @@ type Checks struct {
 	// checks that follow (Pacer).
 	PauseAt int
 	OnPause func(p *Pacer)
+	// Gateway sends each check as a GET of Path through a gateway, the
+	// user in X-User-Id: admitted on 200, refused on 429 (the answers do
+	// not say whether they were degraded).
+	Gateway bool
 }
 
 // UserOutcome is what one user of Checks was answered, and the time from
@@ -97,7 +101,8 @@ func Spread(t *testing.T, c Checks) (Outcome, map[string]UserOutcome) {
 		pauseAt = c.PauseAt
 	}
 	cmd := exec.Command(loadgen.bin, "-bases", strings.Join(c.Bases, ","), "-path", c.Path,
-		"-users", strings.Join(c.Users, ","), "-per-user", strconv.Itoa(c.PerUser), "-pause-at", strconv.Itoa(pauseAt))
+		"-users", strings.Join(c.Users, ","), "-per-user", strconv.Itoa(c.PerUser), "-pause-at", strconv.Itoa(pauseAt),
+		"-gateway="+strconv.FormatBool(c.Gateway))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -10,6 +10,12 @@
 // before check K and waits for a line on stdin; the test may send "slow"
 // (checks paced to about a thousand a second, one at a time, as a fault
 // goes on) and "fast" at any time, and "go" to go on from the pause.
+//
+// With -gateway, a check is a request through a gateway instead: GET of
+// the path with the user in X-User-Id, admitted when answered 200 and
+// refused when 429 (any other answer fails the check). A gateway's answer
+// does not say whether it was degraded: the test reads that from the
+// gateways' metrics.
 package main
 
 import (
@@ -17,6 +23,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -85,6 +92,7 @@ func main() {
 	perUser := flag.Int("per-user", 1, "checks per user")
 	callers := flag.Int("callers", 64, "concurrent callers")
 	pauseAt := flag.Int("pause-at", -1, "write \"at K\" before check K and wait for a line on stdin")
+	gateway := flag.Bool("gateway", false, "send each check as a request through a gateway")
 	flag.Parse()
 	bs, us := strings.Split(*bases, ","), strings.Split(*users, ",")
 	total := len(us) * *perUser
@@ -133,6 +141,15 @@ func main() {
 				name := us[i%len(us)]
 				b := (i + g) % len(bs)
 				start := time.Now()
+				if *gateway {
+					allowed, err := throughGateway(client, bs[b]+*path, name)
+					if err != nil {
+						res.fail(err)
+						continue
+					}
+					res.record(name, b, start, time.Now(), allowed, false)
+					continue
+				}
 				body := fmt.Sprintf(`{"request":{"path":%q},"attributes":{"user":%q}}`, *path, name)
 				req, _ := http.NewRequest("POST", bs[b]+"/v1/check", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
@@ -154,4 +171,24 @@ func main() {
 	wg.Wait()
 	out, _ := json.Marshal(res)
 	fmt.Printf("result %s\n", out)
+}
+
+// throughGateway sends one request for user through a gateway: admitted
+// (200) or refused (429).
+func throughGateway(client *http.Client, url, name string) (bool, error) {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-User-Id", name)
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusTooManyRequests:
+		return false, nil
+	}
+	return false, fmt.Errorf("GET %s: %s", url, resp.Status)
 }
