@@ -61,9 +61,9 @@ func scrubResponseHop(h *fasthttp.ResponseHeader, s *hopScratch) hopFields {
 	return s.done()
 }
 
-// hopScratch is the hop-by-hop removal's working memory: what it saw, and the names it
-// removes once it has looked at every field (h changes as they go, so the
-// names are copied into arena).
+// hopScratch is the hop-by-hop removal's working memory: what it saw, and
+// the names it removes once it has looked at every field (the header
+// changes as they go, so the names are copied into arena).
 type hopScratch struct {
 	also   []string
 	f      hopFields
