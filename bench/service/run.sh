@@ -39,9 +39,9 @@ wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/nul
 
 echo "building sluice and the gRPC load generator"
 go build -o "$WORK/sluice" ./cmd/sluice
-(cd bench && go build -o "$WORK/grpcload" ./service/grpcload && go build -o "$WORK/bareproxy" ./service/bareproxy)
+(cd bench && go build -o "$WORK/grpcload" ./service/grpcload && go build -o "$WORK/bareproxy" ./service/bareproxy && go build -o "$WORK/loopceiling" ./service/loopceiling)
 
-UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port); FHB=$(port)
+UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port); FHB=$(port); LCP=$(port)
 cat >"$WORK/nginx.conf" <<EOF
 daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
 events { worker_connections 4096; }
@@ -91,6 +91,9 @@ EOF
 haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 # The gateway's HTTP stack with no limiter: what the stack costs, apart from sluice.
 "$WORK/bareproxy" -listen "127.0.0.1:$FHB" -upstream "127.0.0.1:$UP" >/dev/null 2>&1 & PIDS+=($!)
+# An event loop (gnet) that answers every request with the gateway's 429,
+# no decision made: how fast a refusal can go out on this machine at all.
+"$WORK/loopceiling" -listen "127.0.0.1:$LCP" >/dev/null 2>&1 & PIDS+=($!)
 cat >"$WORK/gw.yaml" <<EOF
 rules:
   - {id: loose, key: [ip], rate: 1000000000, per: 1s}
@@ -98,7 +101,7 @@ rules:
 EOF
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLF" --admin-listen "" --watch 0 --data-plane fasthttp >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLN" --admin-listen "" --watch 0 --data-plane net/http >/dev/null 2>&1 & PIDS+=($!)
-for p in $UP $NGL $NGB $SLF $SLN $HAP $FHB; do wait_port "$p"; done
+for p in $UP $NGL $NGB $SLF $SLN $HAP $FHB $LCP; do wait_port "$p"; done
 
 # wrk prints "Requests/sec: N" and, with --latency, "99% X"; X is in us, ms or s.
 run_wrk() { # url -> "rps p99_ms"
@@ -110,12 +113,14 @@ run_wrk() { # url -> "rps p99_ms"
 declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; }
 
-HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "haproxy-stick-table=$HAP" "fasthttp-bare=$FHB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN")
+HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "haproxy-stick-table=$HAP" "fasthttp-bare=$FHB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN" "gnet-429=$LCP")
 for r in $([[ $PARTS == *http* ]] && seq "$ROUNDS"); do
 	for i in "${!HTTP[@]}"; do
 		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
-		read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/")
-		record "$name/allow/rps" "$rps"; record "$name/allow/p99" "$p99"
+		if [ "$name" != gnet-429 ]; then # it refuses everything
+			read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/")
+			record "$name/allow/rps" "$rps"; record "$name/allow/p99" "$p99"
+		fi
 		if [ "$name" != nginx-bare ]; then
 			read -r rps p99 < <(run_wrk "http://127.0.0.1:$p/strict")
 			record "$name/reject/rps" "$rps"; record "$name/reject/p99" "$p99"
@@ -279,6 +284,8 @@ echo "  bare fasthttp proxy (no limiter) / nginx limit_req, allowed: $(ratio "$(
 echo "  gateway (fasthttp) / bare fasthttp proxy, allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[fasthttp-bare/allow/rps]:-}")")"
 echo "  bare fasthttp 429 (no decision) / nginx limit_req, 429:   $(ratio "$(med "${RES[fasthttp-bare/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
 echo "  gateway (fasthttp) / bare fasthttp 429, requests/s 429:   $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[fasthttp-bare/reject/rps]:-}")")"
+echo "  event loop 429 (gnet, no decision) / nginx limit_req, 429: $(ratio "$(med "${RES[gnet-429/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
+echo "  event loop 429 (gnet, no decision) / HAProxy, 429:         $(ratio "$(med "${RES[gnet-429/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s allowed: $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[haproxy-stick-table/allow/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]:-}")" "$(med "${RES[haproxy-stick-table/allow/p99]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"
