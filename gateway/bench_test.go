@@ -64,16 +64,7 @@ func BenchmarkProxy(b *testing.B) {
 // refusal. The network's part (a read and a write per request, the same
 // for any server) is left out, so what sluice itself spends stands out.
 func BenchmarkFastGatewayReject(b *testing.B) {
-	cfg, err := rules.Parse("b.yaml", []byte("rules:\n  - {id: strict, match: {path: /strict}, key: [ip], rate: 1, per: 1h}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quietLog})
-	if err != nil {
-		b.Fatal(err)
-	}
-	u, _ := url.Parse("http://127.0.0.1:9")
-	g := NewFast(u, e, Options{Logger: quietLog})
+	g, e := benchFast(b, "rules:\n  - {id: strict, match: {path: /strict}, key: [ip], rate: 1, per: 1h}\n")
 	var req fasthttp.Request
 	req.SetRequestURI("http://gateway.example/strict")
 	req.Header.Set("User-Agent", "wrk")
@@ -104,16 +95,7 @@ func BenchmarkFastGatewayForward(b *testing.B) {
 	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }}
 	go up.Serve(ln)
 	defer up.Shutdown()
-	cfg, err := rules.Parse("b.yaml", []byte("rules:\n  - {id: loose, key: [ip], rate: 1000000000, per: 1s}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quietLog})
-	if err != nil {
-		b.Fatal(err)
-	}
-	u, _ := url.Parse("http://127.0.0.1:9")
-	g := NewFast(u, e, Options{Logger: quietLog})
+	g, _ := benchFast(b, "rules:\n  - {id: loose, key: [ip], rate: 1000000000, per: 1s}\n")
 	g.client.DialTimeout = func(string, time.Duration) (net.Conn, error) {
 		c, err := ln.Dial()
 		return &upstreamConn{Conn: c, u: g.conns}, err
@@ -153,4 +135,21 @@ func BenchmarkFastGatewayForward(b *testing.B) {
 			ctx.Response.Reset()
 		}
 	})
+}
+
+// benchFast is the fasthttp plane over an engine of rulesYAML on the
+// embedded store, its upstream a closed port unless the benchmark dials
+// another.
+func benchFast(b *testing.B, rulesYAML string) (*Fast, *engine.Engine) {
+	b.Helper()
+	cfg, err := rules.Parse("b.yaml", []byte(rulesYAML))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quietLog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse("http://127.0.0.1:9")
+	return NewFast(u, e, Options{Logger: quietLog}), e
 }
