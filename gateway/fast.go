@@ -106,17 +106,19 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 	// Two clients, one that streams answers and one that reads them whole
 	// (to settle a cost from the body); both dial through g.conns, which
 	// looks at a pooled connection before reusing it (see upstreamConns).
+	// They have no ReadTimeout or WriteTimeout: send gives each exchange
+	// its deadline, which those would only repeat, at two clock reads a
+	// request.
 	g.client = &fasthttp.HostClient{
 		Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
-		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
-		DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1, // g.send decides what goes again
-		StreamResponseBody: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
+		MaxIdleConnDuration: o.UpstreamIdle, DialTimeout: g.conns.dial, StreamResponseBody: true,
+		DisablePathNormalizing: true, NoDefaultUserAgentHeader: true,
 		DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
+		MaxIdemponentCallAttempts: 1, // g.send decides what goes again
 	}
 	g.whole = &fasthttp.HostClient{
 		Addr: g.client.Addr, IsTLS: g.client.IsTLS, MaxConns: o.MaxConns,
-		ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, MaxIdleConnDuration: o.UpstreamIdle,
-		DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1,
+		MaxIdleConnDuration: o.UpstreamIdle, DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1,
 		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
 		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
 	}

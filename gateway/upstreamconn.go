@@ -102,14 +102,14 @@ func (u *upstreamConns) announce(field []byte) {
 type upstreamConn struct {
 	net.Conn
 	u        *upstreamConns
-	lastRead time.Time // when an answer was last read from it
-	answered bool      // a read since the last write: the next write starts a request
-	served   bool      // an answer byte was ever read: the connection is a reused one
+	lastRead time.Duration // when an answer was last read from it (monotonicNow)
+	answered bool          // a read since the last write: the next write starts a request
+	served   bool          // an answer byte was ever read: the connection is a reused one
 }
 
 func (c *upstreamConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	c.lastRead, c.answered = time.Now(), true
+	c.lastRead, c.answered = monotonicNow(), true
 	if n > 0 {
 		c.served = true
 	} else if err != nil {
@@ -135,11 +135,18 @@ func (c *upstreamConn) failed(err error) {
 	}
 }
 
+// monotonicNow is the time on the monotonic clock alone: one clock read
+// where time.Now makes two (the wall clock's too), on every read from an
+// upstream.
+func monotonicNow() time.Duration { return time.Since(monotonicEpoch) }
+
+var monotonicEpoch = time.Now()
+
 // SetWriteDeadline is where fasthttp starts a request on the connection:
 // a reused one is looked at first.
 func (c *upstreamConn) SetWriteDeadline(t time.Time) error {
 	if c.answered {
-		if idle := time.Since(c.lastRead); idle >= staleLook && (idle >= c.u.keepFor() || upstreamGone(c.Conn)) {
+		if idle := monotonicNow() - c.lastRead; idle >= staleLook && (idle >= c.u.keepFor() || upstreamGone(c.Conn)) {
 			return errStaleConn
 		}
 	}

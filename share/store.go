@@ -166,11 +166,11 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	if len(out) < len(takes) {
 		return errors.New("share: fewer decisions than takes")
 	}
-	now := s.clock.Now()
+	now := instant{clock: s.clock}
 	var pbuf [8]plan
 	plans := pbuf[:0]
 	for i := range takes {
-		plans = append(plans, s.plan(&takes[i], now))
+		plans = append(plans, s.plan(&takes[i], &now))
 	}
 	// Local decisions first: they cost no call, and a refusal among them
 	// spares the remote call.
@@ -180,7 +180,7 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		if p.mode == sluice.SyncExact {
 			continue
 		}
-		if err := s.decideLocal(ctx, &takes[i], p, now, &out[i]); err != nil {
+		if err := s.decideLocal(ctx, &takes[i], p, now.get(), &out[i]); err != nil {
 			s.undo(ctx, takes, plans)
 			return err
 		}
@@ -198,10 +198,12 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		}
 		tk := takes[i]
 		tk.Limit = plans[i].limit
-		if d, hit := s.deny.check(&tk, now); hit && !tk.Charge { // a charge applies, refused or not
-			out[i] = d
-			ok = false
-			continue
+		if !s.deny.off {
+			if d, hit := s.deny.check(&tk, now.get()); hit && !tk.Charge { // a charge applies, refused or not
+				out[i] = d
+				ok = false
+				continue
+			}
 		}
 		remote = append(remote, tk)
 		idx = append(idx, i)
@@ -225,7 +227,9 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		for j, i := range idx {
 			out[i] = decs[j]
 			ok = ok && (decs[j].Allowed || remote[j].Settle || remote[j].Charge) // a settle or a charge refuses nothing
-			s.deny.learn(&remote[j], &decs[j], now)
+			if !s.deny.off {
+				s.deny.learn(&remote[j], &decs[j], now.get())
+			}
 		}
 	}
 	if !ok {
@@ -279,7 +283,7 @@ func (sc *scratch) put() {
 }
 
 // plan resolves a take's mode and limit.
-func (s *Store) plan(tk *sluice.Take, now int64) plan {
+func (s *Store) plan(tk *sluice.Take, now *instant) plan {
 	p := plan{limit: tk.Limit}
 	if s.o.Sharing != nil {
 		p.sh = s.o.Sharing(tk.Rule).WithDefaults()
@@ -290,13 +294,13 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 	}
 	if p.mode == sluice.SyncAuto {
 		p.mode = sluice.SyncExact
-		if s.Hot.Observe(tk.Rule, tk.Key, now) >= float64(p.sh.HotAbove) {
+		if s.Hot.Observe(tk.Rule, tk.Key, now.get()) >= float64(p.sh.HotAbove) {
 			p.mode = sluice.SyncLease
 		}
 	} else if rand.Uint32()%hotSample == 0 {
 		// Other rules' keys are sampled, 1 in hotSample, for the hot-key
 		// list: the tracker's lock stays off the common path.
-		s.Hot.ObserveN(tk.Rule, tk.Key, now, hotSample)
+		s.Hot.ObserveN(tk.Rule, tk.Key, now.get(), hotSample)
 	}
 	// Peeks, dry runs and refunds of leased or synced keys go to the store
 	// as they are: they consume nothing locally.
@@ -310,6 +314,24 @@ func (s *Store) plan(tk *sluice.Take, now int64) plan {
 		p.mode = sluice.SyncExact // a charge writes back what was admitted elsewhere: to the count all share
 	}
 	return p
+}
+
+// instant is a call's time, read from the clock when first asked: a call
+// that leases nothing, keeps no sync count and has no deny cache to consult
+// (every exact take on the embedded store) needs none here, the store
+// reading its own, and a clock read is a good part of what this layer
+// costs such a take.
+type instant struct {
+	clock sluice.Clock
+	t     int64
+	read  bool
+}
+
+func (n *instant) get() int64 {
+	if !n.read {
+		n.t, n.read = n.clock.Now(), true
+	}
+	return n.t
 }
 
 // hotSample is the sampling of decisions for the hot-key list outside

@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,7 +464,7 @@ func TestAPooledScratchKeepsAtMostMaxScratch(t *testing.T) {
 func TestAutoLeasesAtExactlyHotAbove(t *testing.T) {
 	f := newFleet(t, 1, sluice.Sharing{Mode: sluice.SyncAuto, HotAbove: 3})
 	tk := sluice.Take{Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Cost: 1}
-	now := f.clock.Now()
+	now := &instant{clock: f.clock}
 	for i, want := range []sluice.SyncMode{sluice.SyncExact, sluice.SyncExact, sluice.SyncLease} {
 		if p := f.gws[0].plan(&tk, now); p.mode != want {
 			t.Fatalf("decision %d in one second with HotAbove 3: mode %v, want %v", i+1, p.mode, want)
@@ -502,5 +503,37 @@ func TestALookAtALocalRuleStaysLocal(t *testing.T) {
 		if f.calls() != 0 || !out[0].Allowed {
 			t.Fatalf("%v: a look made %d store calls (answer %+v), want none", mode, f.calls(), out[0])
 		}
+	}
+}
+
+// countingClock counts its reads.
+type countingClock struct {
+	sluice.Clock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() int64 { c.reads.Add(1); return c.Clock.Now() }
+
+// An exact take over the embedded store, the deny cache off, reads no
+// clock in this layer but for the hot-key sample (one take in hotSample):
+// the store reads its own.
+func TestExactTakesOnTheEmbeddedStoreReadTheClockOnlyToSample(t *testing.T) {
+	clock := &countingClock{Clock: sluice.NewManualClock(epoch)}
+	g := New(memory.New(memory.WithClock(sluice.NewManualClock(epoch))), Options{
+		Local: memory.New(), Clock: clock, NoDenyCache: true, ManualTick: true,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncExact} },
+	})
+	defer g.Close()
+	const takes = 800
+	var out [1]sluice.Decision
+	for range takes {
+		if err := g.Take(context.Background(), []sluice.Take{{Rule: "r", Key: "k", Limit: sluice.Limit{Rate: 1 << 20, Period: time.Hour}, Cost: 1}}, out[:]); err != nil || !out[0].Allowed {
+			t.Fatalf("take: %v %+v", err, out[0])
+		}
+	}
+	// About takes/hotSample (100) reads for the samples; every take read
+	// the clock before.
+	if n := clock.reads.Load(); n > 2*takes/hotSample {
+		t.Fatalf("%d takes read the clock %d times, want about %d (the hot-key samples)", takes, n, takes/hotSample)
 	}
 }
