@@ -3,6 +3,7 @@ package share
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -535,5 +536,60 @@ func TestExactTakesOnTheEmbeddedStoreReadTheClockOnlyToSample(t *testing.T) {
 	// the clock before.
 	if n := clock.reads.Load(); n > 2*takes/hotSample {
 		t.Fatalf("%d takes read the clock %d times, want about %d (the hot-key samples)", takes, n, takes/hotSample)
+	}
+}
+
+// The calls the store decides as they came (every take exact, unsharded, at
+// its whole limit, no deny cache) decide as the store alone does, on random
+// traffic: several takes a call, all or nothing, costs above the burst and
+// of zero, time standing still and jumping.
+func TestCallsDecidedAsTheyCameMatchTheStoreAlone(t *testing.T) {
+	clock := sluice.NewManualClock(epoch)
+	alone := memory.New(memory.WithClock(clock))
+	direct := New(memory.New(memory.WithClock(clock)), Options{Local: memory.New(), Clock: clock, NoDenyCache: true, ManualTick: true,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncExact} },
+		Scale:   func(string) float64 { return 1 }})
+	defer direct.Close()
+	limits := []sluice.Limit{
+		{Rate: 5, Period: time.Second, Burst: 3},
+		{Rate: 10, Period: time.Minute, Algorithm: sluice.TokenBucket},
+		{Rate: 4, Period: 2 * time.Second, Algorithm: sluice.FixedWindow},
+		{Rate: 3, Period: time.Second, Algorithm: sluice.SlidingWindow},
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	admitted := 0
+	const calls = 5000
+	for step := range calls {
+		n := 1 + rng.IntN(3)
+		takes := make([]sluice.Take, n)
+		for i := range takes {
+			r := rng.IntN(len(limits))
+			takes[i] = sluice.Take{Rule: fmt.Sprint("r", r), Key: fmt.Sprint("k", rng.IntN(3)), Limit: limits[r], Cost: int64(rng.IntN(5))}
+		}
+		var want, got [3]sluice.Decision
+		if err := alone.Take(context.Background(), takes, want[:n]); err != nil {
+			t.Fatal(err)
+		}
+		for i := range takes {
+			want[i].Rule, want[i].Limit = takes[i].Rule, takes[i].Limit
+		}
+		if err := direct.Take(context.Background(), takes, got[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if want != got {
+			t.Fatalf("step %d, takes %+v:\nthe store alone %+v\nthrough the layer %+v", step, takes, want[:n], got[:n])
+		}
+		if want[0].Allowed {
+			admitted++
+		}
+		if rng.IntN(4) == 0 {
+			clock.Advance(time.Duration(rng.IntN(800)) * time.Millisecond)
+		}
+	}
+	if admitted == 0 || admitted == calls {
+		t.Fatalf("%d of %d calls admitted: the traffic does not exercise both answers", admitted, calls)
+	}
+	if n := direct.Stats().RemoteCalls; n != calls {
+		t.Fatalf("%d calls made %d calls to the store, want one each", calls, n)
 	}
 }
