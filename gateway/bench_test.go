@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/benchtest"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -138,15 +140,21 @@ func BenchmarkFastGatewayForward(b *testing.B) {
 }
 
 // benchFast is the fasthttp plane over an engine of rulesYAML on the
-// embedded store, its upstream a closed port unless the benchmark dials
-// another.
+// embedded store behind the share layer (as `sluice gateway` runs it), its
+// upstream a closed port unless the benchmark dials another.
 func benchFast(b *testing.B, rulesYAML string) (*Fast, *engine.Engine) {
 	b.Helper()
 	cfg, err := rules.Parse("b.yaml", []byte(rulesYAML))
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := engine.New(cfg, engine.Options{Store: memory.New(), Logger: quietLog})
+	store, sh := share.Wrap(memory.New(), share.Options{
+		Local: memory.New(), NoDenyCache: true,
+		Sharing: func(string) sluice.Sharing { return sluice.Sharing{} },
+		Scale:   func(string) float64 { return 1 },
+	})
+	b.Cleanup(sh.Close)
+	e, err := engine.New(cfg, engine.Options{Store: store, Logger: quietLog})
 	if err != nil {
 		b.Fatal(err)
 	}
