@@ -97,10 +97,11 @@ const MaxHoldLen = 64
 // decision to out[i] (len(out) must be at least len(takes)): if any take is
 // not allowed, none of them consumes anything, and each decision reports what
 // its key would have answered alone. A store reads time from its own clock.
-// Take returns an error, and no decisions, when the store cannot answer (a
-// network failure, a deadline or an invalid limit). Take
-// must return promptly once ctx is done, and must not retain takes, out or
-// the Key strings after it returns: callers may reuse all three.
+// Take returns an error when the store cannot answer (a network failure, a
+// deadline or an invalid limit), and out then holds no decisions a caller
+// may read. Take must return promptly once ctx is done, must not modify
+// takes, and must not retain takes, out or the Key strings after it
+// returns: callers may reuse all three.
 type Store interface {
 	Take(ctx context.Context, takes []Take, out []Decision) error
 }

@@ -106,9 +106,12 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 	// Two clients, one that streams answers and one that reads them whole
 	// (to settle a cost from the body); both dial through g.conns, which
 	// looks at a pooled connection before reusing it (see upstreamConns).
-	// They have no ReadTimeout or WriteTimeout: send gives each exchange
-	// its deadline, which those would only repeat, at two clock reads a
-	// request.
+	// They have no ReadTimeout, and over plain HTTP no WriteTimeout: send
+	// gives each exchange its deadline, which those would only repeat, at
+	// two clock reads a request. Over TLS WriteTimeout stays: fasthttp
+	// bounds a new connection's handshake by it alone, and without it an
+	// upstream that never answers the handshake would hold the request,
+	// and a connection slot, for good.
 	g.client = &fasthttp.HostClient{
 		Addr: hostPort(upstream), IsTLS: upstream.Scheme == "https", MaxConns: o.MaxConns,
 		MaxIdleConnDuration: o.UpstreamIdle, DialTimeout: g.conns.dial, StreamResponseBody: true,
@@ -121,6 +124,9 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 		MaxIdleConnDuration: o.UpstreamIdle, DialTimeout: g.conns.dial, MaxIdemponentCallAttempts: 1,
 		MaxResponseBodySize: httplimit.MaxSettleBody, DisablePathNormalizing: true,
 		NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true, TLSConfig: o.UpstreamTLS,
+	}
+	if g.client.IsTLS {
+		g.client.WriteTimeout, g.whole.WriteTimeout = o.Timeout, o.Timeout
 	}
 	g.server = &fasthttp.Server{
 		Handler: g.serve, ErrorHandler: g.unreadable, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,

@@ -29,6 +29,9 @@ func Handler(upstream *url.URL, e *engine.Engine, o Options) http.Handler {
 	log := o.Logger
 	t := UpstreamTransport(TransportOptions{MaxConnsPerHost: o.MaxConns, IdleTimeout: o.UpstreamIdle})
 	t.ResponseHeaderTimeout = o.Timeout
+	if t.TLSHandshakeTimeout <= 0 || t.TLSHandshakeTimeout > o.Timeout {
+		t.TLSHandshakeTimeout = o.Timeout // an upstream's handshake within the timeout, as on the fasthttp plane
+	}
 	if o.UpstreamTLS != nil {
 		t.TLSClientConfig = o.UpstreamTLS.Clone()
 	}

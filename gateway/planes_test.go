@@ -965,6 +965,35 @@ var planeCases = []planeCase{
 			t.Fatalf("dead upstream: %d %s, want a 502 problem", resp.StatusCode, body)
 		}
 	}},
+	{name: "an https upstream that never answers the handshake gives 504 within the timeout", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { io.Copy(io.Discard, c); c.Close() }() // takes the ClientHello, says nothing
+			}
+		}()
+		base, _ := p.start(t, "https://"+ln.Addr().String(), planeRules, Options{Timeout: 300 * time.Millisecond, UpstreamTLS: &tls.Config{InsecureSkipVerify: true}})
+		// The client waits far longer than the gateway's timeout, and the
+		// fasthttp plane's TLS handshake had no bound at all without one.
+		cl := &http.Client{Timeout: 20 * time.Second}
+		resp, err := cl.Get(base + "/x")
+		if err != nil {
+			t.Fatalf("the gateway did not answer: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 504 || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("silent TLS upstream: %d %s, want a 504 problem", resp.StatusCode, body)
+		}
+	}},
 }
 
 // The two gateways answer a refusal with the same bytes: the same status,

@@ -21,7 +21,7 @@ func upstreamFailure(err error) (p *httplimit.Problem, logged bool) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return badGateway(fmt.Sprintf("the upstream's answer is larger than the %d bytes read to settle its cost", httplimit.MaxSettleBody)), false
-	case errors.Is(err, fasthttp.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrTLSHandshakeTimeout), errors.As(err, &ne) && ne.Timeout():
 		return &httplimit.Problem{Type: "about:blank", Title: "Gateway Timeout", Status: http.StatusGatewayTimeout,
 			Detail: "the upstream service did not answer in time"}, false
 	case errors.Is(err, errWrongSwitch):

@@ -14,8 +14,9 @@
 //   - auto: lease for the rule's hot keys (hot.go), exact for the rest.
 //
 // A call it has nothing to do for (exact takes at their whole limit, not
-// sharded, no deny cache: every call on the embedded store but for the
-// rules above) goes to the store as it came, without a copy.
+// sharded, no deny cache: on the embedded store, every call but those of
+// the modes above and of shards and regions) goes to the store as it came,
+// without a copy.
 //
 // Membership (membership.go) counts the live gateways sharing the store,
 // for split and for the share each gateway counts while the store fails.

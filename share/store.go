@@ -254,13 +254,14 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 }
 
 // asTheyCame reports whether the store decides a call's takes as they
-// came: each exact, unsharded and at its whole limit, and no deny cache to
-// consult or teach. Such a call (every call on the embedded store but for
-// lease, sync, split, region and shards rules) is the store's alone; the
-// rest of Take would copy the takes, call the store with the copies, and
-// copy the decisions back unchanged.
+// came: at least one, each exact, unsharded and at its whole limit, and no
+// deny cache to consult or teach. Such a call (on the embedded store, every
+// call but those of lease, sync, split and local rules, auto rules' hot
+// keys, shards, and regions that change the limit) is the store's alone;
+// the rest of Take would copy the takes, call the store with the copies,
+// and copy the decisions back unchanged.
 func (s *Store) asTheyCame(takes []sluice.Take, plans []plan) bool {
-	if !s.deny.off {
+	if !s.deny.off || len(takes) == 0 {
 		return false
 	}
 	for i := range plans {

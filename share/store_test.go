@@ -589,7 +589,10 @@ func TestCallsDecidedAsTheyCameMatchTheStoreAlone(t *testing.T) {
 	if admitted == 0 || admitted == calls {
 		t.Fatalf("%d of %d calls admitted: the traffic does not exercise both answers", admitted, calls)
 	}
+	if err := direct.Take(context.Background(), nil, nil); err != nil { // no take: no call
+		t.Fatal(err)
+	}
 	if n := direct.Stats().RemoteCalls; n != calls {
-		t.Fatalf("%d calls made %d calls to the store, want one each", calls, n)
+		t.Fatalf("%d calls and an empty one made %d calls to the store, want one each but the empty one", calls, n)
 	}
 }
