@@ -966,21 +966,8 @@ var planeCases = []planeCase{
 		}
 	}},
 	{name: "an https upstream that never answers the handshake gives 504 within the timeout", gatewaysOnly: true, run: func(t *testing.T, p testPlane) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(io.Discard, c); c.Close() }() // takes the ClientHello, says nothing
-			}
-		}()
-		base, _ := p.start(t, "https://"+ln.Addr().String(), planeRules, Options{Timeout: 300 * time.Millisecond, UpstreamTLS: &tls.Config{InsecureSkipVerify: true}})
+		silent := rawUpstream(t, func(_ net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) }) // takes the ClientHello, says nothing
+		base, _ := p.start(t, "https://"+silent, planeRules, Options{Timeout: 300 * time.Millisecond, UpstreamTLS: &tls.Config{InsecureSkipVerify: true}})
 		// The client waits far longer than the gateway's timeout, and the
 		// fasthttp plane's TLS handshake had no bound at all without one.
 		cl := &http.Client{Timeout: 20 * time.Second}

@@ -17,15 +17,8 @@ NEW=$2
 ROUNDS=${3:-5}
 SECS=${4:-5}
 URLPATH=${5:-/}
-for cmd in wrk nginx python3; do
-	command -v "$cmd" >/dev/null || { echo "cpuab.sh: $cmd is not installed" >&2; exit 2; }
-done
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
+needs wrk nginx python3
 
 UP=$(port); OP=$(port); NP=$(port)
 cat >"$WORK/nginx.conf" <<EOF

@@ -26,16 +26,9 @@ ROUNDS=${1:-3}
 SECS=${2:-5}
 PARTS=${PARTS:-http grpc json}
 GRPC_CLIENT=${GRPC_CLIENT:-h2}
+source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
-for cmd in wrk nginx haproxy h2load redis-server python3; do
-	command -v "$cmd" >/dev/null || { echo "run.sh: $cmd is not installed" >&2; exit 2; }
-done
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+needs wrk nginx haproxy h2load redis-server python3
 
 echo "building sluice and the gRPC load generator"
 go build -o "$WORK/sluice" ./cmd/sluice
