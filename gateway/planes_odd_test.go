@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/httplimit"
 )
 
 // seen is what the upstream received of a request.
@@ -119,5 +121,33 @@ func TestPlanesReadOddRequestsAlike(t *testing.T) {
 			r.headers != "" && a.seen.headers != r.headers:
 			t.Errorf("%s: both planes answer %d and send %+v; want %d, %q, %q", r.name, a.status, a.seen, r.status, r.line, r.headers)
 		}
+	}
+}
+
+// The two gateways answer a refusal with the same bytes: the same status,
+// fields and problem body.
+func TestGatewaysRefuseAlike(t *testing.T) {
+	up := newRecorder(t, nil)
+	var answers []string
+	for _, p := range testPlanes {
+		if !p.gateway {
+			continue
+		}
+		base, _ := p.start(t, up.srv.URL, planeRules, Options{HTTP: httplimit.Options{LegacyHeaders: true}})
+		var resp *http.Response
+		var body string
+		for range 4 {
+			resp, body = send(t, "POST", base+"/otp", nil, "")
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d\n", resp.StatusCode)
+		for _, k := range []string{"Retry-After", "Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Cache-Control", "Content-Type"} {
+			fmt.Fprintf(&b, "%s: %q\n", k, resp.Header[k])
+		}
+		b.WriteString(body)
+		answers = append(answers, b.String())
+	}
+	if answers[0] != answers[1] {
+		t.Fatalf("the gateways refuse differently:\n%s\n---\n%s", answers[0], answers[1])
 	}
 }
