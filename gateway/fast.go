@@ -132,7 +132,7 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 		Handler: g.serve, ErrorHandler: g.unreadable, Name: "sluice", StreamRequestBody: true, DisablePreParseMultipartForm: true,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		ReadBufferSize: 64 << 10, NoDefaultServerHeader: true, NoDefaultDate: false,
-		DisableHeaderNamesNormalizing: true, CloseOnShutdown: true,
+		DisableHeaderNamesNormalizing: true, CloseOnShutdown: true, LazyRequestTime: true, // the plane never asks ctx.Time: no clock read for it a request
 		Concurrency: clientConnections(o.MaxConns, g.up.MaxTunnels),
 	}
 	return g
@@ -163,8 +163,9 @@ func hostPort(u *url.URL) string {
 	return u.Host + ":80"
 }
 
-// Serve serves on ln until Shutdown.
-func (g *Fast) Serve(ln net.Listener) error { return g.server.Serve(ln) }
+// Serve serves on ln until Shutdown. Its plain TCP connections arm their
+// deadlines lazily (lazyConn).
+func (g *Fast) Serve(ln net.Listener) error { return g.server.Serve(lazyListener{ln}) }
 
 // Shutdown stops accepting, then waits for the requests in flight, or
 // until ctx ends.

@@ -67,7 +67,7 @@ func (u *upstreamConns) dial(addr string, timeout time.Duration) (net.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	return &upstreamConn{Conn: c, u: u}, nil
+	return &upstreamConn{Conn: &lazyConn{Conn: c}, u: u}, nil
 }
 
 // keepFor is how long a connection may stay idle: the gateway's limit, or
