@@ -16,7 +16,8 @@
 // A call it has nothing to do for (exact takes at their whole limit, not
 // sharded, no deny cache: on the embedded store, every call but those of
 // the modes above and of shards and regions) goes to the store as it came,
-// without a copy.
+// without a copy; when Options.AllExact says that holds for every rule,
+// without asking each take's rule its sharing either.
 //
 // Membership (membership.go) counts the live gateways sharing the store,
 // for split and for the share each gateway counts while the store fails.

@@ -24,6 +24,12 @@ type Options struct {
 	// Scale, if set, returns the share of each rule's limit this gateway's
 	// region has (1 for all of it), as a rule's regions and --region say.
 	Scale func(rule string) float64
+	// AllExact, if set, reports whether every rule is now exact and
+	// unsharded at its whole limit (Sharing and Scale would say so for each
+	// take). With no deny cache, calls then go to the store as they come,
+	// without asking Sharing and Scale take by take. It is asked on every
+	// call, so it must be cheap: an answer kept with the rule set.
+	AllExact func() bool
 	// Clock reads time for leases and the deny cache (the system clock by
 	// default).
 	Clock sluice.Clock
@@ -167,19 +173,19 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		return errors.New("share: fewer decisions than takes")
 	}
 	now := instant{clock: s.clock}
+	if s.deny.off && len(takes) > 0 && s.o.AllExact != nil && s.o.AllExact() {
+		for i := range takes {
+			s.sampleHot(&takes[i], &now)
+		}
+		return s.decideAsTheyCame(ctx, takes, out)
+	}
 	var pbuf [8]plan
 	plans := pbuf[:0]
 	for i := range takes {
 		plans = append(plans, s.plan(&takes[i], &now))
 	}
 	if s.asTheyCame(takes, plans) {
-		if err := s.call(ctx, takes, out); err != nil {
-			return err
-		}
-		for i := range takes {
-			out[i].Rule, out[i].Limit = takes[i].Rule, takes[i].Limit
-		}
-		return nil
+		return s.decideAsTheyCame(ctx, takes, out)
 	}
 	// Local decisions first: they cost no call, and a refusal among them
 	// spares the remote call.
@@ -272,6 +278,18 @@ func (s *Store) asTheyCame(takes []sluice.Take, plans []plan) bool {
 	return true
 }
 
+// decideAsTheyCame has the store decide a call's takes as they came
+// (asTheyCame, AllExact).
+func (s *Store) decideAsTheyCame(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if err := s.call(ctx, takes, out); err != nil {
+		return err
+	}
+	for i := range takes {
+		out[i].Rule, out[i].Limit = takes[i].Rule, takes[i].Limit
+	}
+	return nil
+}
+
 // scratch holds the copies of a call's exact takes and their decisions.
 // Passed to the remote store through its interface, arrays on Take's stack
 // would escape to the heap: about 1.6 KiB per call, a quarter of all the
@@ -325,10 +343,8 @@ func (s *Store) plan(tk *sluice.Take, now *instant) plan {
 		if s.Hot.Observe(tk.Rule, tk.Key, now.get()) >= float64(p.sh.HotAbove) {
 			p.mode = sluice.SyncLease
 		}
-	} else if rand.Uint32()%hotSample == 0 {
-		// Other rules' keys are sampled, 1 in hotSample, for the hot-key
-		// list: the tracker's lock stays off the common path.
-		s.Hot.ObserveN(tk.Rule, tk.Key, now.get(), hotSample)
+	} else {
+		s.sampleHot(tk, now)
 	}
 	// Peeks, dry runs and refunds of leased or synced keys go to the store
 	// as they are: they consume nothing locally.
@@ -342,6 +358,14 @@ func (s *Store) plan(tk *sluice.Take, now *instant) plan {
 		p.mode = sluice.SyncExact // a charge writes back what was admitted elsewhere: to the count all share
 	}
 	return p
+}
+
+// sampleHot puts a take of a rule that is not auto in the hot-key list,
+// 1 in hotSample: the tracker's lock stays off the common path.
+func (s *Store) sampleHot(tk *sluice.Take, now *instant) {
+	if rand.Uint32()%hotSample == 0 {
+		s.Hot.ObserveN(tk.Rule, tk.Key, now.get(), hotSample)
+	}
 }
 
 // instant is a call's time, read from the clock when first asked: a call

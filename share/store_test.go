@@ -544,12 +544,37 @@ func TestExactTakesOnTheEmbeddedStoreReadTheClockOnlyToSample(t *testing.T) {
 // traffic: several takes a call, all or nothing, costs above the burst and
 // of zero, time standing still and jumping.
 func TestCallsDecidedAsTheyCameMatchTheStoreAlone(t *testing.T) {
-	clock := sluice.NewManualClock(epoch)
+	var asked atomic.Int64 // Sharing and Scale asked
+	exact := func(string) sluice.Sharing { asked.Add(1); return sluice.Sharing{Mode: sluice.SyncExact} }
+	whole := func(string) float64 { asked.Add(1); return 1 }
+	for _, c := range []struct {
+		name     string
+		allExact func() bool
+		asked    bool
+	}{
+		{"asked take by take", nil, true},
+		{"all exact, said once a call", func() bool { return true }, false},
+		{"not all exact, asked take by take", func() bool { return false }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			asked.Store(0)
+			clock := sluice.NewManualClock(epoch)
+			direct := New(memory.New(memory.WithClock(clock)), Options{Local: memory.New(), Clock: clock, NoDenyCache: true, ManualTick: true,
+				Sharing: exact, Scale: whole, AllExact: c.allExact})
+			defer direct.Close()
+			matchTheStoreAlone(t, clock, direct)
+			if got := asked.Load() > 0; got != c.asked {
+				t.Fatalf("Sharing and Scale asked %d times", asked.Load())
+			}
+		})
+	}
+}
+
+// matchTheStoreAlone sends 5,000 random calls to direct and to the
+// embedded store alone, both on clock, and wants the same decisions and
+// one store call for each.
+func matchTheStoreAlone(t *testing.T, clock *sluice.ManualClock, direct *Store) {
 	alone := memory.New(memory.WithClock(clock))
-	direct := New(memory.New(memory.WithClock(clock)), Options{Local: memory.New(), Clock: clock, NoDenyCache: true, ManualTick: true,
-		Sharing: func(string) sluice.Sharing { return sluice.Sharing{Mode: sluice.SyncExact} },
-		Scale:   func(string) float64 { return 1 }})
-	defer direct.Close()
 	limits := []sluice.Limit{
 		{Rate: 5, Period: time.Second, Burst: 3},
 		{Rate: 10, Period: time.Minute, Algorithm: sluice.TokenBucket},

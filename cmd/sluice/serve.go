@@ -243,6 +243,7 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		NoDenyCache: s.mem != nil,
 		Sharing:     func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
 		Scale:       func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
+		AllExact:    func() bool { return table.get(s.eng.Config()).allExact },
 	})
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
@@ -380,20 +381,24 @@ type sharingTable struct {
 }
 
 type sharingEntry struct {
-	cfg     *rules.Config
-	sync    map[string]sluice.Sharing
-	regions map[string]float64
+	cfg      *rules.Config
+	sync     map[string]sluice.Sharing
+	regions  map[string]float64
+	allExact bool // every rule exact, unsharded and whole here
 }
 
 func (t *sharingTable) get(cfg *rules.Config) *sharingEntry {
 	if e := t.cur.Load(); e != nil && e.cfg == cfg {
 		return e
 	}
-	e := &sharingEntry{cfg: cfg, sync: map[string]sluice.Sharing{}, regions: map[string]float64{}}
+	e := &sharingEntry{cfg: cfg, sync: map[string]sluice.Sharing{}, regions: map[string]float64{}, allExact: true}
 	for _, r := range cfg.Rules {
 		e.sync[r.ID] = r.Sync
 		if f, ok := r.Regions[t.region]; ok {
 			e.regions[r.ID] = f
+		}
+		if r.Sync.Mode != sluice.SyncExact || r.Sync.Shards > 1 || len(e.regions) > 0 {
+			e.allExact = false
 		}
 	}
 	t.cur.Store(e)
