@@ -195,12 +195,12 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	// copied out: the request's own stay in fasthttp's buffers. Names are
 	// kept as sent (DisableHeaderNamesNormalizing), so they are compared in
 	// canonical form: "x-forwarded-for" is X-Forwarded-For.
+	reads := cfg.HeaderNames()
 	for k, v := range ctx.Request.Header.All() {
-		ck := http.CanonicalHeaderKey(view.String(k))
-		if cfg.ReadsHeader(ck) {
+		if ck, ok := canonicalIn(k, reads); ok {
 			st.header[ck] = append(st.header[ck], string(v))
 		}
-		if ck == "X-Forwarded-For" || ck == "Forwarded" {
+		if ck, ok := canonicalIn(k, forwardingFields); ok {
 			st.fwd[ck] = append(st.fwd[ck], string(v))
 		}
 	}
@@ -218,6 +218,35 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
 	g.limiter.Serve(&st.x, &st.req, &st.res)
 	st.req, st.x = rules.Request{}, fastExchange{} // drop the request's references before pooling
+}
+
+// forwardingFields are the request fields a trusted proxy names the client
+// in.
+var forwardingFields = []string{"X-Forwarded-For", "Forwarded"}
+
+// canonicalIn returns the one of names, all canonical, that the field name
+// k is in canonical form (http.CanonicalHeaderKey), if any. It compares
+// lengths and ASCII letters first: a request's other fields, most of them,
+// cost no canonical form.
+func canonicalIn(k []byte, names []string) (string, bool) {
+	for _, n := range names {
+		if len(n) == len(k) && asciiFold(k, n) && http.CanonicalHeaderKey(view.String(k)) == n {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// asciiFold reports whether a and b are equal but for the case of ASCII
+// letters (never Unicode's folds: a field name is ASCII).
+func asciiFold(a []byte, b string) bool {
+	for i := range a {
+		x, y := a[i], b[i]
+		if x != y && (x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // peekBody returns up to rules.MaxBodyBytes of a body for body key sources,

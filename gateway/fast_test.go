@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -93,3 +95,38 @@ func TestFastGatewayRefusalsNameTheirOwnRule(t *testing.T) {
 }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// The fasthttp plane finds the fields the rules read without putting every
+// name in canonical form; it must find exactly those
+// http.CanonicalHeaderKey would, whatever the bytes and case sent.
+func TestCanonicalInFindsWhatCanonicalHeaderKeyWould(t *testing.T) {
+	names := []string{"Cookie", "Content-Type", "Forwarded", "X-Api-Key", "X-Forwarded-For", "X_tenant", "K"}
+	alphabet := []byte("aAkKxX-_ \x00\xe2\x84\xaaeEfFoOrRwWdDiIpPyYtTnN")
+	r := rand.New(rand.NewPCG(3, 5))
+	cases := [][]byte{[]byte("x-forwarded-for"), []byte("X-FORWARDED-FOR"), []byte("x_tenant"), []byte("X_Tenant"),
+		[]byte("k"), []byte("\xe2\x84\xaa"), []byte("x-api-key "), []byte("X-Api-Key")}
+	for range 200000 {
+		b := make([]byte, 1+r.IntN(16))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if r.IntN(2) == 0 { // a name near one of the list
+			n := names[r.IntN(len(names))]
+			b = []byte(n)
+			for i := range b {
+				if r.IntN(3) == 0 {
+					b[i] ^= 0x20
+				}
+			}
+		}
+		cases = append(cases, b)
+	}
+	for _, k := range cases {
+		ck := http.CanonicalHeaderKey(string(k))
+		want := slices.Contains(names, ck)
+		got, ok := canonicalIn(k, names)
+		if ok != want || (ok && got != ck) {
+			t.Fatalf("name %q: canonicalIn %q, %v; CanonicalHeaderKey %q, listed %v", k, got, ok, ck, want)
+		}
+	}
+}

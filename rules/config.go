@@ -51,6 +51,7 @@ type Config struct {
 	needsBody, settlesResp, settlesJSON bool
 	derivedOnce                         sync.Once
 	headers                             map[string]bool
+	headerNames                         []string
 	headersOnce                         sync.Once
 }
 
@@ -58,6 +59,19 @@ type Config struct {
 // name (a header key source, cookies, or the body's Content-Type), so a
 // proxy need copy out only those.
 func (c *Config) ReadsHeader(canonical string) bool {
+	c.readHeaders()
+	return c.headers[canonical]
+}
+
+// HeaderNames are the canonical names ReadsHeader reports, sorted: a
+// proxy that keeps request header names as sent can look for these few
+// instead of putting every name it receives in canonical form.
+func (c *Config) HeaderNames() []string {
+	c.readHeaders()
+	return c.headerNames
+}
+
+func (c *Config) readHeaders() {
 	c.headersOnce.Do(func() {
 		c.headers = map[string]bool{}
 		for _, r := range c.Rules {
@@ -88,8 +102,8 @@ func (c *Config) ReadsHeader(canonical string) bool {
 				c.headers["Content-Type"], c.headers["Content-Encoding"] = true, true
 			}
 		}
+		c.headerNames = slices.Sorted(maps.Keys(c.headers))
 	})
-	return c.headers[canonical]
 }
 
 // Rule is one rate limit: which requests it applies to, whose count they

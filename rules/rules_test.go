@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +107,6 @@ func TestEveryFaultIsReportedWithFileLineAndField(t *testing.T) {
 	}
 }
 
-// A file with no rules lets every request through: it loads only when it
-// says so.
 // The headers that match values and exemptions read are read by the rules
 // (a proxy copies out only those).
 func TestMatchValuesAndExemptionsAreRead(t *testing.T) {
@@ -117,6 +116,9 @@ func TestMatchValuesAndExemptionsAreRead(t *testing.T) {
 	}
 	if !c.ReadsHeader("X-Plan") || !c.ReadsHeader("X-Bot") {
 		t.Fatal("the match's or the exemption's header is not read")
+	}
+	if got := c.HeaderNames(); !slices.Equal(got, []string{"X-Bot", "X-Plan"}) {
+		t.Fatalf("HeaderNames %q, want the two, sorted", got)
 	}
 }
 
