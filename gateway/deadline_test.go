@@ -245,3 +245,34 @@ func TestFastPlaneClientTimeoutsHoldWithLazyDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDeadlinesOfARequest: the three deadlines fasthttp asks of a
+// client connection per request (the idle wait, the read, the write), set
+// on the socket itself and through a lazyConn.
+func BenchmarkDeadlinesOfARequest(b *testing.B) {
+	ln := loopbackListener(b)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			io.Copy(io.Discard, c)
+		}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+	for _, c := range []struct {
+		name string
+		conn net.Conn
+	}{{"socket", raw}, {"lazy", &lazyConn{Conn: raw}}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				now := time.Now()
+				c.conn.SetReadDeadline(now.Add(2 * time.Minute))
+				c.conn.SetReadDeadline(now.Add(30 * time.Second))
+				c.conn.SetWriteDeadline(now.Add(30 * time.Second))
+			}
+		})
+	}
+}

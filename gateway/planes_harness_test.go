@@ -59,7 +59,7 @@ func planeEngine(t *testing.T, src string) *engine.Engine {
 	return e
 }
 
-func loopbackListener(t *testing.T) net.Listener {
+func loopbackListener(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
