@@ -35,27 +35,35 @@ go build -o "$WORK/sluice" ./cmd/sluice
 (cd bench && go build -o "$WORK/grpcload" ./service/grpcload && go build -o "$WORK/bareproxy" ./service/bareproxy && go build -o "$WORK/loopceiling" ./service/loopceiling)
 
 UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port); FHB=$(port); LCP=$(port)
+# nginx's limits, in a file of their own: nginx includes it, and the
+# gateway runs the rules `sluice import nginx` writes from it, so the two
+# apply the same limits (on /strict, strict's alone: nginx's location
+# /strict does not apply loose).
+cat >"$WORK/limit.conf" <<EOF
+limit_req_zone \$binary_remote_addr zone=loose:10m rate=100000000r/s;
+limit_req_zone \$binary_remote_addr zone=strict:10m rate=1r/m;
+limit_req_status 429;
+server { listen 127.0.0.1:$NGL;
+  location / { limit_req zone=loose burst=100000 nodelay; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  location /strict { limit_req zone=strict; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+EOF
 cat >"$WORK/nginx.conf" <<EOF
 daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
 events { worker_connections 4096; }
 http {
   access_log off;
   client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
-  limit_req_zone \$binary_remote_addr zone=loose:10m rate=100000000r/s;
-  limit_req_zone \$binary_remote_addr zone=strict:10m rate=1r/m;
-  limit_req_status 429;
   upstream app { server 127.0.0.1:$UP; keepalive 256; }
   server { listen 127.0.0.1:$UP; location / { return 200 "ok\n"; } }
-  server { listen 127.0.0.1:$NGL;
-    location / { limit_req zone=loose burst=100000 nodelay; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
-    location /strict { limit_req zone=strict; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  include $WORK/limit.conf;
   server { listen 127.0.0.1:$NGB; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
 }
 EOF
 nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
 # HAProxy: the usual stick-table limit per source address (track-sc0 src,
-# deny deny_status 429), a loose one everywhere and one of 1 an hour on
-# /strict, two threads as nginx has two workers.
+# deny deny_status 429), a loose one off /strict and one of 1 an hour on
+# it (one table a request, as nginx's locations), two threads as nginx has
+# two workers.
 cat >"$WORK/haproxy.cfg" <<EOF
 global
   maxconn 8000
@@ -68,8 +76,8 @@ defaults
   option http-keep-alive
 frontend fe
   bind 127.0.0.1:$HAP
-  http-request track-sc0 src table loose
-  http-request deny deny_status 429 if { sc_http_req_rate(0,loose) gt 1000000000 }
+  http-request track-sc0 src table loose if !{ path_beg /strict }
+  http-request deny deny_status 429 if !{ path_beg /strict } { sc_http_req_rate(0,loose) gt 1000000000 }
   http-request track-sc1 src table strict if { path_beg /strict }
   http-request deny deny_status 429 if { path_beg /strict } { sc_http_req_rate(1,strict) gt 1 }
   default_backend app
@@ -87,11 +95,7 @@ haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 # An event loop (gnet) that answers every request with the gateway's 429,
 # no decision made: how fast a refusal can go out on this machine at all.
 "$WORK/loopceiling" -listen "127.0.0.1:$LCP" >/dev/null 2>&1 & PIDS+=($!)
-cat >"$WORK/gw.yaml" <<EOF
-rules:
-  - {id: loose, key: [ip], rate: 1000000000, per: 1s}
-  - {id: strict, match: {path: /strict}, key: [ip], rate: 1, per: 1h}
-EOF
+"$WORK/sluice" import nginx "$WORK/limit.conf" >"$WORK/gw.yaml"
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLF" --admin-listen "" --watch 0 --data-plane fasthttp >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLN" --admin-listen "" --watch 0 --data-plane net/http >/dev/null 2>&1 & PIDS+=($!)
 for p in $UP $NGL $NGB $SLF $SLN $HAP $FHB $LCP; do wait_port "$p"; done
