@@ -21,14 +21,8 @@ source "$(dirname "$0")/lib.sh"
 needs wrk nginx python3
 
 UP=$(port); OP=$(port); NP=$(port)
-cat >"$WORK/nginx.conf" <<EOF
-daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
+nginx_conf <<EOF
   server { listen 127.0.0.1:$UP; location / { return 200 "ok\n"; } }
-}
 EOF
 nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
 cat >"$WORK/gw.yaml" <<EOF

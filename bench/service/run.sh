@@ -47,17 +47,11 @@ server { listen 127.0.0.1:$NGL;
   location / { limit_req zone=loose burst=100000 nodelay; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
   location /strict { limit_req zone=strict; proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
 EOF
-cat >"$WORK/nginx.conf" <<EOF
-daemon off; master_process on; worker_processes 2; pid $WORK/nginx.pid; error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f; uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
+nginx_conf <<EOF
   upstream app { server 127.0.0.1:$UP; keepalive 256; }
   server { listen 127.0.0.1:$UP; location / { return 200 "ok\n"; } }
   include $WORK/limit.conf;
   server { listen 127.0.0.1:$NGB; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-}
 EOF
 nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
 # HAProxy: the usual stick-table limit per source address (track-sc0 src,
