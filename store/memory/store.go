@@ -251,6 +251,9 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 
 // take is Take for calls without reservations.
 func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Decision) error {
+	if len(takes) == 1 && takes[0].Floor <= 0 {
+		return s.takeOne(&takes[0], &out[0])
+	}
 	var pbuf [maxLocks]pending
 	ps := pbuf[:0]
 	for i := range takes {
@@ -263,12 +266,6 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 		ps = append(ps, pending{t: t, shard: sh, fp: fp})
 	}
 	now := s.clock.Now()
-	if len(ps) == 1 && takes[0].Floor <= 0 {
-		p := &ps[0]
-		p.r = p.t.take(takes[0].Key, now, takes[0].Cost, takes[0].DryRun)
-		decide(&out[0], p.t.meta(), &p.r)
-		return nil
-	}
 
 	var lbuf [maxLocks]lockRef
 	locks := lockOrder(ps, lbuf[:0])
@@ -313,6 +310,20 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	for i := range ps {
 		decide(&out[i], ps[i].t.meta(), &ps[i].r)
 	}
+	return nil
+}
+
+// takeOne decides a call of one take with no floor, the call of a request
+// that matches one rule: the table's own take, lock-free when it can be,
+// with none of the multi-key bookkeeping (the key hashed once, no arrays
+// of pending takes and locks to clear).
+func (s *Store) takeOne(tk *sluice.Take, out *sluice.Decision) error {
+	t, err := s.table(tk.Rule, tk.Limit)
+	if err != nil {
+		return err
+	}
+	r := t.take(tk.Key, s.clock.Now(), tk.Cost, tk.DryRun)
+	decide(out, t.meta(), &r)
 	return nil
 }
 

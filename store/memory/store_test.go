@@ -284,6 +284,33 @@ func BenchmarkLimiterHotKey(b *testing.B) {
 	}
 }
 
+// BenchmarkStoreTakeOne is a call of one take, as a request matching one
+// rule makes: a refused key (over its limit for the whole run) and an
+// allowed one (a limit no run reaches), GCRA and token bucket.
+func BenchmarkStoreTakeOne(b *testing.B) {
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket} {
+		for _, tc := range []struct {
+			name string
+			rate int64
+		}{{"refused", 1}, {"allowed", 1 << 40}} {
+			b.Run(fmt.Sprint(alg, "/", tc.name), func(b *testing.B) {
+				s := New(WithClock(sluice.NewManualClock(epoch)))
+				takes := []sluice.Take{{Rule: "r", Key: "203.0.113.7", Limit: sluice.Limit{Rate: tc.rate, Period: time.Hour, Algorithm: alg}, Cost: 1}}
+				out := make([]sluice.Decision, 1)
+				ctx := context.Background()
+				for b.Loop() {
+					if err := s.Take(ctx, takes, out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if out[0].Allowed != (tc.name == "allowed") {
+					b.Fatalf("allowed %v", out[0].Allowed)
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkLimiterHotKeyTokenBucket is BenchmarkLimiterHotKey on a token
 // bucket: the packed one-word bucket (wordtable.go).
 func BenchmarkLimiterHotKeyTokenBucket(b *testing.B) {
