@@ -406,8 +406,11 @@ func (s *Store) DropLimit(rule string, l sluice.Limit) {
 
 // Sweep drops the state of every dead key (one back to its idle state) and
 // shrinks the tables to fit the keys left, giving memory back to the runtime.
-// Answers are the same with or without sweeps: a dead key answers as a fresh
-// one. Tables drop dead keys on their own when they reach their key bound;
+// Answers are the same with or without sweeps while the clock moves forward
+// (the system clock is monotonic): a dead key answers as a fresh one. A clock
+// set back before a sweep finds the keys it dropped fresh where their kept
+// state might have refused (docs/memory-store.md, "Expiry without timers").
+// Tables drop dead keys on their own when they reach their key bound;
 // call Sweep (for example every minute, or see [WithSweepEvery]) to return
 // memory sooner after a burst of keys.
 func (s *Store) Sweep() {

@@ -362,7 +362,8 @@ func (t *wordTable) idle(v, now int64) bool {
 }
 
 // sweep drops every dead key and shrinks the shards to fit what is left,
-// giving memory back. Answers are the same with or without it.
+// giving memory back. Answers are the same with or without it while the
+// clock moves forward (Store.Sweep).
 func (t *wordTable) sweep(now int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]

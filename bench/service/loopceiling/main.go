@@ -78,7 +78,9 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 	in, _ := c.Peek(-1)
 	var n int
 	*out, n = answer((*out)[:0], in)
-	c.Discard(n)
+	if n > 0 { // gnet's Discard(0) empties the whole buffer: a request split across reads would be lost
+		c.Discard(n)
+	}
 	if len(*out) > 0 {
 		c.Write(*out)
 	}
