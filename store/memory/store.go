@@ -315,8 +315,8 @@ func (s *Store) take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 
 // takeOne decides a call of one take with no floor, the call of a request
 // that matches one rule: the table's own take, lock-free when it can be,
-// with none of the multi-key bookkeeping (the key hashed once, no arrays
-// of pending takes and locks to clear).
+// with none of the multi-key bookkeeping (the key hashed once, no array
+// of pending takes to clear).
 func (s *Store) takeOne(tk *sluice.Take, out *sluice.Decision) error {
 	t, err := s.table(tk.Rule, tk.Limit)
 	if err != nil {
