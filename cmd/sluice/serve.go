@@ -236,15 +236,12 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	}
 	// Every rule's sync mode is decided by the share layer around the store.
 	table := &sharingTable{region: *c.region}
-	wrapped, sh := share.Wrap(store, share.Options{
+	wrapped, sh := share.Wrap(store, table.follow(share.Options{
 		Local: memory.New(), Gateways: gateways,
 		// The deny cache spares a shared store the calls of refused keys;
 		// the embedded store answers them as fast as the cache would.
 		NoDenyCache: s.mem != nil,
-		Sharing:     func(rule string) sluice.Sharing { return table.get(s.eng.Config()).sync[rule] },
-		Scale:       func(rule string) float64 { return table.get(s.eng.Config()).scale(rule) },
-		AllExact:    func() bool { return table.get(s.eng.Config()).allExact },
-	})
+	}, func() *rules.Config { return s.eng.Config() }))
 	s.share = sh
 	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
 	s.metrics = metrics.New(buildVersion())
@@ -403,6 +400,15 @@ func (t *sharingTable) get(cfg *rules.Config) *sharingEntry {
 	}
 	t.cur.Store(e)
 	return e
+}
+
+// follow points opts' questions about rules (Sharing, Scale, AllExact)
+// at the table of the rule set config returns, the engine's current one.
+func (t *sharingTable) follow(opts share.Options, config func() *rules.Config) share.Options {
+	opts.Sharing = func(rule string) sluice.Sharing { return t.get(config()).sync[rule] }
+	opts.Scale = func(rule string) float64 { return t.get(config()).scale(rule) }
+	opts.AllExact = func() bool { return t.get(config()).allExact }
+	return opts
 }
 
 func (e *sharingEntry) scale(rule string) float64 {
