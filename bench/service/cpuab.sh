@@ -8,7 +8,8 @@
 #
 #   bench/service/cpuab.sh OLD_BINARY NEW_BINARY [rounds] [seconds] [path]
 #
-# (defaults: 5 rounds of 5 s on "/"; "/strict" measures refusals). Each
+# (defaults: 5 rounds of 5 s on "/"; "/strict" measures refusals;
+# PLANE=net/http measures that data plane instead of fasthttp). Each
 # binary is a `sluice` built with `go build ./cmd/sluice`, for example from
 # `git worktree add /tmp/old <commit>`. Needs wrk and nginx.
 set -euo pipefail
@@ -17,6 +18,7 @@ NEW=$2
 ROUNDS=${3:-5}
 SECS=${4:-5}
 URLPATH=${5:-/}
+PLANE=${PLANE:-fasthttp}
 source "$(dirname "$0")/lib.sh"
 needs wrk nginx python3
 
@@ -30,8 +32,8 @@ rules:
   - {id: loose, key: [ip], rate: 1000000000, per: 1s}
   - {id: strict, match: {path: /strict}, key: [ip], rate: 1, per: 1h}
 EOF
-"$OLD" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$OP" --admin-listen "" --watch 0 >/dev/null 2>&1 & PIDS+=($!); OPID=$!
-"$NEW" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$NP" --admin-listen "" --watch 0 >/dev/null 2>&1 & PIDS+=($!); NPID=$!
+"$OLD" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$OP" --admin-listen "" --watch 0 --data-plane "$PLANE" >/dev/null 2>&1 & PIDS+=($!); OPID=$!
+"$NEW" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$NP" --admin-listen "" --watch 0 --data-plane "$PLANE" >/dev/null 2>&1 & PIDS+=($!); NPID=$!
 for p in $UP $OP $NP; do wait_port "$p"; done
 
 TCK=$(getconf CLK_TCK)
