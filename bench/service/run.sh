@@ -34,7 +34,7 @@ echo "building sluice and the gRPC load generator"
 go build -o "$WORK/sluice" ./cmd/sluice
 (cd bench && go build -o "$WORK/grpcload" ./service/grpcload && go build -o "$WORK/bareproxy" ./service/bareproxy && go build -o "$WORK/loopceiling" ./service/loopceiling)
 
-UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port); FHB=$(port); LCP=$(port); LCG=$(port)
+UP=$(port); NGL=$(port); NGB=$(port); SLF=$(port); SLN=$(port); HAP=$(port); FHB=$(port); LCP=$(port); LCG=$(port); LCD=$(port)
 # nginx's limits, in a file of their own: nginx includes it, and the
 # gateway runs the rules `sluice import nginx` writes from it, so the two
 # apply the same limits (on /strict, strict's alone: nginx's location
@@ -95,9 +95,14 @@ haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/loopceiling" -listen "127.0.0.1:$LCP" >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/loopceiling" -mode goroutine -listen "127.0.0.1:$LCG" >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" import nginx "$WORK/limit.conf" >"$WORK/gw.yaml"
+# The event loop again, each request parsed by fasthttp's parser and
+# decided by sluice's engine on the gateway's rules, its refusal rendered
+# as the gateway renders it; no forwarding, no observability: what a plane
+# of the gateway's own on an event loop could do at most.
+"$WORK/loopceiling" -mode decide -config "$WORK/gw.yaml" -listen "127.0.0.1:$LCD" >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLF" --admin-listen "" --watch 0 --data-plane fasthttp >/dev/null 2>&1 & PIDS+=($!)
 "$WORK/sluice" gateway --config "$WORK/gw.yaml" --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$SLN" --admin-listen "" --watch 0 --data-plane net/http >/dev/null 2>&1 & PIDS+=($!)
-for p in $UP $NGL $NGB $SLF $SLN $HAP $FHB $LCP $LCG; do wait_port "$p"; done
+for p in $UP $NGL $NGB $SLF $SLN $HAP $FHB $LCP $LCG $LCD; do wait_port "$p"; done
 
 # wrk prints "Requests/sec: N" and, with --latency, "99% X"; X is in us, ms or s.
 run_wrk() { # url -> "rps p99_ms"
@@ -109,7 +114,7 @@ run_wrk() { # url -> "rps p99_ms"
 declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; }
 
-HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "haproxy-stick-table=$HAP" "fasthttp-bare=$FHB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN" "gnet-429=$LCP" "goroutine-429=$LCG")
+HTTP=("nginx-limit_req=$NGL" "nginx-bare=$NGB" "haproxy-stick-table=$HAP" "fasthttp-bare=$FHB" "sluice-fasthttp=$SLF" "sluice-net/http=$SLN" "gnet-429=$LCP" "goroutine-429=$LCG" "gnet-decide-429=$LCD")
 for r in $([[ $PARTS == *http* ]] && seq "$ROUNDS"); do
 	for i in "${!HTTP[@]}"; do
 		c=${HTTP[$(( (i + r) % ${#HTTP[@]} ))]}; name=${c%%=*}; p=${c#*=}
@@ -284,6 +289,8 @@ echo "  event loop 429 (gnet, no decision) / nginx limit_req, 429: $(ratio "$(me
 echo "  event loop 429 (gnet, no decision) / HAProxy, 429:         $(ratio "$(med "${RES[gnet-429/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"
 echo "  goroutine 429 (Go's poller, no decision) / nginx limit_req, 429: $(ratio "$(med "${RES[goroutine-429/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
 echo "  gateway (fasthttp) / goroutine 429, requests/s 429:       $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[goroutine-429/reject/rps]:-}")")"
+echo "  event loop deciding (gnet, parsed and decided) / nginx limit_req, 429: $(ratio "$(med "${RES[gnet-decide-429/reject/rps]:-}")" "$(med "${RES[nginx-limit_req/reject/rps]:-}")")"
+echo "  event loop deciding (gnet, parsed and decided) / HAProxy, 429:         $(ratio "$(med "${RES[gnet-decide-429/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s allowed: $(ratio "$(med "${RES[sluice-fasthttp/allow/rps]:-}")" "$(med "${RES[haproxy-stick-table/allow/rps]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, p99 allowed:        $(ratio "$(med "${RES[sluice-fasthttp/allow/p99]:-}")" "$(med "${RES[haproxy-stick-table/allow/p99]:-}")")"
 echo "  gateway (fasthttp) / HAProxy stick table, requests/s 429:     $(ratio "$(med "${RES[sluice-fasthttp/reject/rps]:-}")" "$(med "${RES[haproxy-stick-table/reject/rps]:-}")")"

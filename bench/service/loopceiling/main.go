@@ -14,11 +14,15 @@
 //     goroutine until the poller wakes it, so each request costs a read
 //     that comes back empty and the wake-up besides. Four Go processors a
 //     CPU, as the gateway runs, unless GOMAXPROCS is set.
+//   - -mode decide: the event loop, each request parsed and decided as the
+//     gateway does it and its refusal rendered as the gateway renders it
+//     (decide.go): what a plane of the gateway's own on an event loop could
+//     do at most on the refusal path.
 //
 // It reads requests without bodies only, as wrk sends them; it is a
 // measure, not a server.
 //
-//	loopceiling -listen 127.0.0.1:8002 [-mode goroutine]
+//	loopceiling -listen 127.0.0.1:8002 [-mode goroutine | -mode decide -config gw.yaml]
 package main
 
 import (
@@ -38,8 +42,12 @@ import (
 
 var body = []byte(`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Limit is 1 request per hour. Try again in about 60 minutes.","violated-policies":["strict"]}`)
 
-// response is the refusal's bytes, rebuilt each second for its Date field.
-var response atomic.Pointer[[]byte]
+// response is the refusal's bytes, rebuilt each second for its Date field,
+// and date that field's value, for -mode decide.
+var (
+	response atomic.Pointer[[]byte]
+	date     atomic.Pointer[[]byte]
+)
 
 func refusal(now time.Time) []byte {
 	var b []byte
@@ -132,14 +140,18 @@ func serveGoroutines(listen string) error {
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8002", "listen address")
-	mode := flag.String("mode", "loop", "loop (an event loop per core, gnet) or goroutine (a goroutine per connection, Go's network poller)")
+	mode := flag.String("mode", "loop", "loop (an event loop per core, gnet), goroutine (a goroutine per connection, Go's network poller) or decide (loop, each request parsed and decided as the gateway does)")
+	config := flag.String("config", "", "with -mode decide: the gateway's rule file")
 	flag.Parse()
-	r := refusal(time.Now())
-	response.Store(&r)
+	stamp := func(now time.Time) {
+		r, d := refusal(now), now.UTC().AppendFormat(nil, http.TimeFormat)
+		response.Store(&r)
+		date.Store(&d)
+	}
+	stamp(time.Now())
 	go func() {
 		for now := range time.Tick(time.Second) {
-			r := refusal(now)
-			response.Store(&r)
+			stamp(now)
 		}
 	}()
 	switch *mode {
@@ -147,7 +159,13 @@ func main() {
 		log.Fatal(gnet.Run(&server{}, "tcp://"+*listen, gnet.WithMulticore(true)))
 	case "goroutine":
 		log.Fatal(serveGoroutines(*listen))
+	case "decide":
+		d, err := newDecider(*config)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal(gnet.Run(d, "tcp://"+*listen, gnet.WithMulticore(true)))
 	default:
-		log.Fatalf("loopceiling: -mode %q: want loop or goroutine", *mode)
+		log.Fatalf("loopceiling: -mode %q: want loop, goroutine or decide", *mode)
 	}
 }
