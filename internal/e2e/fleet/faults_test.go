@@ -31,7 +31,8 @@ const answerBound = 2 * time.Second
 // is slow, not gone, may still answer some calls in time (the deadline
 // follows its latency to the cap, and a starved gateway's own scheduling
 // delay is added to it): those answers are the store's own, exact, and
-// stand on a fail-closed rule too. With answers, false, none may come.
+// stand on a fail-closed rule too. answers says whether the store may
+// still answer; when it may not, a fail-closed rule admits nothing at all.
 func assertDegraded(t *testing.T, what string, bases []string, user string, answers bool) {
 	t.Helper()
 	open := proctest.Load(t, bases, "/open", user, 300)
