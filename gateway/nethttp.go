@@ -89,14 +89,15 @@ type copyBuffers struct{}
 
 const copyBufferSize = 32 << 10 // httputil.ReverseProxy's own
 
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+// copyBufferPool holds array pointers: a pointer goes into an interface
+// without an allocation, where a slice would be boxed on every Put.
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
 
-func (copyBuffers) Get() []byte { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
 
 func (copyBuffers) Put(b []byte) {
 	if cap(b) == copyBufferSize {
-		b = b[:copyBufferSize]
-		copyBufferPool.Put(&b)
+		copyBufferPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
 	}
 }
 
