@@ -93,23 +93,11 @@ func (d *decider) OnTraffic(c gnet.Conn) gnet.Action {
 	dc := c.Context().(*decideConn)
 	in, _ := c.Peek(-1)
 	dc.out = dc.out[:0]
-	n := 0
-	for {
-		i := bytes.Index(in[n:], []byte("\r\n\r\n"))
-		if i < 0 {
-			break
-		}
-		if !d.answer(dc, in[n:n+i+4]) {
-			return gnet.Close
-		}
-		n += i + 4
+	n, ok := eachHead(in, func(head []byte) bool { return d.answer(dc, head) })
+	if !ok {
+		return gnet.Close
 	}
-	if n > 0 {
-		c.Discard(n)
-	}
-	if len(dc.out) > 0 {
-		c.Write(dc.out)
-	}
+	reply(c, n, dc.out)
 	return gnet.None
 }
 

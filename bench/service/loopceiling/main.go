@@ -66,14 +66,36 @@ type server struct {
 // answer appends a refusal to dst for each whole request at the start of
 // in, and says how many bytes of in they took.
 func answer(dst, in []byte) ([]byte, int) {
-	n := 0
+	n, _ := eachHead(in, func([]byte) bool {
+		dst = append(dst, *response.Load()...)
+		return true
+	})
+	return dst, n
+}
+
+// eachHead calls f with each whole request head at the start of in, its
+// blank line included, and returns how many bytes the heads took; it stops
+// at the first head f refuses, with ok false.
+func eachHead(in []byte, f func(head []byte) bool) (n int, ok bool) {
 	for {
 		i := bytes.Index(in[n:], []byte("\r\n\r\n"))
 		if i < 0 {
-			return dst, n
+			return n, true
+		}
+		if !f(in[n : n+i+4]) {
+			return n, false
 		}
 		n += i + 4
-		dst = append(dst, *response.Load()...)
+	}
+}
+
+// reply takes the n bytes its answers took from c's input and writes out.
+func reply(c gnet.Conn, n int, out []byte) {
+	if n > 0 { // gnet's Discard(0) empties the whole buffer: a request split across reads would be lost
+		c.Discard(n)
+	}
+	if len(out) > 0 {
+		c.Write(out)
 	}
 }
 
@@ -86,12 +108,7 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 	in, _ := c.Peek(-1)
 	var n int
 	*out, n = answer((*out)[:0], in)
-	if n > 0 { // gnet's Discard(0) empties the whole buffer: a request split across reads would be lost
-		c.Discard(n)
-	}
-	if len(*out) > 0 {
-		c.Write(*out)
-	}
+	reply(c, n, *out)
 	return gnet.None
 }
 
