@@ -334,6 +334,12 @@ type RuleStats struct {
 	Tiers []TierStats
 }
 
+// Idle reports whether the rule has counted nothing since it was loaded.
+func (s RuleStats) Idle() bool {
+	return s.Allowed|s.Limited|s.ShadowLimited|s.FailedOpen|s.FailedClosed|s.Skipped|s.Locked|s.Charged|
+		s.FellBack|s.Overruled|s.NearLimit|s.Settled|s.Unsettled == 0
+}
+
 // TierStats are one priority tier's counts under one rule.
 type TierStats struct {
 	Tier             string
