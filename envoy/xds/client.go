@@ -14,7 +14,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -49,8 +48,10 @@ func faultText(err error) string {
 	return fmt.Sprintf("%s\n... and %d more faults (%d bytes)", s[:cut], strings.Count(s[cut:], "\n"), len(s)-cut)
 }
 
-// TypeURL is the type of the resources the client subscribes to.
-const TypeURL = resource.RateLimitConfigType
+// TypeURL is the type of the resources the client subscribes to
+// (go-control-plane's resource.RateLimitConfigType, written out: its
+// package would bring every xDS resource type into the binary).
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 // Backoff is how long the client waits before connecting again; see the
 // package documentation. The zero value is envoyproxy/ratelimit's default:

@@ -8,12 +8,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-rl/sluice/internal/xdstest"
 	"github.com/sluice-rl/sluice/rules"
 )
+
+// The type written out is go-control-plane's, and its message's.
+func TestTypeURLIsTheRateLimitConfigs(t *testing.T) {
+	msg := "type.googleapis.com/" + string((&rlsconf.RateLimitConfig{}).ProtoReflect().Descriptor().FullName())
+	if TypeURL != resource.RateLimitConfigType || TypeURL != msg {
+		t.Fatalf("TypeURL %q; go-control-plane's %q, the message's %q", TypeURL, resource.RateLimitConfigType, msg)
+	}
+}
 
 type applied struct {
 	cfg     *rules.Config
