@@ -24,6 +24,12 @@ func TestClientsAtEveryBoundStayWithinTheBudget(t *testing.T) {
 		s.MaxConnections = 3*perKind + 3
 		s.MaxUnfinishedBytes = 4 << 20
 		s.MaxHeldAnswerBytes = 1 << 20
+		// The attack must stay in place until it is measured: a starved
+		// machine may take longer than the default 10 s to set it up, and
+		// the connections holding requests unfinished, answers without
+		// window or answers never read would end before it is whole.
+		s.RequestTimeout = time.Hour
+		s.writeTimeout = time.Hour
 	})
 	const answer = 4 << 10 // at least every answer here: 2 KiB echoed, framed, with its headers
 	body := framed(bytes.Repeat([]byte("a"), 2<<10))
@@ -114,6 +120,9 @@ func TestClientsAtEveryBoundStayWithinTheBudget(t *testing.T) {
 	runtime.ReadMemStats(&during)
 	held := int64(during.HeapInuse+during.StackInuse) - int64(before.HeapInuse+before.StackInuse)
 	bound := f.s.memoryBound(answer)
+	if h := f.s.heldAnswerBytes.Load(); h < 1<<20-int64(len(body)) {
+		t.Fatalf("the attack ended before it was measured: %d answer bytes held, want about 1 MiB", h)
+	}
 	t.Logf("held %.1f MiB of a bound of %.1f MiB (at the defaults: %.0f MiB); unfinished %d B, held answers %d B, unsent %d B, calls open %d; the client beside them: p99 %v, %v before",
 		float64(held)/(1<<20), float64(bound)/(1<<20), float64(new(Server).memoryBound(answer))/(1<<20),
 		f.s.unfinishedBytes.Load(), f.s.heldAnswerBytes.Load(), unsent, f.s.openCalls.Load(), attacked, quiet)

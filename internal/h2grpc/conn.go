@@ -602,7 +602,7 @@ func (c *conn) goAwayWith(code http2.ErrCode) {
 }
 
 // goAwayThenClose sends GOAWAY with code and closes the connection once
-// the frame is written, or writing failed (within writeTimeout): a socket
+// the frame is written, or writing failed (within the write timeout): a socket
 // closed while another writer still flushes loses what it had not written,
 // and the client sees the connection end without its reason.
 func (c *conn) goAwayThenClose(code http2.ErrCode) {

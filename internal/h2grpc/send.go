@@ -44,7 +44,7 @@ func (c *conn) release() {
 
 // flush writes out until it is empty, unless another writer is doing so;
 // under wmu, which it lets go during each write. A client that does not
-// read for writeTimeout loses its connection.
+// read for the write timeout (10 s) loses its connection.
 func (c *conn) flush() {
 	if c.flushing {
 		return
@@ -62,7 +62,7 @@ func (c *conn) flush() {
 		if testHookFlushing != nil {
 			testHookFlushing()
 		}
-		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		c.nc.SetWriteDeadline(time.Now().Add(orDefault(c.s.writeTimeout, defaultWriteTimeout)))
 		_, err := c.nc.Write(b)
 		c.wmu.Lock()
 		if cap(b) <= maxSpare {

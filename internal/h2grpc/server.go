@@ -134,6 +134,10 @@ type Server struct {
 	heldAnswerBytes atomic.Int64
 	openCalls       atomic.Int64 // counts against MaxOpenCalls
 
+	// writeTimeout, when set, replaces defaultWriteTimeout: a test that
+	// holds clients at their bounds keeps them there while it measures.
+	writeTimeout time.Duration
+
 	workers  sync.Once
 	nworkers atomic.Int32
 	calls    chan call     // to an idle worker
@@ -163,8 +167,8 @@ const (
 	maxHeaderListSize = 16 << 10
 	// handshakeTimeout bounds the TLS handshake and the client preface.
 	handshakeTimeout = 10 * time.Second
-	// writeTimeout bounds one write to a client that does not read.
-	writeTimeout = 10 * time.Second
+	// defaultWriteTimeout bounds one write to a client that does not read.
+	defaultWriteTimeout = 10 * time.Second
 	// maxOutBuffered bounds the frames a connection holds unwritten, beyond
 	// the write in progress: a writer finding it full waits. An answer is at
 	// most a few KiB (64 descriptors), so it holds hundreds of them: enough

@@ -62,14 +62,20 @@ func Sluice(t testing.TB) string {
 
 // buildCommand builds the command pkg into a temporary directory of its
 // own with the release build's flags (.goreleaser.yaml): the binary a user
-// runs, and one set of compiled packages in Go's build cache for every
-// suite that builds it (and the container image's test). A test binary
-// built with -race does not make it a race build.
+// runs. A test binary built with -race does not make it a race build.
+//
+// Builds take a machine-wide lock. `go test ./...` runs the packages that
+// start sluice side by side, and on an empty build cache each compiled the
+// whole program at the same time as the others (four minutes of CPU each,
+// the largest part of a cold run); one at a time, the first compiles it
+// into Go's build cache and the others only link.
 func buildCommand(name, pkg string) (bin string, out []byte, err error) {
 	dir, err := os.MkdirTemp("", "sluice-e2e")
 	if err != nil {
 		return "", nil, err
 	}
+	release := lock("sluice-e2e-build.lock")
+	defer release()
 	bin = filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -221,10 +227,14 @@ func RunOutput(t testing.TB, args ...string) (int, string, string) {
 // machine starve their Redis past the store's deadline, which the tests
 // rightly count as failures. Call it from TestMain before m.Run: the wait
 // is not part of `go test`'s 10 minutes per package, which start in m.Run.
-func Exclusive() (release func()) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sluice-e2e.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+func Exclusive() (release func()) { return lock("sluice-e2e.lock") }
+
+// lock waits for the machine-wide lock of that name and takes it, and
+// returns its release. Without a lock file to be had, it takes nothing.
+func lock(name string) (release func()) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), name), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return func() {} // no lock to be had: run side by side, as before
+		return func() {}
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()

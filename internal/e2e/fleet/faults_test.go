@@ -57,13 +57,38 @@ func assertDegraded(t *testing.T, what string, bases []string, user string, answ
 }
 
 // assertExact checks that counting is exact: 100 of 300 for a fresh user,
-// no degraded answer.
-func assertExact(t *testing.T, what string, bases []string, user string) {
+// no degraded answer. A degraded answer means a call missed its deadline,
+// which a starved machine can cause without any fault of the store's (the
+// Redis proxy runs in this test's -race process): such a try is said and
+// made again for a fresh user, at most three times. Every try still holds
+// the stated bound: over the limit by no more than its degraded
+// admissions, under it by no more than its degraded answers. user names
+// the fresh user of each try (see fresh).
+func assertExact(t *testing.T, what string, bases []string, user func(try int) string) {
 	t.Helper()
-	o := proctest.Load(t, bases, "/open", user, 300)
-	if o.Admitted != 100 || o.Degraded != 0 {
-		t.Errorf("%s: admitted %d of 300 (%d degraded), want exactly 100", what, o.Admitted, o.Degraded)
+	for try := 1; ; try++ {
+		o := proctest.Load(t, bases, "/open", user(try), 300)
+		switch {
+		case o.Admitted > 100+o.DegradedAdmitted || o.Admitted < 100-o.Degraded:
+			t.Errorf("%s: admitted %d of 300 with %d degraded answers (%d admitted), want 100 within them", what, o.Admitted, o.Degraded, o.DegradedAdmitted)
+		case o.Degraded == 0 && o.Admitted != 100:
+			t.Errorf("%s: admitted %d of 300, want exactly 100", what, o.Admitted)
+		case o.Degraded > 0 && try < exactTries:
+			t.Logf("%s: %d degraded answers of 300 (calls past their deadline on a starved machine), %d admitted: again for a fresh user", what, o.Degraded, o.Admitted)
+			continue
+		case o.Degraded > 0:
+			t.Errorf("%s: degraded answers in each of %d tries (%d in the last, %d admitted)", what, exactTries, o.Degraded, o.Admitted)
+		}
+		return
 	}
+}
+
+// exactTries bounds assertExact's tries.
+const exactTries = 3
+
+// fresh names a user per try: name-1, name-2, ...
+func fresh(name string) func(try int) string {
+	return func(try int) string { return fmt.Sprintf("%s-%d", name, try) }
 }
 
 // Faults through the built binary with default settings: two `sluice serve`
@@ -87,25 +112,25 @@ func TestServeUnderRedisFaultsEndToEnd(t *testing.T) {
 	}
 	proctest.WaitHealthy(t, bases)
 	proctest.WaitGateways(t, bases, 2)
-	assertExact(t, "healthy", bases, "u-healthy")
+	assertExact(t, "healthy", bases, fresh("u-healthy"))
 
 	for _, d := range []time.Duration{3 * time.Millisecond, 20 * time.Millisecond} {
 		proxy.SetDelay(d)
 		proctest.Load(t, bases, "/open", fmt.Sprint("warm-", d), 64) // the deadline learns the new latency...
 		proctest.WaitHealthy(t, bases)                               // ...and a breaker the warm-up opened closes
-		assertExact(t, fmt.Sprintf("slowed by %v", d), bases, fmt.Sprint("u-slow-", d))
+		assertExact(t, fmt.Sprintf("slowed by %v", d), bases, fresh(fmt.Sprint("u-slow-", d)))
 	}
 	proxy.SetDelay(200 * time.Millisecond)
 	assertDegraded(t, "slowed by 200ms", bases, "u-slow-200ms", true)
 	proxy.SetDelay(0)
 	proctest.WaitHealthy(t, bases)
-	assertExact(t, "after the slowdown", bases, "u-after-slow")
+	assertExact(t, "after the slowdown", bases, fresh("u-after-slow"))
 
 	srv.Pause()
 	assertDegraded(t, "hung (SIGSTOP)", bases, "u-hung", false)
 	srv.Resume()
 	proctest.WaitHealthy(t, bases)
-	assertExact(t, "resumed", bases, "u-resumed")
+	assertExact(t, "resumed", bases, fresh("u-resumed"))
 
 	srv.Stop()
 	assertDegraded(t, "killed", bases, "u-killed", false)
@@ -120,7 +145,7 @@ func TestServeUnderRedisFaultsEndToEnd(t *testing.T) {
 	}
 	srv.Restart() // empty: scripts and counts lost
 	proctest.WaitHealthy(t, bases)
-	assertExact(t, "restarted empty", bases, "u-restarted")
+	assertExact(t, "restarted empty", bases, fresh("u-restarted"))
 }
 
 // A gateway whose Redis is down at boot says so at once (a WARN line with
@@ -209,7 +234,7 @@ func TestServeBootsWithoutRedisThenExactEndToEnd(t *testing.T) {
 	assertDegraded(t, "boot without Redis", []string{base}, "u-boot", false)
 	srv.Restart()
 	proctest.WaitHealthy(t, []string{base})
-	assertExact(t, "Redis came", []string{base}, "u-came")
+	assertExact(t, "Redis came", []string{base}, fresh("u-came"))
 }
 
 // On a 3-master cluster, a stopped master degrades only the keys it owns:
@@ -240,7 +265,7 @@ func TestServeWithOneClusterMasterStoppedEndToEnd(t *testing.T) {
 		return 0
 	}
 	var onDead, onLive []string
-	for i := 0; len(onDead) < 2 || len(onLive) < 2; i++ {
+	for i := 0; len(onDead) < 1 || len(onLive) < 2*exactTries; i++ {
 		u := fmt.Sprint("user-", i)
 		if onNode(u) == 0 {
 			onDead = append(onDead, u)
@@ -249,9 +274,9 @@ func TestServeWithOneClusterMasterStoppedEndToEnd(t *testing.T) {
 		}
 	}
 	cluster.Nodes[0].Stop()
-	assertExact(t, "a key on a live master", bases, onLive[0])
+	assertExact(t, "a key on a live master", bases, func(try int) string { return onLive[try-1] })
 	assertDegraded(t, "a key on the stopped master", bases, onDead[0], false)
-	assertExact(t, "another key on a live master", bases, onLive[1])
+	assertExact(t, "another key on a live master", bases, func(try int) string { return onLive[exactTries+try-1] })
 }
 
 // A Sentinel failover: the primary is killed, the Sentinel promotes the
@@ -267,7 +292,7 @@ func TestServeFollowsASentinelFailoverEndToEnd(t *testing.T) {
 	rules := proctest.WriteRules(t, faultRules)
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", set.URL())
 	proctest.WaitHealthy(t, []string{base})
-	assertExact(t, "before the failover", []string{base}, "u-before")
+	assertExact(t, "before the failover", []string{base}, fresh("u-before"))
 	set.Primary.Stop()
 	deadline := time.Now().Add(60 * time.Second)
 	for set.PrimaryAddr() != set.Replica.Addr {
@@ -281,5 +306,5 @@ func TestServeFollowsASentinelFailoverEndToEnd(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	proctest.WaitHealthy(t, []string{base})
-	assertExact(t, "after the failover", []string{base}, "u-after")
+	assertExact(t, "after the failover", []string{base}, fresh("u-after"))
 }
