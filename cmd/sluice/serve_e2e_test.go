@@ -219,13 +219,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	release := proctest.Exclusive() // one end-to-end suite at a time
-	code := m.Run()
-	proctest.Remove()
-	release()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proctest.Main(m, true) }
 
 // The built binary answers Envoy's ShouldRateLimit with go-control-plane's
 // generated client, on an envoyproxy/ratelimit file loaded as it is.

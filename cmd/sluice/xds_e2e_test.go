@@ -50,9 +50,8 @@ func TestServeTakesItsRulesOverXDSEndToEnd(t *testing.T) {
 
 	mgmt.Set(t, "e2e", "v1", xdstest.Limit("load", "load", "user", "", 3, rlsconf.RateLimitUnit_HOUR))
 	waitVersion(t, base, "v1")
-	if code, body := proctest.Readyz(t, base); code != http.StatusOK {
-		t.Fatalf("/readyz with a configuration: %d %s", code, body)
-	}
+	// Ready once the version is recorded, a moment after the rules serve.
+	proctest.WaitHealthy(t, []string{base})
 	if ok := envoyOKs(t, rls, "u1", 200); ok != 3 {
 		t.Fatalf("v1 (3 an hour), 200 calls from 64 callers: %d OK, want 3", ok)
 	}

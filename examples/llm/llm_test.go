@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -55,11 +54,7 @@ func setUp(t *testing.T) (led *ledger, base, admin string) {
 	return led, base, admin
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proctest.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proctest.Main(m, false) }
 
 // ledger is the upstream's own count of the tokens it served, per API key:
 // the truth the gateway's count must match.

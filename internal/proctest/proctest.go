@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,16 +49,47 @@ var build struct {
 }
 
 // Sluice builds the sluice binary, once per test process, and returns its
-// path. Call Remove from TestMain to delete it.
+// path. Main builds it before the tests run.
 func Sluice(t testing.TB) string {
 	t.Helper()
+	if err := buildSluice(); err != nil {
+		t.Fatal(err)
+	}
+	return build.bin
+}
+
+func buildSluice() error {
 	build.Do(func() {
 		build.bin, build.out, build.err = buildCommand("sluice", "github.com/sluice-rl/sluice/cmd/sluice")
 	})
 	if build.err != nil {
-		t.Fatalf("build: %v\n%s", build.err, build.out)
+		return fmt.Errorf("build: %v\n%s", build.err, build.out)
 	}
-	return build.bin
+	return nil
+}
+
+// Main is the TestMain of a package whose tests start the built binary.
+// It builds the binary before the tests run: go test's timeout of a
+// package (10 minutes) starts in m.Run, and on an empty build cache and a
+// busy machine the build alone takes minutes. With exclusive it then takes
+// the end-to-end lock (see Exclusive) for the whole run. The binaries are
+// removed at the end.
+func Main(m *testing.M, exclusive bool) {
+	flag.Parse()
+	if !testing.Short() {
+		if err := buildSluice(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	release := func() {}
+	if exclusive {
+		release = Exclusive()
+	}
+	code := m.Run()
+	Remove()
+	release()
+	os.Exit(code)
 }
 
 // buildCommand builds the command pkg into a temporary directory of its
@@ -225,8 +257,8 @@ func RunOutput(t testing.TB, args ...string) (int, string, string) {
 // redis-server processes and load them from 64 callers; `go test ./...`
 // runs packages side by side, and two such suites at once on a 2-core
 // machine starve their Redis past the store's deadline, which the tests
-// rightly count as failures. Call it from TestMain before m.Run: the wait
-// is not part of `go test`'s 10 minutes per package, which start in m.Run.
+// rightly count as failures. Main takes it before m.Run: the wait is not
+// part of `go test`'s 10 minutes per package, which start in m.Run.
 func Exclusive() (release func()) { return lock("sluice-e2e.lock") }
 
 // lock waits for the machine-wide lock of that name and takes it, and

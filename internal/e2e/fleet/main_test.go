@@ -9,13 +9,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
-func TestMain(m *testing.M) {
-	release := proctest.Exclusive() // one end-to-end suite at a time
-	code := m.Run()
-	proctest.Remove()
-	release()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proctest.Main(m, true) }
 
 // start runs the built sluice with args; its log is printed only if the
 // test fails.
