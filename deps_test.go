@@ -19,7 +19,7 @@ func TestTheLibraryDoesNotImportTheServicesDependencies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	library := []string{".", "./algo", "./httplimit", "./engine", "./store/...", "./rules", "./client", "./concurrency", "./share", "./overrides"}
+	library := []string{".", "./algo", "./httplimit", "./engine", "./store/...", "./rules", "./client", "./concurrency", "./share", "./overrides", "./storecall"}
 	out, err := exec.Command("go", append([]string{"list", "-deps"}, library...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)

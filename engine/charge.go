@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // countOn rules: checked with a dry run before the handler, charged after
@@ -37,7 +38,7 @@ func (e *Engine) charge(ctx context.Context, res *Result, r *rule, tk sluice.Tak
 	tk.Charge = true
 	takes := [1]sluice.Take{tk}
 	var out [1]sluice.Decision
-	err := e.client.callWithDebts(ctx, r.SlowStoreWait, takes[:], out[:])
+	err := e.client.Take(ctx, storecall.Call{Owing: true, Wait: r.SlowStoreWait}, takes[:], out[:])
 	if err == nil {
 		e.follow(ctx, res, r, r.Limit, &takes[0], &out[0]) // the share knows what the store has left
 		return out[0], nil

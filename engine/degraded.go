@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"math"
-	"time"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -11,7 +10,8 @@ import (
 // A rule's answer when its store call fails: failMode closed refuses;
 // open admits within this gateway's share of what the store last said was
 // left (follow keeps it, fallbackTake spends it), and what it admits is
-// owed to the store (StoreClient's ledger, owed.go).
+// owed to the store (storecall.Client.Owe), which it is charged once it
+// answers.
 
 // follow keeps a fail-open rule's share of key in the fallback store at
 // what the store last said was left of it: after each store decision of a
@@ -36,7 +36,7 @@ import (
 // stack would escape through the store's interface, an allocation per
 // take.
 func (e *Engine) follow(ctx context.Context, res *Result, r *rule, l sluice.Limit, tk *sluice.Take, d *sluice.Decision) {
-	if e.client.local || e.fallback == nil || r.FailClosed {
+	if !e.client.Guarded() || e.fallback == nil || r.FailClosed {
 		return
 	}
 	fb := &res.mirrorTake[0]
@@ -96,7 +96,7 @@ func (e *Engine) failed(ctx context.Context, res *Result, err error, dry bool) {
 // answers a failed store this way.
 func (e *Engine) failMode(ctx context.Context, r *rule, l sluice.Limit, tk sluice.Take) (d sluice.Decision, closed bool) {
 	if r.FailClosed {
-		return sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.client.breakerRetry()}, true
+		return sluice.Decision{Rule: r.ID, Limit: r.Limit, Reason: sluice.ReasonUnavailable, RetryAfter: e.client.RetryAfterFailure()}, true
 	}
 	return e.fallbackTake(ctx, r, l, tk), false
 }
@@ -118,7 +118,7 @@ func (e *Engine) fallbackTake(ctx context.Context, r *rule, l sluice.Limit, tk s
 		d.Rule, d.Limit, d.Remaining = r.ID, l, d.Remaining/n
 	}
 	if d.Allowed && tk.Cost > 0 && !tk.DryRun && writesBack(r) {
-		e.client.owed.add(r.ID, tk.Key, l, tk.Cost, time.Now())
+		e.client.Owe(r.ID, tk.Key, l, tk.Cost)
 	}
 	return d
 }

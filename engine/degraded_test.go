@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // While the store fails, a fail-open rule admits this gateway's part of
@@ -105,117 +105,6 @@ func TestShareDividesRateAndBurst(t *testing.T) {
 	}
 }
 
-// The deadline follows the store's successful latency within its clamp, and
-// a store that never succeeds does not stretch it.
-func TestAdaptiveDeadline(t *testing.T) {
-	g := newGuard(&Options{}, func(string, string, string) {})
-	if d := g.deadline(); d != MaxStoreTimeout {
-		t.Fatalf("fresh: %v, want the cap until the store is known", d)
-	}
-	for range 2000 {
-		g.lat.observe(time.Millisecond)
-	}
-	if d := g.deadline(); d != MinStoreTimeout {
-		t.Fatalf("after fast calls: %v", d)
-	}
-	g.lat.observe(30 * time.Millisecond)
-	if d := g.deadline(); d != 120*time.Millisecond {
-		t.Fatalf("after 30ms: %v", d)
-	}
-	g.lat.observe(2 * time.Second)
-	if d := g.deadline(); d != MaxStoreTimeout {
-		t.Fatalf("after 2s: %v, want the cap", d)
-	}
-	for range 2000 {
-		g.lat.observe(time.Millisecond)
-	}
-	if d := g.deadline(); d != MinStoreTimeout {
-		t.Fatalf("after many fast calls: %v", d)
-	}
-	// A store that stops answering in time pushes the deadline up to the
-	// cap, four times per missed round, never past it.
-	slow := newGuard(&Options{}, func(string, string, string) {})
-	for range 2000 {
-		slow.lat.observe(time.Millisecond)
-	}
-	stall := stallStore{}
-	var seen []time.Duration
-	for range 5 {
-		seen = append(seen, slow.deadline())
-		slow.call(context.Background(), stall, "", 0, nil, nil)
-	}
-	if fmt.Sprint(seen) != "[50ms 200ms 250ms 250ms 250ms]" {
-		t.Fatalf("deadlines against a store that never answers: %v", seen)
-	}
-	fixed := newGuard(&Options{StoreTimeout: 7 * time.Millisecond}, func(string, string, string) {})
-	fixed.lat.observe(time.Second)
-	if d := fixed.deadline(); d != 7*time.Millisecond {
-		t.Fatalf("fixed: %v", d)
-	}
-}
-
-// The breaker opens on a failure rate, not on a streak: 19 failures among
-// many successes leave it closed; 20 failures that are half the calls open
-// it; a partition's failures leave the others closed.
-func TestBreakerOpensOnAFailureRatePerPartition(t *testing.T) {
-	g := newGuard(&Options{StoreTimeout: time.Second}, func(string, string, string) {})
-	ok := &fixedStore{}
-	bad := &fixedStore{err: errDown}
-	for i := range 200 {
-		s := ok
-		if i%10 == 0 {
-			s = bad
-		}
-		g.call(context.Background(), s, "a", 0, nil, nil)
-	}
-	if st := g.states()["a"]; st != "closed" {
-		t.Fatalf("20 failures among 200 calls opened the breaker: %s", st)
-	}
-	for range 200 {
-		g.call(context.Background(), bad, "b", 0, nil, nil)
-	}
-	if st := g.states()["b"]; st != "open" {
-		t.Fatalf("b failing: %s", st)
-	}
-	if st := g.states()["a"]; st != "closed" {
-		t.Fatalf("a's breaker followed b's: %s", st)
-	}
-}
-
-// stallStore answers only when its context ends.
-type stallStore struct{}
-
-func (stallStore) Take(ctx context.Context, _ []sluice.Take, _ []sluice.Decision) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-type fixedStore struct{ err error }
-
-func (f *fixedStore) Take(context.Context, []sluice.Take, []sluice.Decision) error { return f.err }
-
-// The peak estimate: a higher sample replaces it; a lower one pulls it down
-// by 1/64 of the gap, exactly.
-func TestLatencyPeakFollowsSamples(t *testing.T) {
-	var l latency
-	l.observe(64 * time.Millisecond)
-	if p := time.Duration(l.peak.Load()); p != 64*time.Millisecond {
-		t.Fatalf("after 64ms: %v", p)
-	}
-	l.observe(0)
-	if p := time.Duration(l.peak.Load()); p != 63*time.Millisecond {
-		t.Fatalf("after a 0 sample: %v, want 63ms (1/64 of the gap down)", p)
-	}
-	l.observe(32*time.Millisecond + 1)
-	if p := time.Duration(l.peak.Load()); p != 63*time.Millisecond-(31*time.Millisecond-1)/64 {
-		t.Fatalf("after 32ms: %v", p)
-	}
-	l.observe(time.Second)
-	if p := time.Duration(l.peak.Load()); p != time.Second {
-		t.Fatalf("after 1s: %v", p)
-	}
-}
-
 // The share follows the number of gateways without forgetting what this
 // gateway admitted: alone it admitted 99 of 100 through the store; a second
 // gateway joins and the store fails; its share is now 50, and it has used
@@ -264,8 +153,8 @@ func TestTheShareFollowsTheGatewayCountAndKeepsWhatWasAdmitted(t *testing.T) {
 // b's part is 5 (102 in all, over by 5/2 rounded up).
 func TestTheGatewaysPartsAddUpToWhatTheStoreHadLeft(t *testing.T) {
 	const src = "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n"
-	a := newFixture(t, src, Options{Gateways: func() int { return 2 }, BreakerFailures: 1 << 20})
-	b := newFixture(t, src, Options{Gateways: func() int { return 2 }, BreakerFailures: 1 << 20})
+	a := newFixture(t, src, Options{Gateways: func() int { return 2 }, Calls: storecall.Options{BreakerFailures: 1 << 20}})
+	b := newFixture(t, src, Options{Gateways: func() int { return 2 }, Calls: storecall.Options{BreakerFailures: 1 << 20}})
 	b.store.inner = a.mem // one store, two gateways each with its own fallback
 	admit := func(f *fixture, user string, n int) (admitted int) {
 		for range n {
@@ -307,49 +196,6 @@ func TestTheGatewaysPartsAddUpToWhatTheStoreHadLeft(t *testing.T) {
 
 // deadlineStore records how long its call's context had left, after
 // sleeping for its own latency.
-type deadlineStore struct {
-	sleep time.Duration
-	left  time.Duration
-}
-
-func (s *deadlineStore) Take(ctx context.Context, _ []sluice.Take, _ []sluice.Decision) error {
-	if dl, ok := ctx.Deadline(); ok {
-		s.left = time.Until(dl)
-	}
-	time.Sleep(s.sleep)
-	return nil
-}
-
-// The process's own scheduling latency extends a call's deadline, and a
-// quarter of it is taken off the latency the call is measured at (the rest
-// of the wait is the store's, as far as the guard can tell).
-func TestSchedulingLatencyExtendsACallsDeadlineAndDiscountsItsLatency(t *testing.T) {
-	g := newGuard(&Options{}, func(string, string, string) {})
-	g.sched.last.Store(time.Now().Add(time.Hour).UnixNano()) // no read of the runtime's histogram
-	g.sched.delay.Store(int64(time.Second))
-	s := &deadlineStore{}
-	if err := g.call(context.Background(), s, "", 0, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if s.left < 500*time.Millisecond { // the deadline (at most MaxStoreTimeout) plus 1 s
-		t.Fatalf("the call had %v left, want its deadline extended by the scheduling latency (1 s)", s.left)
-	}
-	if p := time.Duration(g.lat.peak.Load()); p >= MaxStoreTimeout {
-		t.Fatalf("a fast call with a 1 s scheduling latency measured at %v, want about 0: the latency is discounted", p)
-	}
-	// A call slower than a quarter of the extension is measured at the rest.
-	g2 := newGuard(&Options{}, func(string, string, string) {})
-	g2.lat.peak.Store(0)
-	g2.sched.last.Store(time.Now().Add(time.Hour).UnixNano())
-	g2.sched.delay.Store(int64(40 * time.Millisecond))
-	if err := g2.call(context.Background(), &deadlineStore{sleep: 20 * time.Millisecond}, "", 0, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if p := time.Duration(g2.lat.peak.Load()); p < 10*time.Millisecond {
-		t.Fatalf("a call of at least 20 ms with 40 ms of scheduling latency measured at %v, want at least 10 ms", p)
-	}
-}
-
 // partitionedStore is a store of two nodes, "a" (keys starting with a)
 // and "b", whose node b fails. It names a key's node by a view of the key,
 // which the engine reuses for the next request: the guard must keep its own
@@ -371,7 +217,7 @@ func (p partitionedStore) Take(ctx context.Context, takes []sluice.Take, out []s
 // breakers are named by their own copy of the node's name.
 func TestAFailingNodeOpensItsOwnBreaker(t *testing.T) {
 	cfg := mustRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n")
-	e, err := New(cfg, Options{Store: partitionedStore{memory.New()}, Logger: quiet, BreakerFailures: 1, BreakerOpenFor: time.Hour})
+	e, err := New(cfg, Options{Store: partitionedStore{memory.New()}, Logger: quiet, Calls: storecall.Options{BreakerFailures: 1, BreakerOpenFor: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +239,7 @@ func TestAFailingNodeOpensItsOwnBreaker(t *testing.T) {
 // and written back once the store answers: failed logins are counted
 // through an outage, not forgotten.
 func TestACountOnChargeIsCountedWhileTheStoreFails(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{Calls: storecall.Options{BreakerFailures: 1 << 20}})
 	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
 	f.store.mode.Store(1)
 	for i := range 3 {
@@ -427,7 +273,7 @@ func TestACountOnChargeIsCountedWhileTheStoreFails(t *testing.T) {
 // admission is: two failures counted by the store leave one for the share
 // of 3 when the store then fails.
 func TestACountOnChargeIsMirroredIntoTheShare(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{Calls: storecall.Options{BreakerFailures: 1 << 20}})
 	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
 	for range 2 {
 		f.e.Charge(context.Background(), f.check(t, req()), 401)
@@ -446,7 +292,7 @@ func TestACountOnChargeIsMirroredIntoTheShare(t *testing.T) {
 // The service's /v1/charge (ChargeStatus) counts a charge the store does
 // not take as Charge does: in the share, owed, and said degraded.
 func TestAChargeStatusIsCountedWhileTheStoreFails(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{BreakerFailures: 1 << 20})
+	f := newFixture(t, "rules:\n  - {id: login, match: {path: /login}, key: [user], rate: 3, per: 1h, countOn: {status: [401]}}\n", Options{Calls: storecall.Options{BreakerFailures: 1 << 20}})
 	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
 	f.store.mode.Store(1)
 	var res Result
@@ -468,7 +314,7 @@ func TestAChargeStatusIsCountedWhileTheStoreFails(t *testing.T) {
 // countOn charge is. Without that a token quota is unlimited for an outage.
 func TestAUsageReportIsCountedWhileTheStoreFails(t *testing.T) {
 	const src = "domain: rl\ndescriptors:\n  - key: service\n    value: s\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
-	f := newFixture(t, src, Options{BreakerFailures: 1 << 20})
+	f := newFixture(t, src, Options{Calls: storecall.Options{BreakerFailures: 1 << 20}})
 	call := func(d Descriptor) *Result {
 		var res Result
 		if err := f.e.CheckDescriptors(context.Background(), "rl", []Descriptor{d}, &res); err != nil {
@@ -494,7 +340,7 @@ func TestAUsageReportIsCountedWhileTheStoreFails(t *testing.T) {
 // through the store in that limit too: 2 healthy admissions of a per-node
 // fallback of 3 leave 1 when the store fails.
 func TestAFallbackLimitCountsWhatWasAdmittedThroughTheStore(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, fallback: {rate: 3, per: 1h}}\n", Options{BreakerFailures: 1000})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, fallback: {rate: 3, per: 1h}}\n", Options{Calls: storecall.Options{BreakerFailures: 1000}})
 	for range 2 {
 		if !f.check(t, userReq("u")).Allowed {
 			t.Fatal("healthy: refused")
@@ -521,7 +367,7 @@ func TestTheShareOfATieredRuleKeepsTheFloor(t *testing.T) {
 priority: {from: header:X-Priority}
 rules:
   - {id: r, key: [user], rate: 10, per: 1h, tiers: {critical: 40%}}
-`, Options{BreakerFailures: 1000})
+`, Options{Calls: storecall.Options{BreakerFailures: 1000}})
 	normal := func() *rules.Request { r := userReq("u"); r.Header["X-Priority"] = []string{"sheddable"}; return r }
 	critical := func() *rules.Request { r := userReq("u"); r.Header["X-Priority"] = []string{"critical"}; return r }
 	n := 0
@@ -551,7 +397,7 @@ rules:
 // A rule without countOn that fails open is charged at the check, as when
 // the store answers: nothing is left to charge after the response.
 func TestAFailedOpenRuleWithoutCountOnHasNothingToChargeLater(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1000})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Calls: storecall.Options{BreakerFailures: 1000}})
 	f.store.mode.Store(1)
 	res := f.check(t, userReq("u"))
 	if !res.Allowed || !res.Statuses[0].FailedOpen || res.Statuses[0].charge != 0 {

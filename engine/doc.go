@@ -17,15 +17,13 @@
 //     an invalid file is refused and the old rules keep serving, and rules
 //     whose definition did not change keep their counts.
 //
-// Below rule evaluation sits [StoreClient], the engine's one way to its
-// store ([Engine.Store]): every call to a remote store has a deadline that adapts to the store and to this process's own
-// scheduling delay, and goes through a circuit breaker per store node
-// (guard.go, sched.go); it runs on a worker and is followed past its
-// deadline, so that a late reply is credited rather than counted twice
-// (late.go). A rule may wait longer for a slow store (onSlowStore: wait).
-// When a call fails, each rule answers by its fail mode (failed): closed
-// refuses; open admits within the gateway's share, its part of what the
-// store last said was left of the key (follow, fallbackTake), and what it
-// admits is owed to the store and written back when it answers (owed.go).
+// Below rule evaluation sits the store client (package storecall,
+// [Engine.Store]): every call to a remote store has a deadline, a breaker
+// per node and a grace for late replies. When a call fails, each rule
+// answers by its fail mode (failed): closed refuses; open admits within
+// the gateway's share, its part of what the store last said was left of
+// the key (follow, fallbackTake), and what it admits is owed to the store
+// (storecall.Client.Owe) and written back when it answers. A rule may wait
+// longer for a slow store (onSlowStore: wait).
 // docs/architecture.md maps the hops; docs/redis.md states the bound.
 package engine

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 var epoch = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -102,10 +103,10 @@ func newFixture(t testing.TB, src string, o Options) *fixture {
 	mem := memory.New(memory.WithClock(clock))
 	f := &fixture{clock: clock, store: &faultyStore{inner: mem}, mem: mem}
 	o.Store = f.store
-	if o.StoreTimeout == 0 {
+	if o.Calls.Timeout == 0 {
 		// Generous: these tests are about rules, not deadlines, and a loaded
 		// machine under -race must not make a call fail open.
-		o.StoreTimeout = time.Minute
+		o.Calls.Timeout = time.Minute
 	}
 	if o.Fallback == nil {
 		o.Fallback = memory.New(memory.WithClock(clock))
@@ -310,7 +311,7 @@ func TestStoreFailuresFollowEachRulesFailMode(t *testing.T) {
 rules:
   - {id: open, key: [user], rate: 100, per: 1h, fallback: {rate: 2, per: 1h}}
   - {id: otp, match: {path: /otp}, key: [user], rate: 3, per: 10m, failMode: closed}
-`, Options{BreakerFailures: 1000})
+`, Options{Calls: storecall.Options{BreakerFailures: 1000}})
 	f.store.mode.Store(1)
 	for i := range 3 {
 		res := f.check(t, userReq("u"))
@@ -327,7 +328,7 @@ rules:
 }
 
 func TestAStalledStoreIsCutOffByTheDeadline(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{Calls: storecall.Options{Timeout: 20 * time.Millisecond, BreakerFailures: 1000}})
 	f.store.mode.Store(2)
 	done := make(chan *Result)
 	go func() { done <- f.check(t, userReq("u")) }()
@@ -344,9 +345,9 @@ func TestAStalledStoreIsCutOffByTheDeadline(t *testing.T) {
 func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
 	// Open for an hour: the assertions on the open breaker cannot race its
 	// timer, however slow the machine.
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{Calls: storecall.Options{
 		BreakerFailures: 3, BreakerOpenFor: time.Hour,
-	})
+	}})
 	f.store.mode.Store(1)
 	for range 3 {
 		f.check(t, userReq("u"))
@@ -356,17 +357,17 @@ func TestBreakerOpensStopsCallingAndCloses(t *testing.T) {
 	}
 	calls := f.store.calls.Load()
 	res := f.check(t, userReq("u"))
-	if f.store.calls.Load() != calls || !errors.Is(res.StoreError, ErrBreakerOpen) || !res.Allowed {
+	if f.store.calls.Load() != calls || !errors.Is(res.StoreError, storecall.ErrBreakerOpen) || !res.Allowed {
 		t.Fatalf("open breaker still called the store (%d -> %d) or answered wrongly: %+v", calls, f.store.calls.Load(), res)
 	}
 
 	// Open for a millisecond: once the store is back, a probe closes it.
 	var mu sync.Mutex
 	var changes []string
-	g := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{
+	g := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{Calls: storecall.Options{
 		BreakerFailures: 3, BreakerOpenFor: time.Millisecond,
 		OnBreakerChange: func(from, to string) { mu.Lock(); changes = append(changes, from+"->"+to); mu.Unlock() },
-	})
+	}})
 	g.store.mode.Store(1)
 	for range 3 {
 		g.check(t, userReq("u"))

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/view"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // envoyNode is a level of a domain's descriptor tree, as envoyproxy/ratelimit
@@ -319,7 +320,7 @@ func (e *Engine) takeDescriptors(ctx context.Context, list []descriptorTake, res
 			}
 		}
 		decs := res.decisions(len(res.takes))
-		err := e.callOwing(ctx, res, wait, res.takes, decs)
+		err := e.client.Take(ctx, storecall.Call{Owing: true, Wait: wait, Spent: &res.StoreTime}, res.takes, decs)
 		for k, j := range res.idx {
 			c := list[j]
 			st := &res.Statuses[c.i]

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 const parityConfig = `domain: p
@@ -160,8 +161,8 @@ func TestPenaltyCountAlgorithm(t *testing.T) {
 // The logger given is the one used.
 func TestTheGivenLoggerIsUsed(t *testing.T) {
 	var buf bytes.Buffer
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{BreakerFailures: 1, BreakerOpenFor: time.Hour})
-	e, _ := New(f.e.Config(), Options{Store: f.store, Logger: slog.New(slog.NewTextHandler(&buf, nil)), BreakerFailures: 1, BreakerOpenFor: time.Hour})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 5, per: 1m}\n", Options{Calls: storecall.Options{BreakerFailures: 1, BreakerOpenFor: time.Hour}})
+	e, _ := New(f.e.Config(), Options{Store: f.store, Logger: slog.New(slog.NewTextHandler(&buf, nil)), Calls: storecall.Options{BreakerFailures: 1, BreakerOpenFor: time.Hour}})
 	f.store.mode.Store(1)
 	var res Result
 	e.Check(context.Background(), userReq("u"), CheckOptions{}, &res)

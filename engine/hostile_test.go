@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // A request cost times a rule's cost used to wrap: 2^62 x 3 is 2^62 mod
@@ -50,7 +51,7 @@ func TestHugeCostIsRefusedNeverWrapped(t *testing.T) {
 // store failure: 40 of them must not open the breaker, and a fail-closed
 // rule keeps admitting everyone else.
 func TestClientCancellationsNeverOpenTheBreaker(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: otp, key: [user], rate: 1000, per: 1h, failMode: closed}\n", Options{BreakerFailures: 5})
+	f := newFixture(t, "rules:\n  - {id: otp, key: [user], rate: 1000, per: 1h, failMode: closed}\n", Options{Calls: storecall.Options{BreakerFailures: 5}})
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	tiny, cancel2 := context.WithTimeout(context.Background(), time.Nanosecond)
@@ -83,7 +84,7 @@ func TestClientCancellationsNeverOpenTheBreaker(t *testing.T) {
 // one placed while the store failed holds when it is back.
 func TestPenaltyLocksHoldWhileTheStoreFails(t *testing.T) {
 	src := "rules:\n  - {id: login, key: [user], rate: 1, per: 1h, penalty: {after: 1, block: 1h}, fallback: {rate: 1000, per: 1h}}\n"
-	f := newFixture(t, src, Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond})
+	f := newFixture(t, src, Options{Calls: storecall.Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond}})
 	f.check(t, userReq("locked"))
 	if res := f.check(t, userReq("locked")); res.Allowed {
 		t.Fatal("second login admitted")
@@ -236,7 +237,7 @@ func TestLocksPlacedWhileTheStoreFailedHoldForEveryPenaltyRule(t *testing.T) {
 		for i := range n {
 			fmt.Fprintf(&src, "  - {id: r%d, key: [user], rate: 100, per: 1h, penalty: {after: 1, block: 1h}, fallback: {rate: 2, per: 1h}}\n", i)
 		}
-		f := newFixture(t, src.String(), Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond})
+		f := newFixture(t, src.String(), Options{Calls: storecall.Options{BreakerFailures: 1, BreakerOpenFor: time.Millisecond}})
 		f.store.mode.Store(1) // the store fails: the fallback counts, and locks
 		for range 3 {
 			f.check(t, userReq("u"))

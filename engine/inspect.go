@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // Inspect returns the state of key under rule, without consuming anything:
@@ -19,7 +20,7 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 	}
 	key = StoreKey(key)
 	out := make([]sluice.Decision, 1)
-	if err := e.client.call(ctx, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.store}}, out); err != nil {
+	if err := e.client.Take(ctx, storecall.Call{}, []sluice.Take{{Rule: r.ID, Key: key, Limit: r.store}}, out); err != nil {
 		return sluice.Decision{}, 0, err
 	}
 	if r.Adaptive {
@@ -30,7 +31,7 @@ func (e *Engine) Inspect(ctx context.Context, ruleID, key string) (sluice.Decisi
 		// The lock is one unit per block: taken, it comes back (ResetAfter)
 		// when the lock ends.
 		lk := make([]sluice.Decision, 1)
-		if e.client.call(ctx, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil && lk[0].Remaining == 0 {
+		if e.client.Take(ctx, storecall.Call{}, []sluice.Take{{Rule: r.lockID, Key: key, Limit: r.lockLimit}}, lk) == nil && lk[0].Remaining == 0 {
 			locked = max(lk[0].ResetAfter, 1)
 		}
 	}
@@ -54,7 +55,7 @@ func (e *Engine) Reset(ruleID, key string) (bool, error) {
 		return false, ErrNoRule
 	}
 	key = StoreKey(key)
-	f, ok := e.client.store.(Forgetter)
+	f, ok := e.store.(Forgetter)
 	if !ok {
 		return false, ErrCannotReset
 	}

@@ -3,7 +3,6 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"math"
 	"strings"
 
 	"github.com/sluice-rl/sluice/rules"
@@ -46,19 +45,6 @@ func boundKey(buf []byte, start int) []byte {
 // API, that name a key as the rules build it.
 func StoreKey(key string) string {
 	return string(boundKey([]byte(key), 0))
-}
-
-// mulCost returns a*b for non-negative costs, saturating at math.MaxInt64: a
-// saturated cost exceeds every burst, so it is refused as
-// cost-exceeds-limit and can never wrap into a small or negative take.
-func mulCost(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
 }
 
 // upperMethod is the method as rules match it: in upper case. Methods are

@@ -32,12 +32,13 @@ func BenchmarkCheckOnRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			e, err := New(cfg, Options{Store: s})
+			o := Options{Store: s}
+			if !graced {
+				o.Calls.LateGrace = -1
+			}
+			e, err := New(cfg, o)
 			if err != nil {
 				b.Fatal(err)
-			}
-			if !graced {
-				e.client.lateGrace = 0
 			}
 			var failed atomic.Int64
 			b.SetParallelism(32)

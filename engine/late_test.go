@@ -4,20 +4,29 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // lateFixture is a fixture on src whose store calls have a 20 ms deadline
-// and whose breaker never opens; the test flushes the ledger itself.
+// and whose breaker never opens; the test flushes the ledger itself (no
+// write-back of the client's own).
 func lateFixture(t *testing.T, src string) *fixture {
 	t.Helper()
-	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.client.owed.flowing.Store(true)
-	t.Cleanup(func() { f.e.client.owed.flowing.Store(false) })
-	return f
+	return newFixture(t, src, Options{Calls: storecall.Options{Timeout: 20 * time.Millisecond, BreakerFailures: 1000, WriteBackEvery: -1}})
+}
+
+// answering has the store answer a call of a key of its own, as traffic
+// would once it is back: debts then ride on the calls that follow.
+func answering(t *testing.T, f *fixture) {
+	t.Helper()
+	mode := f.store.mode.Swap(0)
+	if res := f.check(t, userReq("traffic")); res.StoreError != nil {
+		t.Fatalf("the store did not answer: %v", res.StoreError)
+	}
+	f.store.mode.Store(mode)
 }
 
 // slowStore puts f's store in mode 4: calls wait for release.
@@ -73,7 +82,7 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 			t.Fatal("refused on the share")
 		}
 	}
-	f.e.client.answering.Store(true) // as if a call of another key had just succeeded: debts ride
+	answering(t, f) // a call of another key succeeds: debts ride
 	release := slowStore(f)
 	for i := range 3 { // late: each admitted on the share and owed; the first carries the 5
 		res := f.check(t, userReq("v"))
@@ -90,7 +99,7 @@ func TestALateReplyIsNotCountedTwice(t *testing.T) {
 	if o.Owed != 0 || o.Credit != 0 || o.LateAnswered != 6 {
 		t.Fatalf("after the late replies: %+v, want nothing owed: each applied its take and the first its 5", o)
 	}
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Flush(context.Background())
 	// 10 + 5 + 3 admitted; the store counts each once.
 	if got := stored(t, f, "v"); got != 18 {
 		t.Fatalf("the store counts %d, want 18 (26 when the late calls are counted twice)", got)
@@ -119,85 +128,12 @@ func TestALateReplyRefundsWhatTheGatewayRefused(t *testing.T) {
 	if got := stored(t, f, "w"); got != 14 {
 		t.Fatalf("before the refund the store counts %d, want 14", got)
 	}
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Flush(context.Background())
 	if o := f.e.Store().Owed(); o.Credit != 0 || o.Refunded != 4 {
 		t.Fatalf("after the write-back: %+v, want the 4 refunded", o)
 	}
 	if got := stored(t, f, "w"); got != 10 {
 		t.Fatalf("the store counts %d, want the 10 admitted", got)
-	}
-}
-
-// A debt and a credit of one key net out in either order, and the entry
-// goes when they do; a lone credit is written back as a refund.
-func TestACreditAndItsDebtNetInEitherOrder(t *testing.T) {
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	var o owed
-	now := time.Now()
-	o.owe("r", "a", l, 3, now, true)
-	o.owe("r", "a", l, -3, now, false)
-	o.owe("r", "b", l, -2, now, false)
-	o.owe("r", "b", l, 2, now, false)
-	o.owe("r", "c", l, -1, now, false)
-	if len(o.debts) != 1 || o.debts[owedKey{"r", "c"}] == nil || !o.pending.Load() {
-		t.Fatalf("ledger %v, want only c's credit, pending", o.debts)
-	}
-	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "c", Limit: l, Cost: 1}}, true); len(charges) != 0 {
-		t.Fatalf("a request rode a credit: %+v", charges)
-	}
-}
-
-// Graced calls are bounded: past maxGraced at once, a call ends at its
-// deadline as before, and the count of running calls goes back to zero.
-func TestGracedCallsAreBounded(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1 << 20})
-	f.e.client.workers.n.Store(maxGraced) // as if maxGraced workers were busy
-	release := slowStore(f)
-	res := f.check(t, userReq("x"))
-	release()
-	if res.StoreError == nil || f.e.Store().Owed().LateAnswered != 0 {
-		t.Fatalf("a call past the bound: %+v", f.e.Store().Owed())
-	}
-	time.Sleep(10 * time.Millisecond)
-	if o := f.e.Store().Owed(); o.LateAnswered+o.LateLost != 0 {
-		t.Fatalf("a call past the bound was graced: %+v", o)
-	}
-	if n := f.e.client.workers.n.Load(); n != maxGraced {
-		t.Fatalf("%d workers counted after a call past the bound, want %d: the count drifts", n, maxGraced)
-	}
-	// One below the bound, a call is still followed: the bound is
-	// maxGraced workers, not one less.
-	f.e.client.workers.n.Store(maxGraced - 1)
-	release = slowStore(f)
-	f.check(t, userReq("x"))
-	release()
-	waitLate(t, f, 1)
-	if o := f.e.Store().Owed(); o.LateAnswered != 1 {
-		t.Fatalf("the call that made maxGraced workers was not followed: %+v", o)
-	}
-	for deadline := time.Now().Add(10 * time.Second); f.e.client.workers.n.Load() != maxGraced-1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d workers after the followed call ended, want %d", f.e.client.workers.n.Load(), maxGraced-1)
-		}
-	}
-	// Calls one after another, each made once the last one's worker has
-	// parked, run on that one worker: a parked worker is taken, not a new
-	// one started. (Whether a worker parks before the next call arrives is
-	// the scheduler's business, so the test waits for it.) The worker,
-	// done, counts itself idle once: a dispatcher's claim takes exactly one
-	// idle worker, so idle never drifts from the truth.
-	f.e.client.workers.n.Store(0)
-	for call := range 5 {
-		f.check(t, userReq("x"))
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			running, idle := f.e.Store().Workers()
-			if running == 1 && idle == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after call %d: %d workers, %d idle; want 1 and 1", call+1, running, idle)
-			}
-		}
 	}
 }
 
@@ -222,17 +158,18 @@ func TestALateRefusalOrALostReplyCreditsNothing(t *testing.T) {
 
 	// A grace of several reaper rounds (100 ms each): the reaper goes on
 	// while a call is still within its grace, and closes it after.
-	f.e.client.lateGrace = 350 * time.Millisecond
+	f = newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n",
+		Options{Calls: storecall.Options{Timeout: 20 * time.Millisecond, BreakerFailures: 1000, WriteBackEvery: -1, LateGrace: 350 * time.Millisecond}})
 	f.store.mode.Store(1) // down: 5 admitted on the share, owed
 	for range 5 {
 		f.check(t, userReq("v"))
 	}
-	f.e.client.answering.Store(true)
+	answering(t, f)
 	f.store.mode.Store(2) // hung past the grace: the reply never comes
 	if res := f.check(t, userReq("v")); !res.Allowed {
 		t.Fatalf("refused on the share: %+v", res.Decision)
 	}
-	waitLate(t, f, 2)
+	waitLate(t, f, 1)
 	if o := f.e.Store().Owed(); o.Owed != 6 || o.Credit != 0 || o.LateLost != 1 {
 		t.Fatalf("after a lost reply: %+v, want the 5 carried and 1 admitted owed", o)
 	}
@@ -247,7 +184,7 @@ func TestAnUnsentCallIsNotCredited(t *testing.T) {
 	for range 5 {
 		f.check(t, userReq("v"))
 	}
-	f.e.client.answering.Store(true)
+	answering(t, f)
 	release := slowStore(f)
 	f.store.mode.Store(5)
 	if res := f.check(t, userReq("v")); !res.Allowed {
@@ -270,9 +207,9 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 		f.check(t, userReq("w"))
 	}
 	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	f.e.client.owed.owe("r", "w", l, -3, time.Now(), false) // 3 the store counted and the gateway refused
+	f.e.Store().Owe("r", "w", l, -3) // 3 the store counted and the gateway refused
 	release := slowStore(f)
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now()) // misses its deadline: owed back again
+	f.e.Store().Flush(context.Background()) // misses its deadline: owed back again
 	if o := f.e.Store().Owed(); o.Credit != 3 {
 		t.Fatalf("after a refund that missed its deadline: %+v, want 3 to give back still", o)
 	}
@@ -281,7 +218,7 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 	if o := f.e.Store().Owed(); o.Credit != 0 || o.Owed != 0 {
 		t.Fatalf("after the refund's late reply: %+v, want nothing left to give back", o)
 	}
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Flush(context.Background())
 	if got := stored(t, f, "w"); got != 7 {
 		t.Fatalf("the store counts %d, want 7 (10 less 3, refunded once)", got)
 	}
@@ -293,9 +230,7 @@ func TestALateRefundIsNotGivenTwice(t *testing.T) {
 // every failure once.
 func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
 	src := "rules:\n  - {id: r, match: {path: /login}, key: [user], rate: 100, per: 1h, countOn: {status: [401]}}\n"
-	f := newFixture(t, src, Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000, Gateways: func() int { return 4 }})
-	f.e.client.owed.flowing.Store(true)
-	t.Cleanup(func() { f.e.client.owed.flowing.Store(false) })
+	f := newFixture(t, src, Options{Calls: storecall.Options{Timeout: 20 * time.Millisecond, BreakerFailures: 1000, WriteBackEvery: -1}, Gateways: func() int { return 4 }})
 	req := func() *rules.Request { r := userReq("u"); r.Path = "/login"; return r }
 	for range 25 { // charged through the store and mirrored: the share of 25 is spent
 		f.e.Charge(context.Background(), f.check(t, req()), 401)
@@ -308,28 +243,11 @@ func TestALateChargeWithTheShareSpentIsCountedOnce(t *testing.T) {
 	f.e.Charge(context.Background(), res, 401) // past its deadline
 	release()
 	waitLate(t, f, 1)
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Flush(context.Background())
 	if o := f.e.Store().Owed(); o.Owed != 0 || o.Credit != 0 {
 		t.Fatalf("after the late reply and a flush: %+v, want nothing owed or credited", o)
 	}
 	if d, _, _ := f.e.Inspect(context.Background(), "r", "u"); d.Remaining != 100-26 {
 		t.Fatalf("the store counts %d failures, want the 26 served", 100-d.Remaining)
-	}
-}
-
-// The ledger keeps its own copy of a key: the keys it is handed are views
-// into a request's reused buffer, and a debt kept under the view would be
-// written back under whatever the next request put there.
-func TestTheLedgerKeepsItsOwnCopyOfAKey(t *testing.T) {
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	var o owed
-	buf := []byte("user-a")
-	o.owe("r", unsafe.String(&buf[0], len(buf)), l, 2, time.Now(), false)
-	copy(buf, "user-b") // the buffer's next request
-	if d := o.debts[owedKey{"r", "user-a"}]; d == nil || d.units != 2 {
-		t.Fatalf("ledger %v: the debt of user-a is not under user-a", o.debts)
-	}
-	if d := o.debts[owedKey{"r", "user-b"}]; d != nil {
-		t.Fatalf("ledger %v: user-b owes what user-a was admitted", o.debts)
 	}
 }

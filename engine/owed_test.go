@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // waitOwed checks a request of user "traffic" now and then, as traffic
@@ -75,8 +76,8 @@ func TestAWrittenBackDebtIsWaitedOut(t *testing.T) {
 	for range 95 {
 		f.e.Check(context.Background(), userReq("v"), CheckOptions{}, &res)
 	}
-	f.e.client.owed.add("r", "v", l, 10, time.Now()) // 10 admitted elsewhere, 5 beyond the limit
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Owe("r", "v", l, 10) // 10 admitted elsewhere, 5 beyond the limit
+	f.e.Store().Flush(context.Background())
 	if f.check(t, userReq("v")).Allowed {
 		t.Fatal("a key in debt admitted")
 	}
@@ -90,7 +91,7 @@ func TestAWrittenBackDebtIsWaitedOut(t *testing.T) {
 // write-back to land, then is decided on a count that holds the debt: it is
 // neither admitted on a count without it nor charged it a second time.
 func TestARequestWaitsForItsKeysDebtInFlight(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Calls: storecall.Options{WriteBackEvery: -1}}) // this test flushes by itself
 	l := sluice.Limit{Rate: 100, Period: time.Hour}
 	for range 95 {
 		f.check(t, userReq("v"))
@@ -104,10 +105,8 @@ func TestARequestWaitsForItsKeysDebtInFlight(t *testing.T) {
 		}
 	}
 	f.store.before.Store(&hook)
-	f.e.client.owed.flowing.Store(true) // this test flushes by itself
-	defer f.e.client.owed.flowing.Store(false)
-	f.e.client.owed.add("r", "v", l, 10, time.Now())
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Owe("r", "v", l, 10)
+	f.e.Store().Flush(context.Background())
 	res := <-answered
 	f.store.before.Store(nil)
 	if res.Allowed {
@@ -128,10 +127,11 @@ func TestARequestWaitsForItsKeysDebtInFlight(t *testing.T) {
 // again once the store answers (under, never over); late_test.go has the
 // reply that comes.
 func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{StoreTimeout: 20 * time.Millisecond, BreakerFailures: 1000})
-	f.e.client.lateGrace = 0            // calls end at their deadline: the waking store's replies are lost
-	f.e.client.owed.flowing.Store(true) // this test flushes by itself
-	defer f.e.client.owed.flowing.Store(false)
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Calls: storecall.Options{
+		Timeout: 20 * time.Millisecond, BreakerFailures: 1000,
+		LateGrace:      -1, // calls end at their deadline: the waking store's replies are lost
+		WriteBackEvery: -1, // this test flushes by itself
+	}})
 	for range 10 {
 		f.check(t, userReq("v"))
 	}
@@ -147,7 +147,7 @@ func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
 	if o := f.e.Store().Owed(); o.Owed != 8 {
 		t.Fatalf("owed %+v, want 8: the 5 the first late call carried, and the 3 admitted on the share since", o)
 	}
-	f.e.client.owed.flush(context.Background(), f.e.client, time.Now())
+	f.e.Store().Flush(context.Background())
 	d, _, err := f.e.Inspect(context.Background(), "r", "v")
 	// 10 through the store; the 3 late calls applied (the first with the
 	// 5 it carried); the 8 owed charged once: 26. A debt carried by every
@@ -157,49 +157,11 @@ func TestDebtsDoNotRideOnCallsToAHungStore(t *testing.T) {
 	}
 }
 
-// The ledger is bounded: debts past their period are dropped, not charged
-// (the store's own count of that time has emptied too), and past maxOwed
-// keys an admission is counted unwritten.
-func TestOwedDebtsExpireAndAreBounded(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	f.e.client.owed.flowing.Store(true) // this test flushes by itself: no flush of the engine's own
-	defer f.e.client.owed.flowing.Store(false)
-	now := time.Now()
-	f.e.client.owed.add("r", "old", l, 3, now.Add(-2*time.Hour))
-	f.e.client.owed.add("r", "new", l, 2, now)
-	f.e.client.owed.flush(context.Background(), f.e.client, now)
-	if o := f.e.Store().Owed(); o.Expired != 3 || o.Written != 2 || o.Owed != 0 {
-		t.Fatalf("%+v, want 3 expired, 2 written", o)
-	}
-	for i := range maxOwed {
-		f.e.client.owed.add("r", fmt.Sprint("k", i), l, 1, now)
-	}
-	f.e.client.owed.add("r", "one-too-many", l, 7, now)
-	f.e.client.owed.add("r", "k1", l, 1, now) // an owed key still adds up
-	if o := f.e.Store().Owed(); o.Overflow != 7 || o.Owed != maxOwed+1 {
-		t.Fatalf("%+v, want 7 overflowed and %d owed", o, maxOwed+1)
-	}
-	// A failing store keeps the debts for the next try.
-	f.store.mode.Store(1)
-	f.e.client.owed.flush(context.Background(), f.e.client, now)
-	if o := f.e.Store().Owed(); o.Owed != maxOwed+1 {
-		t.Fatalf("a failed write-back lost debts: %+v", o)
-	}
-	f.store.mode.Store(0)
-	f.e.client.owed.flush(context.Background(), f.e.client, now)
-	if o := f.e.Store().Owed(); o.Owed != 0 || o.Written != 2+maxOwed+1 {
-		t.Fatalf("%+v", o)
-	}
-}
-
 // A key asked for again once the store answers pays its debt in the same
 // store call, before it is decided: the store never admits it on a count
 // that misses its degraded admissions, even before a flush runs.
 func TestADebtIsChargedWithTheKeysNextTake(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Gateways: func() int { return 4 }})
-	f.e.client.owed.flowing.Store(true) // no flush: only the takes charge
-	defer f.e.client.owed.flowing.Store(false)
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Gateways: func() int { return 4 }, Calls: storecall.Options{WriteBackEvery: -1}}) // no flush: only the takes charge
 	f.store.mode.Store(1)
 	admitted := 0
 	for range 19 { // fewer failures than open the breaker
@@ -226,7 +188,7 @@ func TestADebtIsChargedWithTheKeysNextTake(t *testing.T) {
 // stops writes back what it can, and counts the rest as dropped at
 // shutdown.
 func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1000})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Calls: storecall.Options{BreakerFailures: 1000}})
 	f.store.mode.Store(1)
 	for range 7 {
 		f.check(t, userReq("quiet"))
@@ -266,75 +228,7 @@ func TestOwedIsWrittenBackWithoutTrafficAndAtShutdown(t *testing.T) {
 	}
 }
 
-// The ledger's edges, step by step: pending says whether anything is owed
-// or in flight (a debt netted to zero by its credit leaves nothing); a debt
-// exactly one period old is dropped; a batch boards at most maxChargeBatch
-// debts; a take of cost 0 carries its key's debt, a dry run does not.
-func TestTheLedgersEdges(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
-	o := &f.e.client.owed
-	o.flowing.Store(true) // no flush of the engine's own
-	defer o.flowing.Store(false)
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	now := time.Now()
-	o.add("r", "a", l, 1, now)
-	o.add("r", "b", l, 1, now)
-	o.owe("r", "b", l, -1, now, true) // b's credit: b nets to zero
-	if !o.pending.Load() {
-		t.Fatal("a is owed, but nothing is pending")
-	}
-	o.owe("r", "a", l, -1, now, true)
-	if o.pending.Load() || len(o.debts) != 0 {
-		t.Fatalf("everything netted to zero, yet pending (%d debts)", len(o.debts))
-	}
-
-	o.add("r", "old", l, 3, now.Add(-time.Hour))
-	if takes, _, _ := o.board(f.e.client, now); len(takes) != 0 || f.e.Store().Owed().Expired != 3 {
-		t.Fatalf("a debt of exactly one period: boarded %d, expired %d; want dropped", len(takes), f.e.Store().Owed().Expired)
-	}
-
-	for i := range maxChargeBatch + 1 {
-		o.add("r", fmt.Sprint("k", i), l, 1, now)
-	}
-	takes, _, landed := o.board(f.e.client, now)
-	if len(takes) != maxChargeBatch || len(o.debts) != 1 {
-		t.Fatalf("boarded %d of %d debts, %d left; want %d", len(takes), maxChargeBatch+1, len(o.debts), maxChargeBatch)
-	}
-	o.land(takes, landed)
-	if !o.pending.Load() {
-		t.Fatal("one debt left after a batch landed, yet nothing pending")
-	}
-	clear(o.debts)
-
-	o.add("r", "z", l, 2, now)
-	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "z", Limit: l, DryRun: true}}, true); len(charges) != 0 {
-		t.Fatalf("a dry run claimed %v", charges)
-	}
-	if charges, _ := o.claim([]sluice.Take{{Rule: "r", Key: "z", Limit: l}}, true); len(charges) != 1 || charges[0].Cost != 2 {
-		t.Fatalf("a take of cost 0 claimed %v, want the key's debt of 2", charges)
-	}
-}
-
-// A flush is started at most every flushEvery.
-func TestKickStartsAFlushAtMostEveryFlushEvery(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{})
-	o := &f.e.client.owed
-	o.add("r", "a", sluice.Limit{Rate: 100, Period: time.Hour}, 1, time.Now())
-	just := time.Now().UnixNano()
-	o.last.Store(just)
-	o.kick(f.e.client)
-	if o.last.Load() != just {
-		t.Fatal("a flush was started just after another")
-	}
-	o.last.Store(just - int64(flushEvery))
-	o.kick(f.e.client)
-	if o.last.Load() == just-int64(flushEvery) {
-		t.Fatal("no flush was started a flushEvery after the last")
-	}
-	waitOwed(t, f)
-}
-
-// Through the engine: with the store down, maxOwed users admitted on their
+// Through the engine: with the store down, storecall.MaxOwedKeys users admitted on their
 // share are owed; the next user's admission is counted unwritten
 // (overflow), never charged back, and the owed ones are written back once
 // the store answers. The bound is the ledger's, reached by requests.
@@ -342,17 +236,17 @@ func TestDegradedAdmissionsPastTheLedgerAreCountedUnwritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("65,537 degraded checks")
 	}
-	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{BreakerFailures: 1 << 30})
+	f := newFixture(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h}\n", Options{Calls: storecall.Options{BreakerFailures: 1 << 30}})
 	f.store.mode.Store(1)
 	var res Result
-	for i := range maxOwed + 1 {
+	for i := range storecall.MaxOwedKeys + 1 {
 		f.e.Check(context.Background(), userReq(fmt.Sprint("u", i)), CheckOptions{}, &res)
 		if !res.Allowed || res.StoreError == nil {
 			t.Fatalf("user %d, store down: %+v (%v), want admitted on the share", i, res.Decision, res.StoreError)
 		}
 	}
-	if o := f.e.Store().Owed(); o.Owed != maxOwed || o.Overflow != 1 {
-		t.Fatalf("%+v, want %d owed and 1 unwritten (overflow)", o, maxOwed)
+	if o := f.e.Store().Owed(); o.Owed != storecall.MaxOwedKeys || o.Overflow != 1 {
+		t.Fatalf("%+v, want %d owed and 1 unwritten (overflow)", o, storecall.MaxOwedKeys)
 	}
 	f.store.mode.Store(0)
 	for deadline := time.Now().Add(20 * time.Second); f.e.Store().Owed().Owed > 0; time.Sleep(5 * time.Millisecond) {
@@ -361,10 +255,10 @@ func TestDegradedAdmissionsPastTheLedgerAreCountedUnwritten(t *testing.T) {
 		}
 		f.check(t, userReq("traffic")) // a store call that kicks the write-back
 	}
-	if o := f.e.Store().Owed(); o.Written != maxOwed || o.Overflow != 1 {
-		t.Fatalf("%+v, want %d written back and 1 unwritten", o, maxOwed)
+	if o := f.e.Store().Owed(); o.Written != storecall.MaxOwedKeys || o.Overflow != 1 {
+		t.Fatalf("%+v, want %d written back and 1 unwritten", o, storecall.MaxOwedKeys)
 	}
-	if d, _, _ := f.e.Inspect(context.Background(), "r", fmt.Sprint("u", maxOwed)); d.Remaining != 100 {
+	if d, _, _ := f.e.Inspect(context.Background(), "r", fmt.Sprint("u", storecall.MaxOwedKeys)); d.Remaining != 100 {
 		t.Fatalf("the overflowed user has %d left in the store, want 100: its admission is unwritten", d.Remaining)
 	}
 	if d, _, _ := f.e.Inspect(context.Background(), "r", "u0"); d.Remaining != 99 {

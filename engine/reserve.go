@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // Reserve now, settle later: for costs known only after the response (LLM
@@ -180,7 +181,7 @@ func (e *Engine) Settle(ctx context.Context, id string, actual int64) ([]Settled
 		return out, nil
 	}
 	decs := make([]sluice.Decision, len(takes))
-	if err := e.client.call(ctx, takes, decs); err != nil {
+	if err := e.client.Take(ctx, storecall.Call{}, takes, decs); err != nil {
 		return nil, err
 	}
 	for j, i := range idx {
@@ -222,7 +223,7 @@ func (e *Engine) SettleResult(ctx context.Context, res *Result, actual func(*rul
 		return nil
 	}
 	decs := make([]sluice.Decision, len(takes))
-	if err := e.client.call(context.WithoutCancel(ctx), takes, decs); err != nil {
+	if err := e.client.Take(context.WithoutCancel(ctx), storecall.Call{}, takes, decs); err != nil {
 		return err
 	}
 	for j, d := range decs {

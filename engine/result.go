@@ -1,11 +1,8 @@
 package engine
 
 import (
-	"math"
 	"net/http"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -213,11 +210,6 @@ func undelayed(r *rule, d sluice.Decision) time.Duration {
 	return max(0, d.Delay-time.Duration(r.DelayAfter)*interval)
 }
 
-func (res *Result) decisions(n int) []sluice.Decision {
-	res.decs = slices.Grow(res.decs[:0], n)
-	return res.decs[:n]
-}
-
 // combine sets the overall answer from the enforced statuses.
 func (res *Result) combine() {
 	var decider *Status
@@ -262,16 +254,6 @@ func rejectsHarder(a, b *Status) bool {
 		return a.Reason == sluice.ReasonTooLarge
 	}
 	return a.RetryAfter > b.RetryAfter
-}
-
-// counters are one rule's outcome counts, for metrics.
-type counters struct {
-	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
-	fellBack                                                                                                  atomic.Uint64
-	settled, unsettled                                                                                        atomic.Uint64
-	// Of a rule with tiers, the requests each tier had admitted and
-	// refused (by level index).
-	tierAllowed, tierLimited [rules.MaxLevels]atomic.Uint64
 }
 
 // count adds the status to its rule's counts. admitted is the request's
@@ -368,65 +350,10 @@ func (e *Engine) Stats() []RuleStats {
 	return out
 }
 
-// levelOf returns the request's priority tier under cfg, computed once per
-// check.
-func (res *Result) levelOf(req *rules.Request) int {
-	if !res.leveled {
-		res.level, res.leveled = res.priority.Level(req), true
-	}
-	return res.level
-}
-
 // Tier returns the request's priority tier (an index into the priority
 // section's levels, 0 the highest), or 0 without a priority section: for
 // a concurrency limit with tiers (concurrency.Limiter.AcquireAt).
 func (res *Result) Tier() int { return res.level }
-
-// factorOf returns the pressure factor for this check, read once.
-func (res *Result) factorOf(pressure func() float64) float64 {
-	if !res.factored {
-		res.factor, res.factored = 1, true
-		if pressure != nil {
-			if f := pressure(); f > 0 && f < 1 {
-				res.factor = f
-			}
-		}
-	}
-	return res.factor
-}
-
-// inflate returns what cost takes from an adaptive rule's store limit at
-// factor f: cost * AdaptiveScale / f, rounded up, so the rule admits its
-// rate times f.
-func inflate(cost int64, f float64) int64 {
-	scaled := mulCost(cost, rules.AdaptiveScale)
-	if f >= 1 {
-		return scaled
-	}
-	x := math.Ceil(float64(scaled) / f)
-	if x >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(x)
-}
-
-// unscale turns a decision on adaptive rule r's store limit into the
-// rule's units at factor f: what is left at the current price of a unit,
-// and the rule's limit reduced by f. It reports whether it is a refusal
-// under a reduced limit.
-func unscale(d *sluice.Decision, r *rule, f float64) bool {
-	unit := inflate(1, f)
-	reduced := !d.Allowed && d.Reason == sluice.ReasonLimited && f < 1
-	d.Remaining /= unit
-	d.Limit = r.Limit
-	if f < 1 {
-		d.Limit.Rate = max(int64(float64(r.Limit.Rate)*f), 1)
-		if r.Limit.Burst > 0 {
-			d.Limit.Burst = max(int64(float64(r.Limit.Burst)*f), 1)
-		}
-	}
-	return reduced
-}
 
 // Adaptive reports whether an enforced rule marked adaptive applies to the
 // request: its outcome is a sample of the pressure those rules follow

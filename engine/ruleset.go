@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"sync/atomic"
+
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -56,4 +58,14 @@ func (rs *ruleSet) find(id string) *rule {
 		}
 	}
 	return nil
+}
+
+// counters are one rule's outcome counts, for metrics.
+type counters struct {
+	allowed, limited, shadowLimited, failedOpen, failedClosed, skipped, locked, charged, nearLimit, overruled atomic.Uint64
+	fellBack                                                                                                  atomic.Uint64
+	settled, unsettled                                                                                        atomic.Uint64
+	// Of a rule with tiers, the requests each tier had admitted and
+	// refused (by level index).
+	tierAllowed, tierLimited [rules.MaxLevels]atomic.Uint64
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // A rule with onSlowStore: wait is answered by the store when it is slow
@@ -113,9 +115,9 @@ func TestOnSlowStoreWaitCoversTheWholeCall(t *testing.T) {
 // traffic on other keys opening the breakers, and a spent key on a wait
 // rule admitted from the share, 66 over a limit of 100).
 func TestAnOpenBreakerDoesNotAnswerForARuleThatWaits(t *testing.T) {
-	f := newFixture(t, "rules:\n  - {id: share, match: {path: /share}, key: [user], rate: 5, per: 1h}\n  - {id: wait, match: {path: /wait}, key: [user], rate: 5, per: 1h, onSlowStore: wait}\n", Options{
+	f := newFixture(t, "rules:\n  - {id: share, match: {path: /share}, key: [user], rate: 5, per: 1h}\n  - {id: wait, match: {path: /wait}, key: [user], rate: 5, per: 1h, onSlowStore: wait}\n", Options{Calls: storecall.Options{
 		BreakerFailures: 3, BreakerOpenFor: time.Hour,
-	})
+	}})
 	wait := userReq("spent")
 	wait.Path = "/wait"
 	for range 5 {
@@ -142,7 +144,7 @@ func TestAnOpenBreakerDoesNotAnswerForARuleThatWaits(t *testing.T) {
 	if f.store.calls.Load() == calls {
 		t.Fatal("the wait rule's checks never reached the store")
 	}
-	if res := f.check(t, share); !errors.Is(res.StoreError, ErrBreakerOpen) {
+	if res := f.check(t, share); !errors.Is(res.StoreError, storecall.ErrBreakerOpen) {
 		t.Fatalf("the share rule with the breaker open: %v, want answered by the breaker", res.StoreError)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // Metrics are the service's Prometheus metrics. Labels are rule ids only,
@@ -71,12 +72,12 @@ func New(version string) *Metrics {
 }
 
 // ObserveStoreCall records one store call; give it to
-// engine.Options.OnStoreCall.
+// storecall.Options.OnCall.
 func (m *Metrics) ObserveStoreCall(d time.Duration, err error) {
 	m.latency.Observe(d.Seconds())
 	switch {
 	case err == nil:
-	case errors.Is(err, engine.ErrBreakerOpen):
+	case errors.Is(err, storecall.ErrBreakerOpen):
 		m.errs.WithLabelValues("breaker_open").Inc()
 	case errors.Is(err, context.DeadlineExceeded):
 		m.errs.WithLabelValues("deadline").Inc()

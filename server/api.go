@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // maxBody bounds a request body of the API; maxBatch the checks in a batch.
@@ -362,7 +363,7 @@ func toRequest(req *CheckRequest) (*rules.Request, engine.CheckOptions, error) {
 // misconfigured URL, a password. The log and /readyz say more.
 func degradedReason(err error) string {
 	switch {
-	case errors.Is(err, engine.ErrBreakerOpen):
+	case errors.Is(err, storecall.ErrBreakerOpen):
 		return "the store's circuit breaker is open"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "the store did not answer in time"

@@ -86,7 +86,7 @@ func (l *Live) Locked(rule, key string, d time.Duration) {
 }
 
 // StoreCall records a store call's duration, for the page's latency: chain
-// it into engine.Options.OnStoreCall.
+// it into storecall.Options.OnCall.
 func (l *Live) StoreCall(d time.Duration, _ error) {
 	l.mu.Lock()
 	l.calls[l.ncalls%liveCalls] = d

@@ -53,7 +53,7 @@ type Options struct {
 	AdminHosts []string
 	// Metrics, if set, are the metrics to serve; make them with metrics.New
 	// before the engine, so the engine can report store calls to them
-	// (engine.Options.OnStoreCall = m.ObserveStoreCall).
+	// (storecall.Options.OnCall = m.ObserveStoreCall).
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// Pressure, if set, is the factor rules marked adaptive follow: GET and

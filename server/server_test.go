@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 const testRules = `
@@ -56,7 +57,7 @@ func newFixtureOf(t testing.TB, src string, o Options) *fixture {
 	mem := memory.New(memory.WithClock(clock))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	o.Metrics = metrics.New("test")
-	eo := engine.Options{Store: mem, Logger: quiet, OnStoreCall: o.Metrics.ObserveStoreCall}
+	eo := engine.Options{Store: mem, Logger: quiet, Calls: storecall.Options{OnCall: o.Metrics.ObserveStoreCall}}
 	if o.Overrides != nil {
 		eo.Overrides = o.Overrides.Current
 	}
@@ -757,7 +758,7 @@ func TestMetricsOfAGuardedStoreAreServed(t *testing.T) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.New("test")
-	e, err := engine.New(cfg, engine.Options{Store: remoteStore{memory.New()}, Logger: quiet, OnStoreCall: m.ObserveStoreCall})
+	e, err := engine.New(cfg, engine.Options{Store: remoteStore{memory.New()}, Logger: quiet, Calls: storecall.Options{OnCall: m.ObserveStoreCall}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/storecall"
 	"github.com/sluice-rl/sluice/tracing"
 )
 
@@ -101,7 +102,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.adminToken = fs.String("admin-token", "", "bearer token for the admin endpoints")
 	c.adminHosts = fs.String("admin-allowed-hosts", "", "comma-separated host names, besides loopback addresses and localhost, that admin requests without a token may be addressed to (their Host)")
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
-	c.storeTimeoutMax = fs.Duration("store-timeout-max", engine.MaxStoreTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
+	c.storeTimeoutMax = fs.Duration("store-timeout-max", storecall.MaxTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
 	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit")
 	c.requireStore = fs.Bool("require-store", false, "exit with status 1 if the store does not answer within 10s of start (default: warn, serve degraded, and report not ready until it answers)")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
@@ -273,11 +274,13 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.eng, err = engine.New(cfg, engine.Options{
 		Overrides: s.overrides.Current,
 		Load:      rules.LoadOptions{MergeDomains: *c.mergeDomains},
-		Store:     wrapped, Fallback: memory.New(), StoreTimeout: *c.storeTimeout, StoreTimeoutMax: *c.storeTimeoutMax, Gateways: gateways,
-		StoreName: redactedURL(*c.store),
-		Logger:    s.log, DecisionLog: dl,
-		OnStoreCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
-		OnReject:    s.live.Rejected, OnLock: s.live.Locked,
+		Store:     wrapped, Fallback: memory.New(), Gateways: gateways,
+		Calls: storecall.Options{
+			Timeout: *c.storeTimeout, TimeoutMax: *c.storeTimeoutMax, Name: redactedURL(*c.store),
+			OnCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
+		},
+		Logger: s.log, DecisionLog: dl,
+		OnReject: s.live.Rejected, OnLock: s.live.Locked,
 		Pressure: c.pressureFactor(),
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // Faults, with the engine on a Redis store behind a TCP proxy: Redis stopped
@@ -34,10 +35,11 @@ rules:
 `))
 	var changes []string
 	e, err := engine.New(cfg, engine.Options{
-		Store: store, Fallback: memory.New(), StoreTimeout: 100 * time.Millisecond,
-		BreakerFailures: 3, BreakerOpenFor: 100 * time.Millisecond,
-		OnBreakerChange: func(from, to string) { changes = append(changes, to) },
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Store: store, Fallback: memory.New(), Calls: storecall.Options{
+			Timeout: 100 * time.Millisecond, BreakerFailures: 3, BreakerOpenFor: 100 * time.Millisecond,
+			OnBreakerChange: func(from, to string) { changes = append(changes, to) },
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +79,7 @@ rules:
 	if s := e.Store().BreakerState(); s != "open" {
 		t.Fatalf("breaker %s with Redis down", s)
 	}
-	if res := check("/items"); !errors.Is(res.StoreError, engine.ErrBreakerOpen) {
+	if res := check("/items"); !errors.Is(res.StoreError, storecall.ErrBreakerOpen) {
 		t.Fatalf("open breaker still calls the store: %v", res.StoreError)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
+	"github.com/sluice-rl/sluice/storecall"
 )
 
 // hostileRules have two rules on one key (so a request's takes share a hash
@@ -37,7 +38,7 @@ func hostileEngine(t testing.TB, url string) *engine.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	e, err := engine.New(cfg, engine.Options{Store: st, Fallback: memory.New(), StoreTimeout: 2 * time.Second})
+	e, err := engine.New(cfg, engine.Options{Store: st, Fallback: memory.New(), Calls: storecall.Options{Timeout: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func (s *Store) refreshSlots(c rueidis.Client) error {
 	return nil
 }
 
-// Partition implements engine.Partitioner: on Redis Cluster it names the
+// Partition implements storecall.Partitioner: on Redis Cluster it names the
 // master that serves the take's key (from CLUSTER SLOTS, read every half
 // second and soon after a failed call, so that a promoted replica is named
 // within about a second of its promotion), so the engine keeps a circuit

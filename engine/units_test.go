@@ -8,29 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
-	"github.com/sony/gobreaker/v2"
 )
-
-// The guard's defaults, and settings given that replace them.
-func TestGuardDefaultsAndSettings(t *testing.T) {
-	g := newGuard(&Options{}, func(string, string, string) {})
-	if g.settings.Interval != DefaultBreakerWindow || g.settings.Timeout != DefaultBreakerOpenFor || g.settings.BucketPeriod != DefaultBreakerWindow/10 {
-		t.Fatalf("defaults: %+v", g.settings)
-	}
-	g = newGuard(&Options{BreakerWindow: 20 * time.Second, BreakerOpenFor: 3 * time.Second}, func(string, string, string) {})
-	if g.settings.Interval != 20*time.Second || g.settings.Timeout != 3*time.Second || g.settings.BucketPeriod != 2*time.Second {
-		t.Fatalf("given: %+v", g.settings)
-	}
-	trip := g.settings.ReadyToTrip
-	for _, tc := range []struct {
-		requests, failures uint32
-		want               bool
-	}{{40, 20, true}, {41, 20, false}, {20, 20, true}, {30, 19, false}, {100, 50, true}, {100, 49, false}} {
-		if got := trip(gobreaker.Counts{Requests: tc.requests, TotalFailures: tc.failures}); got != tc.want {
-			t.Errorf("%d failures of %d calls: trips %v, want %v", tc.failures, tc.requests, got, tc.want)
-		}
-	}
-}
 
 // A key of exactly MaxKeyBytes is kept as sent; one byte more is hashed.
 func TestKeyBoundIsInclusive(t *testing.T) {

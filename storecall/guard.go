@@ -1,4 +1,4 @@
-package engine
+package storecall
 
 import (
 	"context"
@@ -19,16 +19,16 @@ import (
 // found within a documented bound:
 //
 //   - The deadline adapts to the store's observed latency: four times the
-//     recent peak latency, clamped to [MinStoreTimeout, MaxStoreTimeout]
+//     recent peak latency, clamped to [MinTimeout, MaxTimeout]
 //     (50 ms to 250 ms by default), starting at the cap. A success is a
 //     latency sample; a call that
 //     misses its deadline counts as a sample of the whole deadline, so a
 //     store whose latency jumps (a slower network, a loaded Redis) is given
 //     four times longer on the next calls and is soon answered in time
 //     again, instead of being taken for dead at its old speed forever. A
-//     hung store climbs to the cap: a request waits at most MaxStoreTimeout
+//     hung store climbs to the cap: a request waits at most MaxTimeout
 //     for it. Fast successes bring the deadline back down. A fixed
-//     Options.StoreTimeout replaces the adaptive deadline.
+//     Options.Timeout replaces the adaptive deadline.
 //   - A breaker opens on a failure rate, not a streak: at least
 //     BreakerFailures (20) failed calls that are at least half of the calls in
 //     the last BreakerWindow (10 s, counted in 1 s buckets). Open, it fails
@@ -42,7 +42,7 @@ import (
 //     Cluster a stopped master opens only its own breaker, and only the keys
 //     it owns are degraded.
 //   - Only the store's own failures count. A call is detached from its
-//     client (see StoreClient.call), so clients that hang up or send tiny gRPC
+//     client (see Client.Take), so clients that hang up or send tiny gRPC
 //     deadlines never count as failures; and a process too busy to read
 //     the store's reply in time is given the time it lately took to run a
 //     goroutine (see schedWatch), so that its own slowness is not taken
@@ -50,15 +50,15 @@ import (
 
 // Partitioner is implemented by stores made of independent nodes, such as
 // Redis Cluster: Partition names the node that serves a take's key, and the
-// engine keeps a breaker per node.
+// client keeps a breaker per node.
 type Partitioner interface {
 	Partition(t *sluice.Take) string
 }
 
 // Defaults of the store guard.
 const (
-	MinStoreTimeout        = 50 * time.Millisecond
-	MaxStoreTimeout        = 250 * time.Millisecond
+	MinTimeout             = 50 * time.Millisecond
+	MaxTimeout             = 250 * time.Millisecond
 	DefaultBreakerFailures = 20
 	DefaultBreakerWindow   = 10 * time.Second
 	DefaultBreakerOpenFor  = time.Second
@@ -92,9 +92,9 @@ type guard struct {
 }
 
 func newGuard(o *Options, onChange func(partition, from, to string)) *guard {
-	g := &guard{fixed: o.StoreTimeout, min: MinStoreTimeout, max: MaxStoreTimeout}
-	if o.StoreTimeoutMax > 0 {
-		g.max = o.StoreTimeoutMax
+	g := &guard{fixed: o.Timeout, min: MinTimeout, max: MaxTimeout}
+	if o.TimeoutMax > 0 {
+		g.max = o.TimeoutMax
 		g.min = min(g.min, g.max)
 	}
 	failures := o.BreakerFailures

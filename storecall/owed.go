@@ -1,4 +1,4 @@
-package engine
+package storecall
 
 import (
 	"context"
@@ -12,7 +12,8 @@ import (
 )
 
 // What a gateway admits on its own while the store does not answer (a rule
-// failing open within its share, see failed) is owed to the store. Unless
+// failing open within its share: the engine's failed, and Owe) is owed to
+// the store. Unless
 // the store is told, it admits its whole limit again once it answers, or a
 // promoted replica does: a failover admits each degraded gateway's share on
 // top of the limit. So each degraded admission is written down here and
@@ -22,7 +23,7 @@ import (
 // The invariant that keeps the store's count whole: a key is never decided
 // by the store while a debt of it is neither charged nor in the same call.
 // A request for a key that owes carries the debt in its own atomic call
-// (callOwing); a write-back (flush) takes a batch of debts off the ledger
+// (Call.Owing, takeWithDebts); a write-back (flush) takes a batch of debts off the ledger
 // into flight, and a request for a key in flight waits for that batch to
 // land before it calls the store. So the first request after an outage, or
 // one that comes while a write-back runs, is decided on a count that holds
@@ -40,7 +41,7 @@ import (
 // the waking store had applied is refunded, and only one whose reply was
 // lost is charged twice (under, never over).
 //
-// The ledger is bounded: at most maxOwed keys (rule and key) are owed at
+// The ledger is bounded: at most MaxOwedKeys keys (rule and key) are owed at
 // once, the units of one key adding up; past the bound an admission is
 // counted as unwritten (sluice_degraded_unwritten_total{reason="overflow"}).
 // A debt whose limit's period has passed since its first admission is
@@ -51,7 +52,7 @@ import (
 // Writing back needs no goroutine of its own: a call that succeeds while
 // something is owed starts one flush (kick), which charges in batches of
 // one store node each and stops at the first failure; so does a heartbeat
-// the store answers (StoreClient.Answered).
+// the store answers (Client.Answered).
 type owed struct {
 	mu       sync.Mutex
 	debts    map[owedKey]*debt
@@ -59,17 +60,20 @@ type owed struct {
 	pending  atomic.Bool         // debts or inflight is not empty
 	flowing  atomic.Bool         // a flush runs
 	last     atomic.Int64        // when the last flush started, ns
+	every    time.Duration       // at most one flush started in it (Options.WriteBackEvery)
 
 	written, expired, overflow, shutdown atomic.Int64 // units
 	refunded, creditsLost                atomic.Int64 // units (see late.go)
 	lateAnswered, lateLost, lateUnsent   atomic.Int64 // calls (see late.go)
 }
 
-// maxOwed bounds the keys owed at once.
-const maxOwed = 1 << 16
+// MaxOwedKeys bounds the keys (a rule and a key) owed at once: past it
+// an admission made without the store is counted unwritten.
+const MaxOwedKeys = 1 << 16
 
-// flushEvery spaces flushes out: a store that answers while many keys are
-// owed is charged in one go, not once per successful call.
+// flushEvery is the default of Options.WriteBackEvery: a store that
+// answers while many keys are owed is charged in one go, not once per
+// successful call.
 const flushEvery = 100 * time.Millisecond
 
 // maxChargeBatch bounds the charges of one store call.
@@ -94,12 +98,15 @@ type flight struct {
 	landed chan struct{}
 }
 
-// add owes units of key under rule, counted under limit in the store.
-func (o *owed) add(rule, key string, limit sluice.Limit, units int64, now time.Time) {
-	o.owe(rule, key, limit, units, now, false)
+// Owe records units of key under rule, counted under limit in the store,
+// as admitted without the store: they are charged to it once it answers,
+// carried by the key's next call or written back (see owed).
+func (c *Client) Owe(rule, key string, limit sluice.Limit, units int64) {
+	c.owed.owe(rule, key, limit, units, time.Now(), false)
 }
 
-// owe is add, for a debt that may be late.
+// owe records a debt (a credit if units < 0), late if its call missed its
+// deadline (see owed).
 func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.Time, late bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -118,10 +125,10 @@ func (o *owed) owe(rule, key string, limit sluice.Limit, units int64, now time.T
 		}
 		return
 	case ok: // the rule changed (a reload): a new debt under the new limit
-	case len(o.debts) >= maxOwed && units < 0:
+	case len(o.debts) >= MaxOwedKeys && units < 0:
 		o.creditsLost.Add(-units) // the store keeps them: under, never over
 		return
-	case len(o.debts) >= maxOwed:
+	case len(o.debts) >= MaxOwedKeys:
 		o.overflow.Add(units)
 		return
 	}
@@ -154,12 +161,12 @@ func (o *owed) settle(err error, charges []sluice.Take, firsts []time.Time) {
 }
 
 // kick starts a flush if something is owed and none ran lately.
-func (o *owed) kick(c *StoreClient) {
-	if !o.pending.Load() || o.flowing.Load() {
+func (o *owed) kick(c *Client) {
+	if !o.pending.Load() || o.flowing.Load() || o.every < 0 {
 		return
 	}
 	now := time.Now().UnixNano()
-	if last := o.last.Load(); now-last < int64(flushEvery) || !o.last.CompareAndSwap(last, now) {
+	if last := o.last.Load(); now-last < int64(o.every) || !o.last.CompareAndSwap(last, now) {
 		return
 	}
 	if !o.flowing.CompareAndSwap(false, true) {
@@ -175,14 +182,14 @@ func (o *owed) kick(c *StoreClient) {
 // time, until a call fails. Debts past their period are dropped. Only the
 // batch being charged is in flight: the rest stay owed, for requests of
 // their keys to carry.
-func (o *owed) flush(ctx context.Context, c *StoreClient, now time.Time) {
+func (o *owed) flush(ctx context.Context, c *Client, now time.Time) {
 	for {
 		takes, firsts, landed := o.board(c, now)
 		if len(takes) == 0 {
 			return
 		}
 		out := make([]sluice.Decision, len(takes))
-		err := c.callVia(ctx, &c.owingCalls, 0, takes, out) // its late reply settles what it carried
+		err := c.send(ctx, &c.owingCalls, 0, takes, out) // its late reply settles what it carried
 		o.land(takes, landed)
 		o.settle(err, takes, firsts)
 		close(landed)
@@ -194,7 +201,7 @@ func (o *owed) flush(ctx context.Context, c *StoreClient, now time.Time) {
 
 // board takes up to maxChargeBatch debts of one store node off the ledger
 // into flight, dropping the expired ones it meets.
-func (o *owed) board(c *StoreClient, now time.Time) ([]sluice.Take, []time.Time, chan struct{}) {
+func (o *owed) board(c *Client, now time.Time) ([]sluice.Take, []time.Time, chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var takes []sluice.Take
@@ -267,7 +274,7 @@ type OwedStats struct {
 }
 
 // Owed returns the ledger of degraded admissions (see owed).
-func (c *StoreClient) Owed() OwedStats {
+func (c *Client) Owed() OwedStats {
 	o := &c.owed
 	var st OwedStats
 	add := func(units int64) {
@@ -292,7 +299,23 @@ func (c *StoreClient) Owed() OwedStats {
 // it (the membership heartbeat): what is owed is written back now, not
 // only once a request of this gateway reaches the store. A gateway that
 // serves no traffic after an outage still pays what it owes.
-func (c *StoreClient) Answered() { c.owed.kick(c) }
+func (c *Client) Answered() { c.owed.kick(c) }
+
+// Flush writes back what is owed now, a batch of one store node at a time,
+// until nothing is owed or a call fails; a write-back under way is waited
+// for first. The client writes back by itself whenever the store answers
+// (at most once per Options.WriteBackEvery): Flush is for a caller that
+// must know it is done.
+func (c *Client) Flush(ctx context.Context) {
+	for !c.owed.flowing.CompareAndSwap(false, true) {
+		if ctx.Err() != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	defer c.owed.flowing.Store(false)
+	c.owed.flush(ctx, c, time.Now())
+}
 
 // WriteBack writes back what is owed, for a gateway that stops: it
 // waits for a write-back under way, then tries again every 100 ms (a
@@ -300,7 +323,7 @@ func (c *StoreClient) Answered() { c.owed.kick(c) }
 // nothing is owed or ctx is done. What is still owed then, in flight
 // included, is dropped and counted as unwritten (reason "shutdown"). It
 // returns the units written and dropped.
-func (c *StoreClient) WriteBack(ctx context.Context) (written, dropped int64) {
+func (c *Client) WriteBack(ctx context.Context) (written, dropped int64) {
 	o := &c.owed
 	before := o.written.Load()
 	for o.pending.Load() {
@@ -333,37 +356,19 @@ func (c *StoreClient) WriteBack(ctx context.Context) (written, dropped int64) {
 	return o.written.Load() - before, dropped
 }
 
-// callOwing is call for a request's takes, with the debts of their keys
-// charged first in the same atomic store call: a key asked for again once
-// the store answers pays what it owes before it is decided, so the store
-// never admits it on a count that misses its degraded admissions. A key
-// whose debt a write-back is charging waits for that call to land first.
-// With nothing owed it is call, at the cost of one atomic load.
-//
-// The time it waits for a remote store is added to res.StoreTime.
-func (e *Engine) callOwing(ctx context.Context, res *Result, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
-	if e.client.local {
-		return e.client.callWithDebts(ctx, wait, takes, out)
-	}
-	start := time.Now()
-	err := e.client.callWithDebts(ctx, wait, takes, out)
-	res.StoreTime += time.Since(start)
-	return err
-}
-
-// callWithDebts is callOwing without the time kept: a call of takes with
-// the debts of their keys charged first, in the same atomic call.
-func (c *StoreClient) callWithDebts(ctx context.Context, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
-	if !c.owed.pending.Load() {
-		return c.callVia(ctx, &c.owingCalls, wait, takes, out)
-	}
+// takeWithDebts is a call of takes with the debts of their keys charged
+// first in the same atomic store call: a key asked for again once the
+// store answers pays what it owes before it is decided, so the store never
+// admits it on a count that misses its degraded admissions. A key whose
+// debt a write-back is charging waits for that call to land first.
+func (c *Client) takeWithDebts(ctx context.Context, wait time.Duration, takes []sluice.Take, out []sluice.Decision) error {
 	charges, firsts := c.owed.claim(takes, c.answering.Load())
 	if len(charges) == 0 {
-		return c.callVia(ctx, &c.owingCalls, wait, takes, out)
+		return c.send(ctx, &c.owingCalls, wait, takes, out)
 	}
 	all := append(charges, takes...)
 	decs := make([]sluice.Decision, len(all))
-	err := c.callVia(ctx, &c.owingCalls, wait, all, decs)
+	err := c.send(ctx, &c.owingCalls, wait, all, decs)
 	c.owed.settle(err, charges, firsts)
 	if err != nil {
 		return err

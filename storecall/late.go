@@ -1,4 +1,4 @@
-package engine
+package storecall
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/sluice-rl/sluice/internal/view"
 )
 
-// A store call that misses its deadline is answered at once, from the
-// gateway's share (see failed), but it is not abandoned: it may already be
+// A store call that misses its deadline is answered at once by its caller
+// (from a gateway's share, say), but it is not abandoned: it may already be
 // on its way, and a store that was only slow (a Redis starved of CPU, or a
 // gateway too busy to read the reply in time) applies it. Abandoned, such a
 // call is counted twice: once by the store, and once more when the
@@ -28,7 +28,7 @@ import (
 //     back again, and is not given back twice.
 //   - The call's takes were admitted (a store applies a call's takes all or
 //     none, see sluice.Store): each take of a rule whose count lives in
-//     the store (writesBack) is credited its cost. If the rule failed open
+//     the store (owesRule) is credited its cost. If the rule failed open
 //     and its degraded answer admitted, it owed the cost, and debt and
 //     credit net to zero; if it refused (its share spent, or the rule
 //     fails closed), the credit stands, and the write-back gives it back
@@ -75,11 +75,11 @@ const workerIdle = 2 * time.Second
 // graced is the store as the guard calls it: each call runs on a worker
 // and is followed past its deadline (see above). owes says whether the
 // caller keeps the ledger of what a failed call leaves owed: a request's
-// call, whose failure is answered from the share (callWithDebts), or a
+// call, whose failure is answered from the share (Call.Owing), or a
 // write-back (flush). Only the ledger's charges and refunds, and a
 // request's takes, are credited.
 type graced struct {
-	c    *StoreClient
+	c    *Client
 	owes bool
 }
 
@@ -188,7 +188,7 @@ func (g *graced) Take(ctx context.Context, takes []sluice.Take, out []sluice.Dec
 
 // serve runs a call on a worker and hands it back to its caller, or, if
 // the caller answered without it, settles its late reply.
-func (sc *StoreClient) serve(c *storeCall) {
+func (sc *Client) serve(c *storeCall) {
 	c.run(sc.store)
 	if c.state.CompareAndSwap(callRunning, callAnswered) {
 		c.done <- struct{}{}
@@ -228,7 +228,7 @@ type workers struct {
 
 // dispatch hands c to an idle worker, or starts one; false when maxGraced
 // workers are busy.
-func (w *workers) dispatch(sc *StoreClient, c *storeCall) bool {
+func (w *workers) dispatch(sc *Client, c *storeCall) bool {
 	for {
 		k := w.idle.Load()
 		if k == 0 {
@@ -247,7 +247,7 @@ func (w *workers) dispatch(sc *StoreClient, c *storeCall) bool {
 	return true
 }
 
-func (w *workers) run(sc *StoreClient, c *storeCall) {
+func (w *workers) run(sc *Client, c *storeCall) {
 	defer w.n.Add(-1)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
@@ -328,7 +328,7 @@ func (r *reaper) run() {
 
 // lateReply credits what a call answered after its deadline counted in the
 // store (see above).
-func (sc *StoreClient) lateReply(c *storeCall) {
+func (sc *Client) lateReply(c *storeCall) {
 	switch {
 	case errors.Is(c.err, sluice.ErrNotSent):
 		sc.owed.lateUnsent.Add(1) // applied nothing: the ledger is right
