@@ -59,7 +59,6 @@ type Fast struct {
 	server   *fasthttp.Server
 	pool     sync.Pool // of *fastState
 	up       *upgrader
-	trusted  []netip.Prefix // Options.HTTP.TrustedProxies; nil: the rule file's
 	// warnings are the upstream errors logged, at most one a second.
 	warnings rareWarnings
 }
@@ -73,23 +72,10 @@ type fastState struct {
 	fwd     http.Header // the request's X-Forwarded-For and Forwarded lines, whatever the case of their names
 	out     http.Header // the limit's response fields, for an upgrade
 	body    []byte
-	problem httplimit.Problem // a refusal's body, before it is written out
-	hop     hopScratch        // the hop-by-hop removal's working memory
-
-	// The last refusal written from this state, kept to be written again
-	// while the refusals repeat (httplimit.RefusalKey): its fields (names,
-	// and values in vals), status and body.
-	refused  bool
-	key      httplimit.RefusalKey
-	fields   []renderedField
-	vals     []byte
-	status   int
-	refusals []byte
-}
-
-type renderedField struct {
-	name       string
-	start, end int // its value in vals
+	hop     hopScratch // the hop-by-hop removal's working memory
+	// refusal is the last refusal written from this state, written again
+	// while the refusals repeat.
+	refusal httplimit.Refusal
 }
 
 // NewFast returns the fasthttp data plane for upstream.
@@ -97,7 +83,7 @@ func NewFast(upstream *url.URL, e *engine.Engine, o Options) *Fast {
 	o.defaults()
 	g := &Fast{
 		e: e, limiter: httplimit.New(e, o.HTTP), upstream: upstream, timeout: o.Timeout,
-		log: o.Logger, metrics: o.Metrics, trusted: o.HTTP.TrustedProxies,
+		log: o.Logger, metrics: o.Metrics,
 		up: newUpgrader(upstream, o), warnings: rareWarnings{log: o.Logger},
 		conns:    &upstreamConns{idle: o.UpstreamIdle},
 		maxConns: o.MaxConns,
@@ -184,11 +170,7 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	st := g.pool.Get().(*fastState)
 	defer g.pool.Put(st)
 	cfg := g.e.Config()
-	trusted := g.trusted
-	if trusted == nil {
-		trusted = cfg.TrustedProxies
-	}
-	peer := remoteAddr(ctx)
+	trust, peer := g.limiter.Trust(cfg), remoteAddr(ctx)
 	clear(st.header)
 	clear(st.fwd)
 	// Only the headers the rules can read, and the forwarding ones, are
@@ -204,7 +186,7 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 			st.fwd[ck] = append(st.fwd[ck], string(v))
 		}
 	}
-	client := httplimit.Trust{Proxies: trusted, Depth: cfg.ClientIPDepth}.Client(peer, st.fwd)
+	client := trust.Client(peer, st.fwd)
 	uri := ctx.Request.URI()
 	st.path = appendEscapedPath(st.path[:0], uri.PathOriginal())
 	st.req = rules.Request{
@@ -215,7 +197,7 @@ func (g *Fast) serve(ctx *fasthttp.RequestCtx) {
 	if cfg.NeedsBody() {
 		st.req.Body, st.req.BodyTruncated = g.peekBody(ctx)
 	}
-	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, trusted: trusted}
+	st.x = fastExchange{g: g, ctx: ctx, st: st, peer: peer, fromTrusted: trust.Trusts(peer)}
 	g.limiter.Serve(&st.x, &st.req, &st.res)
 	st.req, st.x = rules.Request{}, fastExchange{} // drop the request's references before pooling
 }
@@ -267,36 +249,19 @@ func (g *Fast) peekBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 
 // reject answers a refused request without touching the upstream: the
 // limit's fields and the problem body, written straight into the response.
-//
-// A refusal like the last one written from st (the same RefusalKey) is
-// written again as it was rendered: under a flood most refusals repeat, and
+// A refusal like the last one written from st is written again as it was
+// rendered (httplimit.Refusal): under a flood most refusals repeat, and
 // rendering is most of the limiter's work on this path.
 func (g *Fast) reject(ctx *fasthttp.RequestCtx, res *engine.Result, st *fastState) {
-	var k httplimit.RefusalKey
-	keyed := g.limiter.RefusalKey(res, &k)
-	if !keyed || !st.refused || k != st.key {
-		g.render(res, st)
-		st.refused, st.key = keyed, k
+	r := &st.refusal
+	r.Render(g.limiter, res)
+	for i := range r.Fields() {
+		name, v := r.Field(i)
+		ctx.Response.Header.AddBytesV(name, v) // copied in
 	}
-	for _, f := range st.fields {
-		ctx.Response.Header.AddBytesV(f.name, st.vals[f.start:f.end]) // copied in
-	}
-	ctx.SetStatusCode(st.status)
+	ctx.SetStatusCode(r.Status())
 	ctx.SetContentType("application/problem+json")
-	ctx.SetBody(st.refusals) // copied into the response
-}
-
-// render writes a refusal's fields, status and problem body into st.
-func (g *Fast) render(res *engine.Result, st *fastState) {
-	st.fields, st.vals = st.fields[:0], st.vals[:0]
-	g.limiter.VisitHeaders(res, func(name string, v []byte) {
-		st.fields = append(st.fields, renderedField{name: name, start: len(st.vals), end: len(st.vals) + len(v)})
-		st.vals = append(st.vals, v...)
-	})
-	p := &st.problem
-	httplimit.FillProblem(p, res)
-	st.refusals = httplimit.AppendProblem(st.refusals[:0], p)
-	st.status = p.Status
+	ctx.SetBody(r.Body()) // copied into the response
 }
 
 // unreadable answers a request fasthttp could not read, as net/http's
@@ -357,12 +322,11 @@ func (g *Fast) send(client *fasthttp.HostClient, req *fasthttp.Request, resp *fa
 }
 
 // forward sends an admitted request to the upstream and its answer back.
-func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, trusted []netip.Prefix, path string, res *engine.Result, st *fastState, whole bool) {
+func (g *Fast) forward(ctx *fasthttp.RequestCtx, peer netip.Addr, fromTrusted bool, path string, res *engine.Result, st *fastState, whole bool) {
 	req := &ctx.Request
 	// The forwarding fields are rebuilt: any the client sent go, whatever
 	// the case of their names, and so do the other fields naming a client
 	// address unless a trusted proxy sent them.
-	fromTrusted := httplimit.Trust{Proxies: trusted}.Trusts(peer)
 	drop := forwardingHeaders
 	if !fromTrusted {
 		drop = untrustedHeaders

@@ -16,12 +16,14 @@ import (
 
 // fastExchange is the fasthttp plane's side of the pipeline.
 type fastExchange struct {
-	g       *Fast
-	ctx     *fasthttp.RequestCtx
-	st      *fastState
-	peer    netip.Addr
-	trusted []netip.Prefix
-	keep    bool
+	g    *Fast
+	ctx  *fasthttp.RequestCtx
+	st   *fastState
+	peer netip.Addr
+	keep bool
+	// fromTrusted: the peer is a trusted proxy, whose forwarding fields
+	// are kept.
+	fromTrusted bool
 }
 
 func (x *fastExchange) Context() context.Context { return x.ctx }
@@ -69,7 +71,7 @@ func (x *fastExchange) Shed() {
 
 func (x *fastExchange) Forward(path string, res *engine.Result, watch, keep bool) int {
 	x.keep = keep
-	x.g.forward(x.ctx, x.peer, x.trusted, path, res, x.st, keep)
+	x.g.forward(x.ctx, x.peer, x.fromTrusted, path, res, x.st, keep)
 	return x.ctx.Response.StatusCode()
 }
 

@@ -40,12 +40,8 @@ func Handler(upstream *url.URL, e *engine.Engine, o Options) http.Handler {
 	rewrite := func(pr *httputil.ProxyRequest) {
 		pr.SetURL(upstream)
 		pr.Out.Host = pr.In.Host
-		trusted := o.HTTP.TrustedProxies
-		if trusted == nil {
-			trusted = e.Config().TrustedProxies
-		}
-		trust := httplimit.Trust{Proxies: trusted, Depth: e.Config().ClientIPDepth}
-		if trust.Trusts(httplimit.ParseAddr(pr.In.RemoteAddr)) {
+		trust, peer := o.HTTP.Trust(e.Config()), httplimit.ParseAddr(pr.In.RemoteAddr)
+		if trust.Trusts(peer) {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 		} else {
 			for _, k := range clientAddressHeaders {
@@ -54,7 +50,7 @@ func Handler(upstream *url.URL, e *engine.Engine, o Options) http.Handler {
 		}
 		pr.SetXForwarded()
 		pr.Out.Header.Del("X-Real-Ip")
-		if client := trust.Client(httplimit.ParseAddr(pr.In.RemoteAddr), pr.In.Header); client.IsValid() {
+		if client := trust.Client(peer, pr.In.Header); client.IsValid() {
 			pr.Out.Header.Set("X-Real-Ip", client.String())
 		}
 	}

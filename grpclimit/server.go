@@ -134,16 +134,12 @@ func (l *Limiter) request(ctx context.Context, fullMethod, method string) *rules
 		}
 	}
 	cfg := l.e.Config()
-	trusted := l.o.HTTP.TrustedProxies
-	if trusted == nil {
-		trusted = cfg.TrustedProxies
-	}
 	var addr netip.Addr
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = peerAddr(p.Addr)
 	}
 	req := &rules.Request{Method: method, Host: host, Path: fullMethod, Header: header,
-		ClientIP: httplimit.Trust{Proxies: trusted, Depth: cfg.ClientIPDepth}.Client(addr, header)}
+		ClientIP: l.o.HTTP.Trust(cfg).Client(addr, header)}
 	if l.o.Attributes != nil {
 		req.Attributes = map[string]string{}
 		l.o.Attributes(ctx, fullMethod, req.Attributes)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // Trust says whose word about a request's client is taken: the proxies
@@ -21,6 +23,20 @@ type Trust struct {
 	// not Forwarded (a Forwarded field the client sent is then ignored).
 	XFFOnly bool
 }
+
+// Trust is the trust every face of o puts in a request's forwarding
+// fields under the rule set cfg: o.TrustedProxies, or the rule file's
+// trustedProxies when o names none, and the rule file's clientIPDepth.
+func (o *Options) Trust(cfg *rules.Config) Trust {
+	proxies := o.TrustedProxies
+	if proxies == nil {
+		proxies = cfg.TrustedProxies
+	}
+	return Trust{Proxies: proxies, Depth: cfg.ClientIPDepth}
+}
+
+// Trust is l's Options.Trust under cfg.
+func (l *Limiter) Trust(cfg *rules.Config) Trust { return l.o.Trust(cfg) }
 
 // Trusts reports whether peer is a trusted proxy.
 func (t Trust) Trusts(peer netip.Addr) bool { return peer.IsValid() && isTrusted(peer, t.Proxies) }

@@ -136,14 +136,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	st := l.pool.Get().(*state)
 	defer l.pool.Put(st)
 	cfg := l.e.Config()
-	trusted := l.o.TrustedProxies
-	if trusted == nil {
-		trusted = cfg.TrustedProxies
-	}
 	st.req = rules.Request{
 		Method: r.Method, Host: r.Host, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		Fragment: strings.IndexByte(r.RequestURI, '#') >= 0,
-		ClientIP: ClientIPAtDepth(r, trusted, cfg.ClientIPDepth), Header: r.Header,
+		ClientIP: l.o.Trust(cfg).Client(parseHost(r.RemoteAddr), r.Header), Header: r.Header,
 	}
 	if cfg.NeedsBody() && r.Body != nil && r.Body != http.NoBody {
 		st.req.Body, st.req.BodyTruncated = readBody(r)

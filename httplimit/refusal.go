@@ -69,3 +69,59 @@ func (l *Limiter) RefusalKey(res *engine.Result, k *RefusalKey) bool {
 	}
 	return true
 }
+
+// A Refusal is a refused result rendered for the wire, kept to be written
+// again: its status, fields and problem body. Render renders a result
+// afresh only when its RefusalKey differs from the one rendered last, so a
+// flood of refusals that repeat one another costs one rendering. Keep one
+// per worker or connection: it is not safe for concurrent use, and its
+// buffers are reused from one rendering to the next.
+type Refusal struct {
+	keyed   bool
+	key     RefusalKey
+	status  int
+	fields  []renderedField
+	vals    []byte
+	body    []byte
+	problem Problem
+}
+
+type renderedField struct {
+	name       string
+	start, end int // its value in vals
+}
+
+// Render makes r the rendering of res by l: the fields of VisitHeaders and
+// the problem of FillProblem.
+func (r *Refusal) Render(l *Limiter, res *engine.Result) {
+	var k RefusalKey
+	keyed := l.RefusalKey(res, &k)
+	if keyed && r.keyed && k == r.key {
+		return
+	}
+	r.keyed, r.key = keyed, k
+	r.fields, r.vals = r.fields[:0], r.vals[:0]
+	l.VisitHeaders(res, func(name string, v []byte) {
+		r.fields = append(r.fields, renderedField{name: name, start: len(r.vals), end: len(r.vals) + len(v)})
+		r.vals = append(r.vals, v...)
+	})
+	FillProblem(&r.problem, res)
+	r.body = AppendProblem(r.body[:0], &r.problem)
+	r.status = r.problem.Status
+}
+
+// Status is the refusal's status: 429, or a rule's own.
+func (r *Refusal) Status() int { return r.status }
+
+// Fields is the number of the refusal's fields.
+func (r *Refusal) Fields() int { return len(r.fields) }
+
+// Field returns the refusal's i-th field. The value is r's: valid until
+// the next Render.
+func (r *Refusal) Field(i int) (name string, value []byte) {
+	f := &r.fields[i]
+	return f.name, r.vals[f.start:f.end]
+}
+
+// Body is the refusal's problem+json body, r's until the next Render.
+func (r *Refusal) Body() []byte { return r.body }

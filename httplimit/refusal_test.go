@@ -73,6 +73,35 @@ func TestRefusalKeyDecidesTheRendering(t *testing.T) {
 			t.Fatalf("legacy %v: %d results met an earlier key, %d had none: the test compares too little", legacy, repeats, keyless)
 		}
 		t.Log(fmt.Sprintf("legacy %v: %d distinct keys, %d repeats, %d without a key", legacy, len(seen), repeats, keyless))
+
+		// A kept Refusal, fed results that often repeat the last one's key
+		// (a few results drawn again and again) and often do not, always
+		// holds the rendering of the result it was last given.
+		pool := make([]*engine.Result, 6)
+		for i := range pool {
+			pool[i] = random()
+		}
+		var r Refusal
+		for range 20000 {
+			res := pool[pick(len(pool))]
+			if pick(8) == 0 {
+				res = random()
+			}
+			r.Render(l, res)
+			got := ""
+			for i := range r.Fields() {
+				name, v := r.Field(i)
+				got += name + ": " + string(v) + "\n"
+			}
+			var p Problem
+			if err := json.Unmarshal(r.Body(), &p); err != nil {
+				t.Fatal(err)
+			}
+			body, _ := json.Marshal(p)
+			if want := render(l, res); got+string(body) != want || r.Status() != p.Status {
+				t.Fatalf("legacy %v: a kept refusal differs from its result's rendering:\n%s%s (status %d)\n---\n%s", legacy, got, body, r.Status(), want)
+			}
+		}
 	}
 }
 

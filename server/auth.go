@@ -95,12 +95,8 @@ func (p AuthProxy) read(r *http.Request, trusted []netip.Prefix) forwarded {
 // problem body).
 func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	cfg := s.e.Config()
-	trusted := s.o.HTTP.TrustedProxies
-	if trusted == nil {
-		trusted = cfg.TrustedProxies
-	}
-	peer := httplimit.ParseAddr(r.RemoteAddr)
-	if !(httplimit.Trust{Proxies: trusted}).Trusts(peer) {
+	trust, peer := s.o.HTTP.Trust(cfg), httplimit.ParseAddr(r.RemoteAddr)
+	if !trust.Trusts(peer) {
 		writeProblem(w, http.StatusForbidden, "Forbidden",
 			"forward-auth requests must come from a trusted proxy (trustedProxies in the rule file)", "")
 		return
@@ -109,7 +105,7 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request) {
 	if proxy == "" {
 		proxy = AuthNginx
 	}
-	f := proxy.read(r, trusted)
+	f := proxy.read(r, trust.Proxies)
 	if f.method == "" {
 		f.method = http.MethodGet
 	}

@@ -50,12 +50,7 @@ type decideConn struct {
 	hdr     fasthttp.RequestHeader
 	req     rules.Request
 	res     engine.Result
-	key     httplimit.RefusalKey
-	refused bool
-	fields  []byte // the last refusal's field lines
-	body    []byte // and its problem
-	status  int
-	problem httplimit.Problem
+	refusal httplimit.Refusal // the last refusal, written again while refusals repeat
 }
 
 func newDecider(config string) (*decider, error) {
@@ -119,38 +114,26 @@ func (d *decider) answer(dc *decideConn, head []byte) bool {
 		dc.out = append(dc.out, "HTTP/1.1 200 OK\r\nServer: sluice\r\nContent-Length: 3\r\n\r\nok\n"...)
 		return true
 	}
-	var k httplimit.RefusalKey
-	keyed := d.limiter.RefusalKey(&dc.res, &k)
-	if !keyed || !dc.refused || k != dc.key {
-		d.render(dc)
-		dc.refused, dc.key = keyed, k
-	}
+	r := &dc.refusal
+	r.Render(d.limiter, &dc.res)
 	dc.out = append(dc.out, "HTTP/1.1 "...)
-	dc.out = strconv.AppendInt(dc.out, int64(dc.status), 10)
+	dc.out = strconv.AppendInt(dc.out, int64(r.Status()), 10)
 	dc.out = append(dc.out, ' ')
-	dc.out = append(dc.out, http.StatusText(dc.status)...)
+	dc.out = append(dc.out, http.StatusText(r.Status())...)
 	dc.out = append(dc.out, "\r\nServer: sluice\r\nDate: "...)
 	dc.out = append(dc.out, *date.Load()...)
 	dc.out = append(dc.out, "\r\nContent-Type: application/problem+json\r\nContent-Length: "...)
-	dc.out = strconv.AppendInt(dc.out, int64(len(dc.body)), 10)
+	dc.out = strconv.AppendInt(dc.out, int64(len(r.Body())), 10)
 	dc.out = append(dc.out, "\r\n"...)
-	dc.out = append(dc.out, dc.fields...)
+	for i := range r.Fields() {
+		name, v := r.Field(i)
+		dc.out = append(append(append(append(dc.out, name...), ": "...), v...), "\r\n"...)
+	}
 	dc.out = append(dc.out, "\r\n"...)
-	dc.out = append(dc.out, dc.body...)
+	dc.out = append(dc.out, r.Body()...)
 	return true
 }
 
 // view is b as a string, without a copy: the request's fields live as long
 // as its answer, as the gateway's do.
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// render writes the refusal's field lines and problem into dc.
-func (d *decider) render(dc *decideConn) {
-	dc.fields = dc.fields[:0]
-	d.limiter.VisitHeaders(&dc.res, func(name string, v []byte) {
-		dc.fields = append(append(append(append(dc.fields, name...), ": "...), v...), "\r\n"...)
-	})
-	httplimit.FillProblem(&dc.problem, &dc.res)
-	dc.body = httplimit.AppendProblem(dc.body[:0], &dc.problem)
-	dc.status = dc.problem.Status
-}
