@@ -64,15 +64,15 @@ type Fast struct {
 }
 
 type fastState struct {
-	path    []byte // the request's path, escaped as net/http escapes it
-	res     engine.Result
-	req     rules.Request
-	x       fastExchange
-	header  http.Header // the request headers rules read
-	fwd     http.Header // the request's X-Forwarded-For and Forwarded lines, whatever the case of their names
-	out     http.Header // the limit's response fields, for an upgrade
-	body    []byte
-	hop     hopScratch // the hop-by-hop removal's working memory
+	path   []byte // the request's path, escaped as net/http escapes it
+	res    engine.Result
+	req    rules.Request
+	x      fastExchange
+	header http.Header // the request headers rules read
+	fwd    http.Header // the request's X-Forwarded-For and Forwarded lines, whatever the case of their names
+	out    http.Header // the limit's response fields, for an upgrade
+	body   []byte
+	hop    hopScratch // the hop-by-hop removal's working memory
 	// refusal is the last refusal written from this state, written again
 	// while the refusals repeat.
 	refusal httplimit.Refusal
