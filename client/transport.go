@@ -24,6 +24,14 @@ import (
 	"time"
 )
 
+// The retry settings a zero Transport field stands for.
+const (
+	DefaultMaxRetries = 3
+	DefaultMaxElapsed = 30 * time.Second
+	DefaultBaseDelay  = 100 * time.Millisecond
+	DefaultMaxDelay   = 10 * time.Second
+)
+
 // Transport retries and paces requests over Base (see the package doc).
 type Transport struct {
 	// Base sends the requests (default http.DefaultTransport).
@@ -88,13 +96,10 @@ func (t *Transport) base() http.RoundTripper {
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.init()
-	maxRetries := t.MaxRetries
-	if maxRetries == 0 {
-		maxRetries = 3
-	}
+	maxRetries, maxDelay := t.RetryLimits()
 	maxElapsed := t.MaxElapsed
 	if maxElapsed <= 0 {
-		maxElapsed = 30 * time.Second
+		maxElapsed = DefaultMaxElapsed
 	}
 	deadline := time.Now().Add(maxElapsed)
 	ctx := req.Context()
@@ -129,7 +134,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, err
 		}
-		wait, ok := t.retryWait(attempt, resp)
+		wait, ok := t.retryWait(attempt, resp, maxDelay)
 		if !ok || attempt >= maxRetries || maxRetries < 0 || !t.spend() || time.Now().Add(wait).After(deadline) || ctx.Err() != nil || pastDeadline(ctx, wait) {
 			return resp, err
 		}
@@ -197,15 +202,25 @@ func rewind(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
+// RetryLimits are the retries a request may make and the longest wait
+// before one: MaxRetries and MaxDelay, or their defaults where they are
+// zero. The gRPC client interceptors (package grpclimit) follow them too.
+func (t *Transport) RetryLimits() (maxRetries int, maxDelay time.Duration) {
+	maxRetries, maxDelay = t.MaxRetries, t.MaxDelay
+	if maxRetries == 0 {
+		maxRetries = DefaultMaxRetries
+	}
+	if maxDelay <= 0 {
+		maxDelay = DefaultMaxDelay
+	}
+	return maxRetries, maxDelay
+}
+
 // retryWait is how long to wait before the next attempt: the answer's
 // Retry-After (seconds or an HTTP date) capped by MaxDelay, or a backoff with
 // full jitter. ok is false when the server asks for a wait beyond MaxDelay:
 // then the answer is returned at once rather than waited out.
-func (t *Transport) retryWait(attempt int, resp *http.Response) (time.Duration, bool) {
-	maxDelay := t.MaxDelay
-	if maxDelay <= 0 {
-		maxDelay = 10 * time.Second
-	}
+func (t *Transport) retryWait(attempt int, resp *http.Response, maxDelay time.Duration) (time.Duration, bool) {
 	if resp != nil {
 		if d, ok := RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return d, d <= maxDelay
@@ -213,7 +228,7 @@ func (t *Transport) retryWait(attempt int, resp *http.Response) (time.Duration, 
 	}
 	baseDelay := t.BaseDelay
 	if baseDelay <= 0 {
-		baseDelay = 100 * time.Millisecond
+		baseDelay = DefaultBaseDelay
 	}
 	ceiling := min(float64(maxDelay), float64(baseDelay)*math.Pow(2, float64(attempt)))
 	t.mu.Lock()

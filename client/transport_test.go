@@ -156,7 +156,7 @@ func TestBackoffHasFullJitter(t *testing.T) {
 	tr.init()
 	tr.rand = func() float64 { return 0.5 }
 	for attempt, want := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond} {
-		if d, ok := tr.retryWait(attempt, nil); !ok || d != want {
+		if d, ok := tr.retryWait(attempt, nil, tr.MaxDelay); !ok || d != want {
 			t.Errorf("attempt %d: wait %v, want %v", attempt, d, want)
 		}
 	}

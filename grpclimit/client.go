@@ -171,13 +171,7 @@ func (s *serverStream) retryWait(err error) (time.Duration, bool) {
 			retry = ri
 		}
 	}
-	maxRetries, maxDelay := s.c.Transport.MaxRetries, s.c.Transport.MaxDelay
-	if maxRetries == 0 {
-		maxRetries = 3
-	}
-	if maxDelay <= 0 {
-		maxDelay = 10 * time.Second
-	}
+	maxRetries, maxDelay := s.c.Transport.RetryLimits()
 	switch {
 	case s.received || s.req == nil || retry == nil || s.retries >= maxRetries:
 		return 0, false
