@@ -93,28 +93,21 @@ type stream struct {
 	method string
 }
 
+// RecvMsg receives a message and runs it through the pipeline as a call
+// of method MESSAGE (see call.message): refused, held for a leaky queue's
+// delay within MaxDelay, and traced and logged as a call is; within its
+// stream's concurrency permit.
 func (s *stream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
 	ctx := s.Context()
-	var res engine.Result
+	x := getCall(s.l, ctx)
+	defer putCall(x)
+	x.message = true
 	req := s.l.request(ctx, s.method, "MESSAGE")
 	s.l.body(req, m)
-	if err := s.l.e.Check(ctx, req, engine.CheckOptions{Via: "grpc", LogPath: true}, &res); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	if s.l.o.OnDecision != nil {
-		s.l.o.OnDecision(s.method, &res)
-	}
-	if !res.Allowed {
-		return refusal(&res)
-	}
-	if res.Delay > 0 && !httplimit.Hold(ctx, res.Delay) {
-		s.l.e.Refund(context.WithoutCancel(ctx), &res)
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return nil
+	return x.serve(s.method, req)
 }
 
 // request is the call as the rules read it.
@@ -183,8 +176,14 @@ func peerAddr(a net.Addr) netip.Addr {
 // call is one gRPC call as the pipeline's Exchange, with its result:
 // pooled, so that a call reuses the buffers of the ones before it.
 type call struct {
-	l       *Limiter
-	ctx     context.Context
+	l   *Limiter
+	ctx context.Context
+	// message: the call is a message a stream received. Forwarding it is
+	// handing it to the handler, and nothing follows from its answer:
+	// countOn rules are checked, never charged, reserve rules take their
+	// estimate (SeesResponse), and no metadata is sent (the stream's went
+	// when it opened).
+	message bool
 	forward func(context.Context) error
 	resp    any
 	err     error
@@ -201,7 +200,7 @@ func getCall(l *Limiter, ctx context.Context) *call {
 }
 
 func putCall(x *call) {
-	x.l, x.ctx, x.forward, x.resp, x.err, x.header = nil, nil, nil, nil, nil, nil
+	x.l, x.ctx, x.forward, x.resp, x.err, x.header, x.message = nil, nil, nil, nil, nil, nil, false
 	calls.Put(x)
 }
 
@@ -212,7 +211,7 @@ func (x *call) serve(method string, req *rules.Request) error {
 	if x.l.o.OnDecision != nil {
 		x.l.o.OnDecision(method, &x.res)
 	}
-	if len(x.header) > 0 {
+	if len(x.header) > 0 && !x.message {
 		grpc.SetHeader(x.ctx, x.header)
 	}
 	return x.err
@@ -235,6 +234,9 @@ func (x *call) Shed() {
 }
 
 func (x *call) Forward(_ string, res *engine.Result, _, _ bool) int {
+	if x.message {
+		return http.StatusOK // the message goes on to the handler
+	}
 	x.fields(res)
 	if len(x.header) > 0 { // before the handler, which may send its headers (a stream)
 		grpc.SetHeader(x.ctx, x.header)
@@ -246,7 +248,11 @@ func (x *call) Forward(_ string, res *engine.Result, _, _ bool) int {
 
 func (x *call) ResponseHeader(string) string { return "" }
 func (x *call) ResponseBody() []byte         { return nil }
-func (x *call) SeesResponse() bool           { return true }
+func (x *call) SeesResponse() bool           { return !x.message }
+
+// HoldsPermit: a message is handed on within its stream's concurrency
+// permit (httplimit.PermitHolder).
+func (x *call) HoldsPermit() bool { return x.message }
 
 func (x *call) TraceContext() (string, httplimit.HeaderCarrier) {
 	md, _ := metadata.FromIncomingContext(x.ctx)

@@ -385,3 +385,77 @@ func TestACountOnRuleIsChargedFromTheCallsStatus(t *testing.T) {
 		t.Fatalf("after two misses: %v, want ResourceExhausted", err)
 	}
 }
+
+// countingTracer counts the decisions it is asked to trace, by face.
+type countingTracer struct {
+	mu  sync.Mutex
+	via map[string]int
+}
+
+func (c *countingTracer) StartDecision(ctx context.Context, via string, _ httplimit.HeaderCarrier) (context.Context, httplimit.DecisionSpan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.via[via]++
+	return ctx, noSpan{}
+}
+
+type noSpan struct{}
+
+func (noSpan) End(*engine.Result, error) {}
+
+// A message a stream receives runs the pipeline a call runs: a leaky
+// queue's delay beyond MaxDelay is refused and its units given back, and it
+// is traced. It is handed on within its stream's concurrency permit: a
+// stream at the limit still gets its messages, while a call beside it is
+// shed.
+func TestAStreamsMessagesRunTheCallsPipeline(t *testing.T) {
+	e := engineOf(t, `
+rules:
+  - {id: queue, match: {method: MESSAGE, path: "/grpc.reflection.v1.ServerReflection/*"}, key: [user], rate: 1, per: 1h, burst: 3, algorithm: leaky-queue}
+`)
+	tracer := &countingTracer{via: map[string]int{}}
+	limit := concurrency.New(concurrency.Fixed{N: 1}, concurrency.Options{})
+	l := grpclimit.New(e, grpclimit.Options{HTTP: httplimit.Options{MaxDelay: 100 * time.Millisecond, Tracer: tracer, Concurrency: limit}})
+	s := grpc.NewServer(grpc.StreamInterceptor(l.StreamServerInterceptor()), grpc.UnaryInterceptor(l.UnaryServerInterceptor()))
+	reflection.Register(s)
+	conn := served(t, s)
+	ctx, cancel := context.WithTimeout(withUser("q"), 10*time.Second)
+	defer cancel()
+	st, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func() error {
+		if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			return err
+		}
+		_, err := st.Recv()
+		return err
+	}
+	if err := ask(); err != nil {
+		t.Fatalf("the first message, at once, within its stream's permit: %v", err)
+	}
+	if err := check(context.Background(), conn); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call beside a stream holding the one permit: %v, want Unavailable", err)
+	}
+	left := func() int64 {
+		d, _, err := e.Inspect(context.Background(), "queue", "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	before := left()
+	if err := ask(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a message an hour away in the queue, beyond MaxDelay: %v, want ResourceExhausted", err)
+	}
+	if got := left(); got != before {
+		t.Fatalf("the refused message kept its place in the queue: %d left, %d before", got, before)
+	}
+	tracer.mu.Lock()
+	traced := tracer.via["grpc"]
+	tracer.mu.Unlock()
+	if traced != 4 { // the stream at open, its two messages, the call beside
+		t.Fatalf("%d decisions traced, want 4: the stream, each message and the call", traced)
+	}
+}

@@ -107,12 +107,12 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 	// a flood, counting the flood's victims as failures would let the
 	// flooder lower everyone's rate.
 	pressure := l.o.Pressure
-	if pressure != nil && !res.Adaptive() {
+	if pressure != nil && (!res.Adaptive() || !sees) { // an exchange that sees no answer has none to sample
 		pressure = nil
 	}
 	watch := pressure != nil || l.o.Concurrency != nil || settles || charges
 	status := 0
-	if c := l.o.Concurrency; c != nil {
+	if c := l.o.Concurrency; c != nil && !holdsPermit(x) {
 		p, err := c.AcquireAt(x.Context(), res.Tier())
 		if err != nil {
 			x.Shed()
@@ -138,6 +138,19 @@ func (l *Limiter) Serve(x Exchange, req *rules.Request, res *engine.Result) {
 	if charges || settles {
 		Finish(x.Context(), l.e, res, status, x.ResponseHeader, x.ResponseBody())
 	}
+}
+
+// A PermitHolder is an Exchange that runs within a concurrency permit
+// held already: a message a gRPC stream receives, within its stream's.
+// Serve takes no permit of its own for it (a stream at the limit would
+// otherwise never be handed a message).
+type PermitHolder interface {
+	HoldsPermit() bool
+}
+
+func holdsPermit(x Exchange) bool {
+	h, ok := x.(PermitHolder)
+	return ok && h.HoldsPermit()
 }
 
 // hold waits out a leaky-queue rule's delay. It reports false, after
