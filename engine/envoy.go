@@ -147,9 +147,9 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 	matchedRule := make([]*rule, len(descs))
 	replaced := map[string]bool{}
 	for i, d := range descs {
-		if r := tree.lookup(d.Entries); r != nil && !r.Whitelisted {
+		if r := tree.lookup(d.Entries); r != nil && !r.Envoy.Whitelisted {
 			matchedRule[i] = r
-			for _, name := range r.Replaces {
+			for _, name := range r.Envoy.Replaces {
 				replaced[name] = true
 			}
 		}
@@ -169,14 +169,14 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 		switch {
 		case override != nil:
 			if r == nil {
-				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1}, stats: &unreported}
+				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1, Envoy: &rules.EnvoyDescriptor{Domain: domain}}, stats: &unreported}
 				r.fallbackID = r.ID + "#fallback"
 			}
 			limit = *override
-		case r != nil && r.Unlimited:
+		case r != nil && r.Envoy.Unlimited:
 			res.Statuses[i].Unlimited = true
 			continue
-		case r == nil || (r.Name != "" && replaced[r.Name] && !replacesItself(r)):
+		case r == nil || (r.Envoy.Name != "" && replaced[r.Envoy.Name] && !replacesItself(r)):
 			continue
 		default:
 			limit = r.Limit
@@ -188,7 +188,7 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 		if d.Negative {
 			hits = -hits
 		}
-		if r.Deny && override == nil {
+		if r.Envoy.Deny && override == nil {
 			denied(&res.Statuses[i], r, limit)
 			continue
 		}
@@ -269,7 +269,7 @@ func (g descriptorGroup) holds(j int, c *descriptorTake) bool {
 		return false
 	case g.usage:
 		return true
-	case g.quota && j != g.only, !g.quota && c.r.QuotaMode:
+	case g.quota && j != g.only, !g.quota && c.r.Envoy.QuotaMode:
 		return false
 	}
 	return true
@@ -281,7 +281,7 @@ func (g descriptorGroup) holds(j int, c *descriptorTake) bool {
 func (e *Engine) takeDescriptors(ctx context.Context, list []descriptorTake, res *Result) error {
 	groups := []descriptorGroup{{}}
 	for j, c := range list {
-		if c.r.QuotaMode && !c.r.Shadow && !c.usage {
+		if c.r.Envoy.QuotaMode && !c.r.Shadow && !c.usage {
 			groups = append(groups, descriptorGroup{quota: true, only: j})
 		}
 	}
@@ -378,7 +378,7 @@ func combineDescriptors(res *Result) {
 			continue
 		}
 		switch {
-		case st.r.QuotaMode:
+		case st.r.Envoy.QuotaMode:
 			quotas++
 			if !st.Allowed {
 				quotasOver++
@@ -389,7 +389,7 @@ func combineDescriptors(res *Result) {
 	}
 	res.Allowed = !plainOver && (quotas == 0 || quotasOver < quotas)
 	for i := range res.Statuses {
-		if res.Statuses[i].r != nil && !res.Statuses[i].r.Deny {
+		if res.Statuses[i].r != nil && !res.Statuses[i].r.Envoy.Deny {
 			res.Statuses[i].count(res.Allowed)
 		}
 	}
@@ -397,8 +397,8 @@ func combineDescriptors(res *Result) {
 
 // replacesItself guards against a rule listed in its own replaces.
 func replacesItself(r *rule) bool {
-	for _, n := range r.Replaces {
-		if n == r.Name {
+	for _, n := range r.Envoy.Replaces {
+		if n == r.Envoy.Name {
 			return true
 		}
 	}

@@ -198,8 +198,8 @@ func descriptorStatus(st *engine.Status, a *answerArena) *rlsv3.RateLimitRespons
 	// sluice-format rules their id.
 	name, perUnit := st.Rule, uint32(min(st.Limit.Rate, 1<<32-1))
 	if def := st.RuleDef(); def != nil && def.Envoy != nil {
-		name = def.Name
-		if def.Deny {
+		name = def.Envoy.Name
+		if def.Envoy.Deny {
 			perUnit = 0
 		}
 	}
@@ -261,8 +261,8 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, res *engine.Result) *structpb.
 	passed := map[string]any{}
 	for i := range res.Statuses {
 		st := &res.Statuses[i]
-		if def := st.RuleDef(); def != nil && st.Allowed && def.Metadata != nil {
-			for k, v := range def.Metadata {
+		if def := st.RuleDef(); def != nil && def.Envoy != nil && st.Allowed && def.Envoy.Metadata != nil {
+			for k, v := range def.Envoy.Metadata {
 				passed[k] = v
 			}
 		}

@@ -347,7 +347,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	cfg := c.e.Config()
 	for _, st := range stats {
 		r := cfg.Rule(st.Rule)
-		if r == nil || r.StatsKey == "" {
+		if r == nil || r.Envoy == nil || r.Envoy.StatsKey == "" {
 			continue
 		}
 		// As the reference counts them: a descriptor within its limit is
@@ -357,7 +357,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.Overruled + st.FailedOpen,
 			"near_limit": st.NearLimit, "shadow_mode": st.ShadowLimited,
 		} {
-			counter(envoyStat(name), v, r.StatsKey)
+			counter(envoyStat(name), v, r.Envoy.StatsKey)
 		}
 	}
 	live, refusedOverrides := c.e.OverrideStats()

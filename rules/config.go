@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
-	"go.yaml.in/yaml/v3"
 )
 
 // Config is a loaded, validated rule file.
@@ -192,28 +191,9 @@ type Rule struct {
 	// the clear; otherwise they are shown hashed.
 	ShowKeys bool
 
-	// Envoy, when set, makes this an Envoy descriptor rule (see EnvoyMatch).
-	Envoy *EnvoyMatch
-	// Name is the rule's name for Envoy's replaces (envoyproxy/ratelimit's
-	// rate_limit.name); Replaces names the rules this one replaces when both
-	// apply to one request; Unlimited rules always allow and count nothing.
-	Name      string
-	Replaces  []string
-	Unlimited bool
-	// Whitelisted Envoy descriptors are never limited; Deny ones
-	// (requests_per_unit: 0) are always over the limit; QuotaMode ones make
-	// a response OVER_LIMIT only when every quota descriptor is over.
-	Whitelisted, Deny, QuotaMode bool
-	// Metadata is the descriptor's metadata, returned in the response's
-	// dynamic metadata for descriptors that pass.
-	Metadata map[string]any
-	// StatsKey is the reference service's stats key of the descriptor, such
-	// as "edge.api_key.path_/login"; DetailedMetric and ValueToMetric put
-	// the request's values in it, as the reference does.
-	StatsKey                      string
-	DetailedMetric, ValueToMetric bool
-
-	replacesNodes []*yaml.Node // where each replaces name was, while decoding
+	// Envoy, when set, makes this an Envoy descriptor rule, with the
+	// settings such a rule has beside its limit (see EnvoyDescriptor).
+	Envoy *EnvoyDescriptor
 }
 
 // Reserve is how a rule reserves an estimate and settles the real cost.

@@ -380,8 +380,8 @@ func (d *decoder) penalty(v *yaml.Node, f string) *Penalty {
 }
 
 // envoyMatch decodes the Envoy descriptors a rule answers.
-func (d *decoder) envoyMatch(v *yaml.Node, f string) *EnvoyMatch {
-	m := &EnvoyMatch{}
+func (d *decoder) envoyMatch(v *yaml.Node, f string) *EnvoyDescriptor {
+	m := &EnvoyDescriptor{}
 	d.fields(v, f, map[string]func(*yaml.Node, string){
 		"domain": func(v *yaml.Node, f string) { m.Domain, _ = d.str(v, f) },
 		"descriptors": func(v *yaml.Node, f string) {

@@ -44,7 +44,7 @@ func (r *Rule) SummaryIn(region string) string {
 		b.WriteString(missingWords(r))
 	}
 	b.WriteString(": ")
-	if r.Unlimited {
+	if r.Envoy != nil && r.Envoy.Unlimited {
 		b.WriteString("unlimited")
 	} else {
 		b.WriteString(Ceiling(r.Limit))

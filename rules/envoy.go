@@ -10,12 +10,34 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// EnvoyMatch makes a rule an Envoy descriptor rule: it applies to the
-// descriptors of Envoy's rate limit service (gRPC) in Domain whose entries
-// match Entries, one to one and in order, and never to plain HTTP requests.
-type EnvoyMatch struct {
+// EnvoyDescriptor makes a rule an Envoy descriptor rule: it applies to
+// the descriptors of Envoy's rate limit service (gRPC) in Domain whose
+// entries match Entries, one to one and in order, and never to plain HTTP
+// requests. The rest is what envoyproxy/ratelimit's file says of a
+// descriptor beside its limit.
+type EnvoyDescriptor struct {
 	Domain  string
 	Entries []EnvoyEntry
+	// Name is the limit's name for replaces (rate_limit.name); Replaces
+	// names the limits this one replaces when both apply to one request;
+	// Unlimited limits always allow and count nothing.
+	Name      string
+	Replaces  []string
+	Unlimited bool
+	// Whitelisted descriptors are never limited; Deny ones
+	// (requests_per_unit: 0) are always over the limit; QuotaMode ones make
+	// a response OVER_LIMIT only when every quota descriptor is over.
+	Whitelisted, Deny, QuotaMode bool
+	// Metadata is the descriptor's metadata, returned in the response's
+	// dynamic metadata for descriptors that pass.
+	Metadata map[string]any
+	// StatsKey is the reference service's stats key of the descriptor, such
+	// as "edge.api_key.path_/login"; DetailedMetric and ValueToMetric put
+	// the request's values in it, as the reference does.
+	StatsKey                      string
+	DetailedMetric, ValueToMetric bool
+
+	replacesNodes []*yaml.Node // where each replaces name was, while decoding
 }
 
 // EnvoyEntry matches one descriptor entry: Key exactly, and Value exactly,
@@ -192,10 +214,9 @@ func (d *decoder) envoyDescriptors(c *Config, domain string, path []EnvoyEntry, 
 		case children == nil:
 			// Neither a limit nor nested descriptors: whitelisted, so a more
 			// general limit (a key without value) does not apply to it.
-			r := &Rule{Cost: 1, Line: item.Line, Envoy: &EnvoyMatch{Domain: domain, Entries: here}, Whitelisted: true,
+			r := &Rule{Cost: 1, Line: item.Line, Envoy: &EnvoyDescriptor{Domain: domain, Entries: here, Whitelisted: true, StatsKey: envoyStatsKey(domain, here)},
 				Limit: sluice.Limit{Rate: 1, Period: time.Second, Algorithm: sluice.FixedWindow}}
 			r.ID = envoyID(domain, here, "", ids)
-			r.StatsKey = envoyStatsKey(domain, here)
 			c.Rules = append(c.Rules, r)
 		}
 		if children != nil && children.Tag != "!!null" {
@@ -211,8 +232,9 @@ type envoyOptions struct {
 }
 
 func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, field string, o envoyOptions, ids map[string]bool) *Rule {
-	r := &Rule{Cost: 1, Shadow: o.shadow, Line: n.Line, Envoy: &EnvoyMatch{Domain: domain, Entries: entries},
-		QuotaMode: o.quota, Metadata: o.metadata, DetailedMetric: o.detailed, ValueToMetric: o.valueToMetric}
+	ed := &EnvoyDescriptor{Domain: domain, Entries: entries, QuotaMode: o.quota, Metadata: o.metadata,
+		DetailedMetric: o.detailed, ValueToMetric: o.valueToMetric, StatsKey: envoyStatsKey(domain, entries)}
+	r := &Rule{Cost: 1, Shadow: o.shadow, Line: n.Line, Envoy: ed}
 	var unit string
 	var unitNode *yaml.Node
 	var perUnit int64
@@ -220,8 +242,8 @@ func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, f
 	d.fields(n, field, map[string]func(*yaml.Node, string){
 		"unit":              func(v *yaml.Node, f string) { unit, _ = d.str(v, f); unitNode = v },
 		"requests_per_unit": func(v *yaml.Node, f string) { perUnit, perUnitSet = d.integer(v, f) },
-		"unlimited":         func(v *yaml.Node, f string) { r.Unlimited, _ = d.boolean(v, f) },
-		"name":              func(v *yaml.Node, f string) { r.Name, _ = d.str(v, f) },
+		"unlimited":         func(v *yaml.Node, f string) { ed.Unlimited, _ = d.boolean(v, f) },
+		"name":              func(v *yaml.Node, f string) { ed.Name, _ = d.str(v, f) },
 		"replaces": func(v *yaml.Node, f string) {
 			if v.Kind != yaml.SequenceNode {
 				d.fail(v, f, "want a list of {name: ...}")
@@ -234,23 +256,22 @@ func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, f
 							if s == "" {
 								d.fail(v, f, "empty: name the limit this one replaces")
 							}
-							r.Replaces = append(r.Replaces, s)
-							r.replacesNodes = append(r.replacesNodes, v)
+							ed.Replaces = append(ed.Replaces, s)
+							ed.replacesNodes = append(ed.replacesNodes, v)
 						}
 					},
 				})
 			}
 		},
 	})
-	for i, name := range r.Replaces {
-		if name != "" && name == r.Name {
-			d.fail(r.replacesNodes[i], fmt.Sprintf("%s.replaces[%d].name", field, i), "a limit cannot replace itself (%q)", name)
+	for i, name := range ed.Replaces {
+		if name != "" && name == ed.Name {
+			d.fail(ed.replacesNodes[i], fmt.Sprintf("%s.replaces[%d].name", field, i), "a limit cannot replace itself (%q)", name)
 		}
 	}
-	r.replacesNodes = nil
-	r.ID = envoyID(domain, entries, r.Name, ids)
-	r.StatsKey = envoyStatsKey(domain, entries)
-	if r.Unlimited {
+	ed.replacesNodes = nil
+	r.ID = envoyID(domain, entries, ed.Name, ids)
+	if ed.Unlimited {
 		if unitNode != nil {
 			d.fail(unitNode, field+".unit", "an unlimited limit takes no unit")
 		}
@@ -269,7 +290,7 @@ func (d *decoder) envoyRule(domain string, entries []EnvoyEntry, n *yaml.Node, f
 	switch {
 	case perUnitSet && perUnit == 0:
 		// Zero requests per unit: always over the limit (a block list).
-		r.Deny = true
+		ed.Deny = true
 		r.Limit = sluice.Limit{Rate: 1, Period: period, Algorithm: sluice.FixedWindow}
 		return r
 	case perUnit < 0 || !perUnitSet:

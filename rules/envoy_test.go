@@ -30,7 +30,7 @@ func TestEnvoyFileLoadsAsIs(t *testing.T) {
 	if r := byID["edge.api_key.path__export__"]; r == nil || !r.Shadow || r.Limit.Period != time.Hour {
 		t.Fatalf("shadow export rule: %+v", r)
 	}
-	if r := byID["edge.source_internal"]; r == nil || !r.Unlimited {
+	if r := byID["edge.source_internal"]; r == nil || !r.Envoy.Unlimited {
 		t.Fatalf("unlimited rule: %+v", r)
 	}
 	if c.NeedsBody() {

@@ -245,15 +245,15 @@ func TestEveryFieldIsRead(t *testing.T) {
 	switch {
 	case k == nil || inner == nil || free == nil || white == nil:
 		t.Fatalf("rules: %v", byKey)
-	case !k.Shadow || !k.DetailedMetric || !k.QuotaMode || k.Name != "five" || k.Limit.Rate != 5 || k.Limit.Period != 7*24*time.Hour:
+	case !k.Shadow || !k.Envoy.DetailedMetric || !k.Envoy.QuotaMode || k.Envoy.Name != "five" || k.Limit.Rate != 5 || k.Limit.Period != 7*24*time.Hour:
 		t.Fatalf("k: %+v", k)
-	case k.Metadata["team"] != "search" || k.Envoy.Entries[0].Value != "v":
-		t.Fatalf("k's metadata %v, entry %+v", k.Metadata, k.Envoy.Entries[0])
-	case !inner.Deny || len(inner.Replaces) != 1 || inner.Replaces[0] != "five" || len(inner.Envoy.Entries) != 2:
+	case k.Envoy.Metadata["team"] != "search" || k.Envoy.Entries[0].Value != "v":
+		t.Fatalf("k's metadata %v, entry %+v", k.Envoy.Metadata, k.Envoy.Entries[0])
+	case !inner.Envoy.Deny || len(inner.Envoy.Replaces) != 1 || inner.Envoy.Replaces[0] != "five" || len(inner.Envoy.Entries) != 2:
 		t.Fatalf("inner (0 per day, replacing five): %+v", inner)
-	case !free.Unlimited:
+	case !free.Envoy.Unlimited:
 		t.Fatalf("free: %+v", free)
-	case !white.Whitelisted:
+	case !white.Envoy.Whitelisted:
 		t.Fatalf("white: %+v", white)
 	}
 }
