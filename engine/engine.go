@@ -40,9 +40,10 @@ type Options struct {
 	Gateways func() int
 	// Logger receives reload and breaker events (default slog.Default()).
 	Logger *slog.Logger
-	// MaxOverrides bounds the distinct Envoy limit overrides counted at once
-	// (default DefaultMaxOverrides).
-	MaxOverrides int
+	// MaxDescriptorLimits bounds the distinct descriptor limits (the limit
+	// an Envoy descriptor carries) counted at once (default
+	// DefaultMaxDescriptorLimits).
+	MaxDescriptorLimits int
 	// DecisionLog, if set, logs decisions (rejections, or all): see
 	// DecisionLog.
 	DecisionLog *DecisionLog
@@ -71,7 +72,7 @@ type Engine struct {
 	log          *slog.Logger
 	set          atomic.Pointer[ruleSet]
 	reloads      [2]atomic.Uint64 // ok, failed
-	overrides    *envoyOverrides
+	descLimits   *descriptorLimits
 	decisions    *DecisionLog
 	keyOverrides keyOverrides
 	onReject     func(rule, key string)
@@ -98,7 +99,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
 	e.keyOverrides.source = o.Overrides
 	dropper, _ := o.Store.(LimitDropper)
-	e.overrides = newOverrides(o.MaxOverrides, dropper)
+	e.descLimits = newDescriptorLimits(o.MaxDescriptorLimits, dropper)
 	e.keyOverrides.drop = dropper
 	e.keyOverrides.fallback, _ = o.Fallback.(LimitDropper)
 	if e.log == nil {
@@ -160,7 +161,7 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
 		switch {
 		case state == rules.KeyFound:
-			if !ov.Empty() && (ov.Has(r.ID) || r.OverrideOf != "" && ov.Has(r.OverrideOf)) {
+			if !ov.Empty() && (ov.Has(r.ID) || r.KeyLimitOf != "" && ov.Has(r.KeyLimitOf)) {
 				if now.IsZero() {
 					now = time.Now()
 				}

@@ -895,7 +895,7 @@ rules:
 			t.Errorf("%s: %d of 40 admitted, want %d (last by %s)", user, got, want, rule)
 		}
 	}
-	if ids := fmt.Sprint(len(f.e.Config().Rules), " ", f.e.Config().Rules[1].ID); ids != "2 per-user.override-1" {
+	if ids := fmt.Sprint(len(f.e.Config().Rules), " ", f.e.Config().Rules[1].ID); ids != "2 per-user.key-limit-1" {
 		t.Errorf("rules %s", ids)
 	}
 }

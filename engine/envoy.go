@@ -80,9 +80,9 @@ func (n *envoyNode) lookup(entries []rules.EnvoyEntry) *rule {
 // Descriptor is one descriptor of an Envoy rate limit request.
 type Descriptor struct {
 	Entries []rules.EnvoyEntry
-	// Override replaces the configured limit, as Envoy's per-descriptor
-	// limit override does.
-	Override *sluice.Limit
+	// Limit, the descriptor limit, replaces its rule's limit: Envoy's
+	// RateLimitDescriptor.limit.
+	Limit *sluice.Limit
 	// Hits is what the descriptor takes; Negative gives Hits back instead
 	// (Envoy's is_negative_hits). Without HitsSet, 0 means 1.
 	//
@@ -105,7 +105,7 @@ type Descriptor struct {
 // reference service (envoyproxy/ratelimit) does: res.Statuses has one status
 // per descriptor, in order. A descriptor that matches no limit, a
 // whitelisted one (no rate_limit and no nested descriptors), one of an
-// unknown domain (even with a limit override), and one whose limit another
+// unknown domain (even with a descriptor limit), and one whose limit another
 // matched limit replaces have Rule "" and count nothing; an unlimited one has
 // Unlimited set; a requests_per_unit: 0 limit is always over. Every counted
 // descriptor is taken in one store call, all or nothing; quota_mode
@@ -138,7 +138,8 @@ type descriptorTake struct {
 	start, end int
 }
 
-// lookupDescriptors matches each descriptor to its rule (or an override),
+// lookupDescriptors matches each descriptor to its rule (or its descriptor
+// limit),
 // answers those that count nothing (no rule, whitelisted, replaced,
 // unlimited, requests_per_unit: 0) in res.Statuses, and returns the others
 // with their keys built.
@@ -162,17 +163,17 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 	for i, d := range descs {
 		r := matchedRule[i]
 		limit := sluice.Limit{}
-		var override *sluice.Limit
-		if d.Override != nil && known {
-			override = e.descriptorOverride(domain, r, *d.Override)
+		var own *sluice.Limit // the descriptor's own limit
+		if d.Limit != nil && known {
+			own = e.descriptorLimit(domain, r, *d.Limit)
 		}
 		switch {
-		case override != nil:
+		case own != nil:
 			if r == nil {
-				r = &rule{Rule: &rules.Rule{ID: domain + "#override", Limit: *override, Cost: 1, Envoy: &rules.EnvoyDescriptor{Domain: domain}}, stats: &unreported}
+				r = &rule{Rule: &rules.Rule{ID: domain + descriptorLimitID, Limit: *own, Cost: 1, Envoy: &rules.EnvoyDescriptor{Domain: domain}}, stats: &unreported}
 				r.fallbackID = r.ID + "#fallback"
 			}
-			limit = *override
+			limit = *own
 		case r != nil && r.Envoy.Unlimited:
 			res.Statuses[i].Unlimited = true
 			continue
@@ -188,7 +189,7 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 		if d.Negative {
 			hits = -hits
 		}
-		if r.Envoy.Deny && override == nil {
+		if r.Envoy.Deny && own == nil {
 			denied(&res.Statuses[i], r, limit)
 			continue
 		}
@@ -201,11 +202,15 @@ func (e *Engine) lookupDescriptors(rs *ruleSet, domain string, descs []Descripto
 	return list
 }
 
-// descriptorOverride is a descriptor's own limit: counted with its rule's
+// descriptorLimitID names, after its domain, the counts of descriptor
+// limits that no rule of the domain matches.
+const descriptorLimitID = "#descriptor-limit"
+
+// descriptorLimit is a descriptor's own limit: counted with its rule's
 // algorithm (a fixed window without a rule), or nil past the bound on
-// distinct overrides.
-func (e *Engine) descriptorOverride(domain string, r *rule, l sluice.Limit) *sluice.Limit {
-	id, alg := domain+"#override", sluice.FixedWindow
+// distinct descriptor limits.
+func (e *Engine) descriptorLimit(domain string, r *rule, l sluice.Limit) *sluice.Limit {
+	id, alg := domain+descriptorLimitID, sluice.FixedWindow
 	if r != nil {
 		id, alg = r.ID, r.Limit.Algorithm
 	}
@@ -213,7 +218,7 @@ func (e *Engine) descriptorOverride(domain string, r *rule, l sluice.Limit) *slu
 	if !alg.IsBucket() {
 		l.Burst = 0
 	}
-	if !e.overrides.admit(id, l) {
+	if !e.descLimits.admit(id, l) {
 		return nil
 	}
 	return &l

@@ -126,13 +126,13 @@ func TestEnvoyParityAtTheEngine(t *testing.T) {
 	}
 }
 
-// A limit override on a configured rule counts under that rule, with its
+// A descriptor limit on a configured rule counts under that rule, with its
 // algorithm.
 func TestOverrideCountsUnderItsRule(t *testing.T) {
 	e := parityEngine(t, "rules:\n  - {id: g, key: [user], rate: 5, per: 1h, algorithm: gcra, envoy: {domain: p, descriptors: [{key: g}]}}\n")
 	d := desc("g", "v")
 	l := sluice.Limit{Rate: 2, Period: time.Hour, Algorithm: sluice.FixedWindow}
-	d.Override = &l
+	d.Limit = &l
 	r := e.checkOne(t, d)
 	if st := r.Statuses[0]; st.Rule != "g" || st.Limit.Algorithm != sluice.GCRA || st.Limit.Rate != 2 {
 		t.Fatalf("override on rule g: %+v", st.Decision)

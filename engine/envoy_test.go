@@ -86,7 +86,7 @@ func TestDescriptorsCountHitsRefundsAndOverrides(t *testing.T) {
 		t.Fatalf("after giving 3 back, 2 more: %+v", res.Statuses[0].Decision)
 	}
 	over := desc("remote_address", "198.51.100.1")
-	over.Override = &sluice.Limit{Rate: 1, Period: time.Hour}
+	over.Limit = &sluice.Limit{Rate: 1, Period: time.Hour}
 	e.CheckDescriptors(ctx, "edge", []Descriptor{over}, &res)
 	if e.CheckDescriptors(ctx, "edge", []Descriptor{over}, &res); res.Allowed || res.Statuses[0].Limit.Rate != 1 {
 		t.Fatalf("override of 1 per hour: %+v", res.Statuses[0].Decision)

@@ -188,16 +188,16 @@ func TestPathTricksDoNotEscapeARule(t *testing.T) {
 	}
 }
 
-// Envoy limit overrides come with the request: distinct ones must not grow
+// Descriptor limits come with the request: distinct ones must not grow
 // the store's tables without end. Past the bound, the configured rule
 // answers, and idle overrides make room.
-func TestDistinctEnvoyOverridesAreBounded(t *testing.T) {
+func TestDistinctDescriptorLimitsAreBounded(t *testing.T) {
 	src := "rules:\n  - {id: tenant, key: [tenant], rate: 5, per: 1h, envoy: {domain: edge, descriptors: [{key: tenant}]}}\n"
-	f := newFixture(t, src, Options{MaxOverrides: 8})
+	f := newFixture(t, src, Options{MaxDescriptorLimits: 8})
 	ctx := context.Background()
 	desc := func(rate int64) []Descriptor {
 		l := sluice.Limit{Rate: rate, Period: time.Second, Algorithm: sluice.FixedWindow}
-		return []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "t"}}, Hits: 1, Override: &l}}
+		return []Descriptor{{Entries: []rules.EnvoyEntry{{Key: "tenant", Value: "t"}}, Hits: 1, Limit: &l}}
 	}
 	var res Result
 	for rate := int64(1); rate <= 1000; rate++ {
@@ -205,7 +205,7 @@ func TestDistinctEnvoyOverridesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	live, refused := f.e.OverrideStats()
+	live, refused := f.e.DescriptorLimitStats()
 	if live != 8 || refused != 1000-8 {
 		t.Fatalf("live %d refused %d, want 8 and %d", live, refused, 1000-8)
 	}
@@ -218,7 +218,7 @@ func TestDistinctEnvoyOverridesAreBounded(t *testing.T) {
 	}
 	// Once the overrides are idle for their period, new ones get room.
 	time.Sleep(10 * time.Millisecond)
-	f.e.overrides.start = f.e.overrides.start.Add(-time.Hour) // as if an hour passed
+	f.e.descLimits.start = f.e.descLimits.start.Add(-time.Hour) // as if an hour passed
 	if err := f.e.CheckDescriptors(ctx, "edge", desc(5000), &res); err != nil {
 		t.Fatal(err)
 	}

@@ -112,17 +112,17 @@ func (k *keyOverrides) dropUnused(old *derivedRules, rs *ruleSet, set *overrides
 			inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] = true
 		}
 	}
-	dropped := map[overrideKey]bool{}
+	dropped := map[limitKey]bool{}
 	for o, r := range old.rules {
 		if inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] {
 			continue
 		}
 		base := rs.find(r.ID)
 		for _, l := range []sluice.Limit{r.store, r.Limit} {
-			if base != nil && (l == base.store || l == base.Limit || l == base.Fallback) || dropped[overrideKey{r.ID, l}] {
+			if base != nil && (l == base.store || l == base.Limit || l == base.Fallback) || dropped[limitKey{r.ID, l}] {
 				continue
 			}
-			dropped[overrideKey{r.ID, l}] = true
+			dropped[limitKey{r.ID, l}] = true
 			if k.drop != nil {
 				k.drop.DropLimit(r.ID, l)
 			}
@@ -171,8 +171,8 @@ func (e *Engine) CheckOverride(o *overrides.Override) error {
 	switch {
 	case r == nil:
 		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("no rule %q is in force", o.Rule)}
-	case r.OverrideOf != "":
-		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is rule %s's overrides list in the rule file: name %s (an operator's override of it wins over the file's for the same key)", o.Rule, r.OverrideOf, r.OverrideOf)}
+	case r.KeyLimitOf != "":
+		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is one of rule %s's key limits in the rule file: name %s (an operator's override of it wins over the file's key limit for the same key)", o.Rule, r.KeyLimitOf, r.KeyLimitOf)}
 	case r.Envoy != nil:
 		return &overrides.FieldError{Field: "rule", Problem: fmt.Sprintf("rule %q is an Envoy descriptor's: overrides apply to the HTTP faces' rules", o.Rule)}
 	case o.Prefix != "" && (len(r.Key) != 1 || r.Key[0].Hash || r.Key[0].Kind == rules.FromIP):
@@ -227,8 +227,8 @@ func keyNames(r *rule) string {
 func (e *Engine) override(rs *ruleSet, set *overrides.Set, r *rule, res *Result, start int, now time.Time) (*rule, string, bool) {
 	key := view.String(res.keyBuf[start:]) // not kept
 	o := set.Find(r.ID, key, now)
-	if o == nil && r.OverrideOf != "" {
-		o = set.Find(r.OverrideOf, key, now) // the file's override of the rule, for this key: the operator's wins
+	if o == nil && r.KeyLimitOf != "" {
+		o = set.Find(r.KeyLimitOf, key, now) // the file's override of the rule, for this key: the operator's wins
 	}
 	if o == nil {
 		return r, "", false

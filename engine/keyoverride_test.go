@@ -291,7 +291,7 @@ rules:
 	// The file's overrides list is not a rule of its own to override: an
 	// exemption there would win over a block on the rule for the key.
 	for _, r := range f.e.Config().Rules {
-		if r.OverrideOf == "per-user" {
+		if r.KeyLimitOf == "per-user" {
 			err := f.e.CheckOverride(&overrides.Override{Rule: r.ID, Key: "partner", Action: overrides.Exempt})
 			if fe, ok := err.(*overrides.FieldError); !ok || fe.Field != "rule" || !strings.Contains(fe.Problem, "name per-user") {
 				t.Errorf("an override of %s, the file's overrides list: %v; want it refused, naming per-user", r.ID, err)

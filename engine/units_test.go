@@ -36,7 +36,7 @@ func TestMulCost(t *testing.T) {
 // An override is idle one second after its period has passed unused, not
 // before.
 func TestOverrideIdleAfterItsPeriodAndASecond(t *testing.T) {
-	o := newOverrides(1, nil)
+	o := newDescriptorLimits(1, nil)
 	o.start = o.start.Add(-time.Hour) // an engine running for an hour
 	l := userLimit(time.Minute)
 	if !o.admit("r", l) {

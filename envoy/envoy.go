@@ -170,7 +170,7 @@ func descriptors(req *rlsv3.RateLimitRequest, sc *envoyState) ([]engine.Descript
 			if err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
 			}
-			ed.Override = &l
+			ed.Limit = &l
 		}
 		descs = append(descs, ed)
 	}
@@ -290,7 +290,7 @@ type envoyState struct {
 
 var envoyScratch = sync.Pool{New: func() any { return new(envoyState) }}
 
-// overrideLimit reads a descriptor's limit override.
+// overrideLimit reads a descriptor's own limit (its descriptor limit).
 func overrideLimit(o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) (sluice.Limit, error) {
 	var period time.Duration
 	switch o.GetUnit() {

@@ -205,10 +205,16 @@ var (
 		"Units given back to the store: counted by a late-answered call, not admitted by this gateway.", nil, nil)
 	descGateways = prometheus.NewDesc("sluice_gateways",
 		"Gateways sharing the store, as this one counts them (live heartbeats, or --gateways).", nil, nil)
+	descDescriptorLimits = prometheus.NewDesc("sluice_descriptor_limits",
+		"Distinct descriptor limits (the limit an Envoy descriptor carries) counted now.", nil, nil)
+	descDescriptorLimitsRefused = prometheus.NewDesc("sluice_descriptor_limits_refused_total",
+		"Envoy descriptors whose own limit was not counted because the bound on distinct descriptor limits was reached (answered by the configured rule).", nil, nil)
+	// The same two under their former names, for dashboards written
+	// against them: deprecated.
 	descOverrides = prometheus.NewDesc("sluice_envoy_overrides",
-		"Distinct Envoy limit overrides counted now.", nil, nil)
+		"Deprecated: sluice_descriptor_limits.", nil, nil)
 	descOverridesRefused = prometheus.NewDesc("sluice_envoy_overrides_refused_total",
-		"Envoy descriptors whose limit override was not counted because the bound on distinct overrides was reached (answered by the configured rule).", nil, nil)
+		"Deprecated: sluice_descriptor_limits_refused_total.", nil, nil)
 	descStoreCalls = prometheus.NewDesc("sluice_store_calls_total",
 		"Calls made to the shared store (the embedded store, or Redis), whatever the sync modes: decisions / calls is what leases and the deny cache save.", nil, nil)
 	descDenyHits = prometheus.NewDesc("sluice_deny_cache_hits_total",
@@ -239,7 +245,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descDescriptorLimits, descDescriptorLimitsRefused, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
 		ch <- d
 	}
 }
@@ -360,9 +366,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(envoyStat(name), v, r.Envoy.StatsKey)
 		}
 	}
-	live, refusedOverrides := c.e.OverrideStats()
+	live, refusedLimits := c.e.DescriptorLimitStats()
+	ch <- prometheus.MustNewConstMetric(descDescriptorLimits, prometheus.GaugeValue, float64(live))
+	counter(descDescriptorLimitsRefused, refusedLimits)
 	ch <- prometheus.MustNewConstMetric(descOverrides, prometheus.GaugeValue, float64(live))
-	counter(descOverridesRefused, refusedOverrides)
+	counter(descOverridesRefused, refusedLimits)
 	ok, refused := c.e.Reloads()
 	counter(descReloads, ok, "ok")
 	counter(descReloads, refused, "refused")

@@ -114,10 +114,10 @@ type Rule struct {
 	Key []*Source
 	// Limit is the rate, period, burst and algorithm.
 	Limit sluice.Limit
-	// OverrideOf is, for a rule made of another's overrides list
-	// ("per-key.override-1"), that rule's id: an operator's override of
+	// KeyLimitOf is, for a rule made of another's keyLimits list
+	// ("per-key.key-limit-1"), that rule's id: an operator's override of
 	// that rule for one of these keys applies here.
-	OverrideOf string
+	KeyLimitOf string
 	// Cost is what one request takes (default 1).
 	Cost int64
 	// Unit names what the rule counts, in the answers' words ("Limit is
@@ -179,7 +179,7 @@ type Rule struct {
 	Exempt []ValueSet
 
 	also      []window   // further windows, expanded into rules of their own at load
-	overrides []override // limits for some key values, expanded likewise
+	keyLimits []keyLimit // limits for some key values, expanded likewise
 
 	// Sync is how the rule's count is shared among gateways (the sync
 	// setting; exact by default).

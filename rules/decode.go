@@ -543,7 +543,7 @@ func (d *decoder) prefixes(v *yaml.Node, f string) []netip.Prefix {
 	return out
 }
 
-// rules decodes the rules list: each rule, with the rules its overrides
+// rules decodes the rules list: each rule, with the rules its key limits
 // and further windows make, under ids that must not repeat.
 func (d *decoder) rules(c *Config, rulesNode *yaml.Node, allowNone bool) {
 	if rulesNode.Kind != yaml.SequenceNode {
@@ -563,7 +563,7 @@ func (d *decoder) rules(c *Config, rulesNode *yaml.Node, allowNone bool) {
 		if r == nil {
 			continue
 		}
-		more := d.overrides(r) // first: r then exempts the override's keys, windows included
+		more := d.keyLimitRules(r) // first: r then exempts the key limits' keys, windows included
 		more = append(more, d.windows(r, field)...)
 		for _, x := range append([]*Rule{r}, more...) {
 			if line, dup := ids[x.ID]; dup && x.ID != "" {

@@ -12,27 +12,28 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// override is a limit of a rule for some key values (its overrides list).
-type override struct {
+// keyLimit is a limit of a rule for some key values (its keyLimits list).
+type keyLimit struct {
 	values []ValueSet
 	limit  sluice.Limit // unset fields: the rule's
 	node   *yaml.Node
 	field  string
 }
 
-// overrides returns the rules of r's overrides, and takes their values out
-// of r (and of its windows): rule "per-key" with an override for partner
-// keys becomes "per-key", which exempts them, and "per-key.override-1",
-// which applies only to them, with the override's rate, period and burst
-// (the rule's where unset). A key has one count per limit, as in every
-// other change of limit: an override starts its keys fresh.
-func (d *decoder) overrides(r *Rule) []*Rule {
+// keyLimitRules returns the rules of r's key limits, and takes their
+// values out of r (and of its windows): rule "per-key" with a key limit for
+// partner keys becomes "per-key", which exempts them, and
+// "per-key.key-limit-1", which applies only to them, with the key limit's
+// rate, period and burst (the rule's where unset). A key has one count per
+// limit, as in every other change of limit: a key limit starts its keys
+// fresh.
+func (d *decoder) keyLimitRules(r *Rule) []*Rule {
 	var out []*Rule
-	for i, o := range r.overrides {
+	for i, o := range r.keyLimits {
 		x := *r
-		x.overrides, x.also = nil, nil
-		x.ID = fmt.Sprintf("%s.override-%d", r.ID, i+1)
-		x.OverrideOf = r.ID
+		x.keyLimits, x.also = nil, nil
+		x.ID = fmt.Sprintf("%s.key-limit-%d", r.ID, i+1)
+		x.KeyLimitOf = r.ID
 		x.Match.Values = append(slices.Clone(r.Match.Values), o.values...)
 		l := r.Limit
 		if o.limit.Rate > 0 {
@@ -49,13 +50,13 @@ func (d *decoder) overrides(r *Rule) []*Rule {
 			continue
 		}
 		if x.Cost > l.Capacity() {
-			d.fail(o.node, o.field, "cost %d is more than the override's burst %d: no request could ever pass", x.Cost, l.Capacity())
+			d.fail(o.node, o.field, "cost %d is more than the key limit's burst %d: no request could ever pass", x.Cost, l.Capacity())
 			continue
 		}
 		x.Limit, x.Fallback = l, l
 		out = append(out, &x)
 	}
-	for _, o := range r.overrides {
+	for _, o := range r.keyLimits {
 		r.Exempt = append(r.Exempt, o.values...)
 	}
 	return out
@@ -88,7 +89,7 @@ func (d *decoder) windows(r *Rule, field string) []*Rule {
 		}
 		periods[w.limit.Period] = true
 		x := *r
-		x.also, x.overrides = nil, nil
+		x.also, x.keyLimits = nil, nil
 		x.Limit, x.Fallback = w.limit, w.limit
 		x.ID = r.ID + "." + sluice.FormatPeriod(w.limit.Period)
 		if err := w.limit.Validate(); err != nil {
@@ -134,7 +135,9 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		"algorithm": func(v *yaml.Node, f string) { r.Limit.Algorithm, _ = d.algorithm(v, f) },
 		"calendar":  func(v *yaml.Node, f string) { r.Limit.Calendar, _ = d.boolean(v, f) },
 		"also":      func(v *yaml.Node, f string) { r.also = d.also(v, f) },
-		"overrides": func(v *yaml.Node, f string) { r.overrides = d.overrideList(c, v, f) },
+		"keyLimits": func(v *yaml.Node, f string) { r.keyLimits = append(r.keyLimits, d.keyLimitList(c, v, f)...) },
+		// The former name of keyLimits, still read.
+		"overrides": func(v *yaml.Node, f string) { r.keyLimits = append(r.keyLimits, d.keyLimitList(c, v, f)...) },
 		"cost":      func(v *yaml.Node, f string) { at.cost = v; r.Cost, _ = d.positive(v, f) },
 		"unit":      func(v *yaml.Node, f string) { r.Unit = d.unit(v, f) },
 
@@ -408,11 +411,11 @@ func (d *decoder) envoyMatch(v *yaml.Node, f string) *EnvoyDescriptor {
 	return m
 }
 
-// overrideList decodes a rule's overrides: limits for some key values.
-func (d *decoder) overrideList(c *Config, v *yaml.Node, f string) []override {
-	var out []override
+// keyLimitList decodes a rule's key limits: limits for some key values.
+func (d *decoder) keyLimitList(c *Config, v *yaml.Node, f string) []keyLimit {
+	var out []keyLimit
 	d.each(v, f, "a list such as [{values: {api_key: [K]}, rate: 1000}]", func(item *yaml.Node, of string) {
-		o := override{node: item, field: of}
+		o := keyLimit{node: item, field: of}
 		d.fields(item, of, map[string]func(*yaml.Node, string){
 			"values": func(v *yaml.Node, f string) { o.values = d.valueSets(c, v, f) },
 			"rate":   func(v *yaml.Node, f string) { o.limit.Rate, _ = d.integer(v, f) },
@@ -420,7 +423,7 @@ func (d *decoder) overrideList(c *Config, v *yaml.Node, f string) []override {
 			"burst":  func(v *yaml.Node, f string) { o.limit.Burst, _ = d.integer(v, f) },
 		})
 		if len(o.values) == 0 {
-			d.fail(item, of+".values", "missing: the key values the override is for, such as {api_key: [K]}")
+			d.fail(item, of+".values", "missing: the key values the limit is for, such as {api_key: [K]}")
 			return
 		}
 		out = append(out, o)

@@ -34,7 +34,7 @@ rules:
 	want := []string{
 		"plans: with plan gold|silver except ip 10.0.0.0/8, per user (without it: per ip): at most 100 at once, then 100 per minute (gcra)",
 		"keys: every request except api_key in 1 listed values, per api_key (without it: per ip): at most 10 at once, then 10 per minute (gcra)",
-		"keys.override-1: with api_key in 1 listed values, per api_key (without it: per ip): at most 1000 at once, then 1000 per minute (gcra)",
+		"keys.key-limit-1: with api_key in 1 listed values, per api_key (without it: per ip): at most 1000 at once, then 1000 per minute (gcra)",
 		"tiered: every request, per ip: at most 100 at once, then 100 per minute; tiers: keeps 20% for gold, 30% for silver and above (bronze may use 50%) (gcra)",
 		"adapt: every request, per ip: at most 100 at once, then 100 per minute; adaptive: admits less while the protected service is under pressure (gcra)",
 		"llm: every request, per ip: at most 100 at once, then 100 per minute; reserves 10 up front and settles at the real cost (response header X-Used) within 1 second (gcra)",

@@ -837,3 +837,19 @@ func TestNotPathTakesPathsOutOfAMatch(t *testing.T) {
 		t.Errorf("a pattern without its slash: %v", err)
 	}
 }
+
+// A rule's keyLimits list is read under its former name, overrides, too:
+// the same rules, ids and exemptions either way.
+func TestKeyLimitsAreReadUnderTheirFormerName(t *testing.T) {
+	var got []string
+	for _, list := range []string{"keyLimits", "overrides"} {
+		c, err := Parse("k.yaml", []byte("rules:\n  - {id: per-key, key: [api_key], rate: 100, per: 1m, "+list+": [{values: {api_key: [gold]}, rate: 1000}]}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", list, err)
+		}
+		got = append(got, fmt.Sprint(len(c.Rules), c.Rules[1].ID, c.Rules[1].KeyLimitOf, c.Rules[1].Limit.Rate, len(c.Rules[0].Exempt)))
+	}
+	if got[0] != got[1] || got[0] != "2per-key.key-limit-1per-key1000 1" {
+		t.Fatalf("keyLimits %q, overrides %q; want both 2 rules, per-key.key-limit-1 of per-key at 1000, the rule exempting its keys", got[0], got[1])
+	}
+}

@@ -200,7 +200,7 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 			if r := c.call("conf", desc("q1", "b"), desc("q2", "a")); r.OverallCode != ok || r.Statuses[1].Code != over {
 				t.Fatalf("one quota of two over: %v", r)
 			}
-			// A limit override for an unknown domain applies no limit.
+			// A descriptor limit in an unknown domain applies no limit.
 			o := desc("k", "v")
 			o.Limit = &ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
 			for range 3 {

@@ -15,7 +15,7 @@ import (
 // is computed once and kept.
 //
 // Limits come from the rules, and also from requests (an Envoy descriptor's
-// limit override), so the cache is bounded: past maxCachedLimits limits, the
+// own limit, its descriptor limit), so the cache is bounded: past maxCachedLimits limits, the
 // rest are computed per take, as if there were no cache. It is a map
 // replaced whole on each addition (at most maxCachedLimits times), read
 // without a lock.
