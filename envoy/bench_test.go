@@ -10,7 +10,7 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/benchtest"
+	"github.com/sluice-rl/sluice/internal/testkit/benchtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 	"google.golang.org/grpc"

@@ -22,7 +22,7 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 	"golang.org/x/net/http2"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluice-rl/sluice/internal/tracecheck"
+	"github.com/sluice-rl/sluice/internal/testkit/tracecheck"
 	"github.com/sluice-rl/sluice/tracing"
 	"google.golang.org/grpc/metadata"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/benchtest"
+	"github.com/sluice-rl/sluice/internal/testkit/benchtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"

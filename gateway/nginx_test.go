@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store/memory"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/httplimit"
-	"github.com/sluice-rl/sluice/internal/tracecheck"
+	"github.com/sluice-rl/sluice/internal/testkit/tracecheck"
 	"github.com/sluice-rl/sluice/tracing"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
 )
 
 // An upstream closes a keep-alive connection it found idle for its

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/benchtest"
+	"github.com/sluice-rl/sluice/internal/testkit/benchtest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/memory"
 )

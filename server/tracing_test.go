@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/tracecheck"
+	"github.com/sluice-rl/sluice/internal/testkit/tracecheck"
 	"github.com/sluice-rl/sluice/tracing"
 )
 

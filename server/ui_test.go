@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/browsertest"
+	"github.com/sluice-rl/sluice/internal/testkit/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/engine"

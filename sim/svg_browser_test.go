@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluice-rl/sluice/internal/browsertest"
+	"github.com/sluice-rl/sluice/internal/testkit/browsertest"
 	"github.com/sluice-rl/sluice/rules"
 )
 

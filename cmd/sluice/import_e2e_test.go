@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
 )
 
 // nginx and sluice side by side: examples/proxies/nginx-limit-req.conf runs

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
 	"github.com/sluice-rl/sluice/rules"
 )
 

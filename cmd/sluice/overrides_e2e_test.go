@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // The overrides API of the built binary, with its defaults (the embedded

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/browsertest"
+	"github.com/sluice-rl/sluice/internal/testkit/browsertest"
 
 	"github.com/chromedp/chromedp"
 	"github.com/sluice-rl/sluice/sim"

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // The built gateway, default settings, against request smuggling through an

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
-	"github.com/sluice-rl/sluice/internal/xdstest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/xdstest"
 )
 
 // The built binary configured as Envoy Gateway configures

@@ -12,7 +12,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluice-rl/sluice/internal/xdstest"
+	"github.com/sluice-rl/sluice/internal/testkit/xdstest"
 	"github.com/sluice-rl/sluice/rules"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/examples/llm"
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // gateway runs the built `sluice gateway` with this example's rule file

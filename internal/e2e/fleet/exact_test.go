@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m, true) }

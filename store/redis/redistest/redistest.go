@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // Server is a running redis-server.

@@ -91,7 +91,7 @@ var loadgen struct {
 func Spread(t *testing.T, c Checks) (Outcome, map[string]UserOutcome) {
 	t.Helper()
 	loadgen.Do(func() {
-		loadgen.bin, loadgen.out, loadgen.err = buildCommand("loadgen", "github.com/sluice-rl/sluice/internal/proctest/loadgen")
+		loadgen.bin, loadgen.out, loadgen.err = buildCommand("loadgen", "github.com/sluice-rl/sluice/internal/testkit/proctest/loadgen")
 	})
 	if loadgen.err != nil {
 		t.Fatalf("build the load generator: %v\n%s", loadgen.err, loadgen.out)
