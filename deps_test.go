@@ -34,6 +34,41 @@ func TestTheLibraryDoesNotImportTheServicesDependencies(t *testing.T) {
 	}
 }
 
+// grpc-go is compiled into the packages that speak gRPC and into nothing
+// else: the gateway, the decision service and the library build without
+// it.
+func TestOnlyThePackagesThatSpeakGRPCImportGRPCGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	speakers := []string{
+		"github.com/sluice-rl/sluice/cmd/sluice",               // wires them
+		"github.com/sluice-rl/sluice/envoy",                    // Envoy's rate limit service
+		"github.com/sluice-rl/sluice/envoy/xds",                // an xDS client
+		"github.com/sluice-rl/sluice/grpclimit",                // interceptors for gRPC services
+		"github.com/sluice-rl/sluice/internal/testkit/xdstest", // an xDS server, for tests
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := fields[0]
+		if !strings.HasPrefix(pkg, "github.com/sluice-rl/sluice") {
+			continue
+		}
+		seen++
+		if slices.Contains(fields[1:], "google.golang.org/grpc") && !slices.Contains(speakers, pkg) {
+			t.Errorf("%s imports grpc-go, but speaks no gRPC", pkg)
+		}
+	}
+	if seen < 20 {
+		t.Fatalf("go list named %d of sluice's packages: the check saw too little", seen)
+	}
+}
+
 // Each deployable face is a package of its own and imports none of the
 // others: the gateway, the Envoy side and the decision service meet only in
 // cmd/sluice (and share package metrics).

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/tracing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -74,7 +75,7 @@ func New(o Options) (*Service, error) {
 }
 
 // newGRPCGo returns a grpc-go server of the service with sluice's panic
-// boundary (UnaryRecover) and settings for what a rate limit service
+// boundary (unaryRecover) and settings for what a rate limit service
 // receives: many small unary calls from few connections. Stream workers run
 // each call on a long-lived goroutine, whose stack has already grown,
 // instead of a new one per call (which grew its stack on every call: 8% of
@@ -82,7 +83,7 @@ func New(o Options) (*Service, error) {
 // buffer keeps idle connections from holding one each. opts are appended.
 func (s *Service) newGRPCGo(opts ...grpc.ServerOption) *grpc.Server {
 	base := []grpc.ServerOption{
-		grpc.UnaryInterceptor(s.o.Metrics.UnaryRecover(s.o.Logger)),
+		grpc.UnaryInterceptor(unaryRecover(s.o.Metrics, s.o.Logger)),
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 		grpc.SharedWriteBuffer(true),
 	}
@@ -111,7 +112,11 @@ func (x *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, sc *e
 		return nil, err
 	}
 	res := &sc.res
-	ctx, span := x.o.Tracer.StartGRPC(ctx, "envoy")
+	var span tracing.Span
+	if x.o.Tracer != nil {
+		md, _ := metadata.FromIncomingContext(ctx) // a copy: only when tracing
+		ctx, span = x.o.Tracer.Start(ctx, "envoy", tracing.MetadataCarrier(md))
+	}
 	span.SetDomain(req.Domain)
 	err = x.o.Engine.CheckDescriptors(ctx, req.Domain, descs, res)
 	span.End(res, err)

@@ -19,7 +19,7 @@ const Method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 // ShouldRateLimit as grpc-go serves, on a transport that does only unary
 // calls over HTTP/2 and so spends a fraction of grpc-go's CPU per call
 // (package internal/h2grpc). A panic is answered INTERNAL, logged and
-// counted, as UnaryRecover does for grpc-go.
+// counted, as unaryRecover does for grpc-go.
 func (x *Service) newH2() *h2grpc.Server {
 	return &h2grpc.Server{
 		Methods:     map[string]h2grpc.Method{Method: x.call},

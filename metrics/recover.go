@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,9 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-rl/sluice/httplimit"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // No input may take the process down. Every request enters through one of
@@ -68,18 +64,4 @@ func (m *Metrics) Recover(h http.Handler, log *slog.Logger) http.Handler {
 		}()
 		h.ServeHTTP(w, r)
 	})
-}
-
-// UnaryRecover is a gRPC interceptor that answers a panicking method with
-// codes.Internal, logged and counted, instead of crashing the process.
-func (m *Metrics) UnaryRecover(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				m.Panicked(log, GRPC, v, "method", info.FullMethod)
-				resp, err = nil, status.Error(codes.Internal, "sluice could not answer this request")
-			}
-		}()
-		return handler(ctx, req)
-	}
 }

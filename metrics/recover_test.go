@@ -1,17 +1,12 @@
 package metrics
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A panic below either boundary is answered (500 with a problem, or gRPC
@@ -35,14 +30,7 @@ func TestPanicsAreAnsweredAndCountedAtEachBoundary(t *testing.T) {
 		m.Recover(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), quiet).
 			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	}()
-	for range 2 {
-		_, err := m.UnaryRecover(quiet)(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x"},
-			func(context.Context, any) (any, error) { panic("boom") })
-		if status.Code(err) != codes.Internal {
-			t.Fatalf("a panic over gRPC: %v", err)
-		}
-	}
-	if h, g := m.panics.http.Load(), m.panics.grpc.Load(); h != 1 || g != 2 {
-		t.Fatalf("counted %d over HTTP and %d over gRPC, want 1 and 2", h, g)
+	if h := m.panics.http.Load(); h != 1 {
+		t.Fatalf("counted %d over HTTP, want 1", h)
 	}
 }

@@ -35,7 +35,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -80,16 +79,6 @@ func (t *Tracer) StartHTTP(ctx context.Context, via string, h http.Header) (cont
 	return t.Start(ctx, via, propagation.HeaderCarrier(h))
 }
 
-// StartGRPC is Start with the trace context of a gRPC call's metadata (as
-// both of sluice's gRPC servers put it in the call's context).
-func (t *Tracer) StartGRPC(ctx context.Context, via string) (context.Context, Span) {
-	if t == nil {
-		return ctx, Span{}
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	return t.Start(ctx, via, mdCarrier(md))
-}
-
 // HeaderFunc is a carrier that reads header fields with a function, for an
 // HTTP stack without http.Header (the fasthttp gateway).
 type HeaderFunc func(name string) string
@@ -105,16 +94,23 @@ func (HeaderFunc) Set(string, string) {}
 // need them.
 func (HeaderFunc) Keys() []string { return nil }
 
-type mdCarrier metadata.MD
+// MetadataCarrier is a carrier of a gRPC call's metadata (a metadata.MD
+// converts to it), whose keys are lower case.
+type MetadataCarrier map[string][]string
 
-func (m mdCarrier) Get(key string) string {
-	if v := metadata.MD(m).Get(key); len(v) > 0 {
+// Get implements propagation.TextMapCarrier.
+func (m MetadataCarrier) Get(key string) string {
+	if v := m[strings.ToLower(key)]; len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
-func (m mdCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
-func (m mdCarrier) Keys() []string {
+
+// Set implements propagation.TextMapCarrier.
+func (m MetadataCarrier) Set(key, value string) { m[strings.ToLower(key)] = []string{value} }
+
+// Keys implements propagation.TextMapCarrier.
+func (m MetadataCarrier) Keys() []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, strings.ToLower(k))

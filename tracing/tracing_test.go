@@ -10,7 +10,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
@@ -107,8 +106,7 @@ func TestTheOtherCarriers(t *testing.T) {
 		t.Fatal("no trace started without a traceparent")
 	}
 	span.End(&engine.Result{Allowed: true}, nil)
-	md := metadata.Pairs("traceparent", parent)
-	_, span = tr.StartGRPC(metadata.NewIncomingContext(context.Background(), md), "envoy")
+	_, span = tr.Start(context.Background(), "envoy", MetadataCarrier{"traceparent": {parent}})
 	span.SetDomain("shop")
 	span.End(nil, context.DeadlineExceeded)
 	spans := rec.Ended()
@@ -177,7 +175,7 @@ func TestOffAllocatesNothing(t *testing.T) {
 	one := decide(t, tr)
 	allocs := testing.AllocsPerRun(1000, func() {
 		one()
-		_, span := tr.StartGRPC(context.Background(), "envoy")
+		_, span := tr.Start(context.Background(), "envoy", MetadataCarrier(nil))
 		span.SetDomain("d")
 		span.End(nil, nil)
 	})
