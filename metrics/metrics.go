@@ -250,9 +250,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect sends every metric, in the order Describe lists them: one
-// linear sequence of reads of the engine's, the store's and the planes'
-// counters, each a few lines, read whole.
+// Collect sends every metric: one linear sequence of reads of the
+// engine's, the store's and the planes' counters, each a few lines, read
+// whole (the rules' own in collectRules).
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
@@ -286,30 +286,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.e == nil {
 		return
 	}
-	// A rule that has decided nothing has no series: a rule set of 50,000
-	// descriptors (an xDS snapshot) would otherwise make every scrape
-	// hundreds of thousands of zeros, 28 MB and seconds to render.
-	stats := slices.DeleteFunc(c.e.Stats(), engine.RuleStats.Idle)
-	for _, s := range stats {
-		counter(descDecisions, s.Allowed, s.Rule, "allowed")
-		counter(descDecisions, s.Limited, s.Rule, "limited")
-		counter(descDecisions, s.Overruled, s.Rule, "overruled")
-		counter(descDecisions, s.ShadowLimited, s.Rule, "shadow_limited")
-		counter(descDecisions, s.FailedOpen, s.Rule, "failed_open")
-		counter(descDecisions, s.FailedClosed, s.Rule, "failed_closed")
-		counter(descDecisions, s.Skipped, s.Rule, "skipped")
-		counter(descDecisions, s.Locked, s.Rule, "locked")
-		counter(descNearLimit, s.NearLimit, s.Rule)
-		for _, t := range s.Tiers {
-			counter(descTiers, t.Allowed, s.Rule, t.Tier, "allowed")
-			counter(descTiers, t.Limited, s.Rule, t.Tier, "limited")
-		}
-		if s.Settled+s.Unsettled > 0 {
-			counter(descSettles, s.Settled, s.Rule, "settled")
-			counter(descSettles, s.Unsettled, s.Rule, "unsettled")
-		}
-		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
-	}
+	c.collectRules(counter)
 	ch <- prometheus.MustNewConstMetric(descGateways, prometheus.GaugeValue, float64(c.e.Gateways()))
 	owed := c.e.Store().Owed()
 	ch <- prometheus.MustNewConstMetric(descOwed, prometheus.GaugeValue, float64(owed.Owed))
@@ -347,25 +324,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descHot, prometheus.GaugeValue, float64(n), rule)
 		}
 	}
-	// The reference service's per-descriptor stats, under its Prometheus
-	// names, labelled by its stats key (domain.key_value...): one series per
-	// configured descriptor, so the labels stay bounded.
-	cfg := c.e.Config()
-	for _, st := range stats {
-		r := cfg.Rule(st.Rule)
-		if r == nil || r.Envoy == nil || r.Envoy.StatsKey == "" {
-			continue
-		}
-		// As the reference counts them: a descriptor within its limit is
-		// within_limit even when another one put the request over.
-		total := st.Allowed + st.Overruled + st.Limited + st.FailedOpen + st.FailedClosed
-		for name, v := range map[string]uint64{
-			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.Overruled + st.FailedOpen,
-			"near_limit": st.NearLimit, "shadow_mode": st.ShadowLimited,
-		} {
-			counter(envoyStat(name), v, r.Envoy.StatsKey)
-		}
-	}
 	live, refusedLimits := c.e.DescriptorLimitStats()
 	ch <- prometheus.MustNewConstMetric(descDescriptorLimits, prometheus.GaugeValue, float64(live))
 	counter(descDescriptorLimitsRefused, refusedLimits)
@@ -400,5 +358,53 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(n), rule)
 		counter(descEvictions, evictions[rule], rule)
 		counter(descOverflows, overflows[rule], rule)
+	}
+}
+
+// collectRules sends each rule's counts: every rule that has decided a
+// request, and for Envoy descriptor rules the reference service's stats.
+func (c *collector) collectRules(counter func(d *prometheus.Desc, v uint64, labels ...string)) {
+	// A rule that has decided nothing has no series: a rule set of 50,000
+	// descriptors (an xDS snapshot) would otherwise make every scrape
+	// hundreds of thousands of zeros, 28 MB and seconds to render.
+	stats := slices.DeleteFunc(c.e.Stats(), engine.RuleStats.Idle)
+	for _, s := range stats {
+		counter(descDecisions, s.Allowed, s.Rule, "allowed")
+		counter(descDecisions, s.Limited, s.Rule, "limited")
+		counter(descDecisions, s.Overruled, s.Rule, "overruled")
+		counter(descDecisions, s.ShadowLimited, s.Rule, "shadow_limited")
+		counter(descDecisions, s.FailedOpen, s.Rule, "failed_open")
+		counter(descDecisions, s.FailedClosed, s.Rule, "failed_closed")
+		counter(descDecisions, s.Skipped, s.Rule, "skipped")
+		counter(descDecisions, s.Locked, s.Rule, "locked")
+		counter(descNearLimit, s.NearLimit, s.Rule)
+		for _, t := range s.Tiers {
+			counter(descTiers, t.Allowed, s.Rule, t.Tier, "allowed")
+			counter(descTiers, t.Limited, s.Rule, t.Tier, "limited")
+		}
+		if s.Settled+s.Unsettled > 0 {
+			counter(descSettles, s.Settled, s.Rule, "settled")
+			counter(descSettles, s.Unsettled, s.Rule, "unsettled")
+		}
+		counter(descDegraded, s.FailedOpen+s.FailedClosed, s.Rule)
+	}
+	// The reference service's per-descriptor stats, under its Prometheus
+	// names, labelled by its stats key (domain.key_value...): one series per
+	// configured descriptor, so the labels stay bounded.
+	cfg := c.e.Config()
+	for _, st := range stats {
+		r := cfg.Rule(st.Rule)
+		if r == nil || r.Envoy == nil || r.Envoy.StatsKey == "" {
+			continue
+		}
+		// As the reference counts them: a descriptor within its limit is
+		// within_limit even when another one put the request over.
+		total := st.Allowed + st.Overruled + st.Limited + st.FailedOpen + st.FailedClosed
+		for name, v := range map[string]uint64{
+			"total_hits": total, "over_limit": st.Limited + st.FailedClosed, "within_limit": st.Allowed + st.Overruled + st.FailedOpen,
+			"near_limit": st.NearLimit, "shadow_mode": st.ShadowLimited,
+		} {
+			counter(envoyStat(name), v, r.Envoy.StatsKey)
+		}
 	}
 }

@@ -74,65 +74,13 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errUsage{fmt.Errorf("--url %q: want http://HOST:PORT", *base)}
 	}
-	call := func(method, path string, body any, header map[string]string) (*http.Response, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, method, strings.TrimRight(u.String(), "/")+path, rd)
-		if *token != "" {
-			req.Header.Set("Authorization", "Bearer "+*token)
-		}
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, nil, err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		if resp.StatusCode/100 != 2 {
-			var p struct{ Detail, Field string }
-			if json.Unmarshal(b, &p) == nil && p.Detail != "" {
-				hint := ""
-				if f := fs.Lookup(flagOfField(p.Field)); f != nil && resp.StatusCode == http.StatusBadRequest {
-					hint = " (--" + f.Name + ")"
-				}
-				switch resp.StatusCode {
-				case http.StatusPreconditionRequired:
-					hint = " (sluice override ls gives its version: set --version V replaces it)"
-				case http.StatusPreconditionFailed:
-					hint = " (sluice override ls gives its version now)"
-				}
-				return resp, b, fmt.Errorf("%s: %s%s", resp.Status, p.Detail, hint)
-			}
-			return resp, b, fmt.Errorf("%s answered %s", u, resp.Status)
-		}
-		return resp, b, nil
-	}
+	api := &adminAPI{ctx: ctx, base: u, token: *token, flags: fs}
 	switch verb {
 	case "ls":
 		if len(positional) > 0 {
 			return errUsage{errors.New("ls takes no arguments")}
 		}
-		_, body, err := call(http.MethodGet, "/v1/overrides", nil, nil)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			stdout.Write(body)
-			return nil
-		}
-		var list server.OverridesResponse
-		if err := json.Unmarshal(body, &list); err != nil {
-			return err
-		}
-		printOverrides(stdout, list)
-		return nil
+		return listOverrides(api, stdout, *asJSON)
 	case "rm":
 		if len(positional) != 1 {
 			return errUsage{errors.New("rm takes one override id (sluice override ls lists them)")}
@@ -140,19 +88,7 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if *reason == "" {
 			return errUsage{errors.New("--reason: why it is removed (it is logged)")}
 		}
-		h := map[string]string{}
-		if *version > 0 {
-			h["If-Match"] = strconv.Quote(strconv.FormatInt(*version, 10))
-		}
-		q := url.Values{"by": {*who}, "reason": {*reason}}
-		_, body, err := call(http.MethodDelete, "/v1/overrides/"+url.PathEscape(positional[0])+"?"+q.Encode(), nil, h)
-		if err != nil {
-			return err
-		}
-		var o overrides.Override
-		json.Unmarshal(body, &o)
-		fmt.Fprintf(stdout, "removed %s (rule %s, %s)\n", o.ID, o.Rule, o.Action)
-		return nil
+		return removeOverride(api, stdout, positional[0], *version, *who, *reason)
 	}
 	if len(positional) > 0 {
 		return errUsage{fmt.Errorf("unexpected %q: set takes flags only", positional[0])}
@@ -162,11 +98,105 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *forD != 0 {
 		req.For = forD.String()
 	}
-	h := map[string]string{}
-	if *version > 0 {
-		h["If-Match"] = strconv.Quote(strconv.FormatInt(*version, 10))
+	return setOverride(api, stdout, req, *version)
+}
+
+// adminAPI calls a running sluice's admin API for the override command.
+type adminAPI struct {
+	ctx   context.Context
+	base  *url.URL
+	token string
+	flags *flag.FlagSet // the command's: a 400's field is named by its flag
+}
+
+// call sends a request of body (as JSON, if not nil) to path, within 10 s,
+// and returns the answer; an answer other than 2xx is an error with the
+// problem's detail and a hint of what to do.
+func (a *adminAPI) call(method, path string, body any, header map[string]string) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
 	}
-	resp, body, err := call(http.MethodPut, "/v1/overrides", req, h)
+	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, strings.TrimRight(a.base.String(), "/")+path, rd)
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode/100 == 2 {
+		return resp, b, nil
+	}
+	var p struct{ Detail, Field string }
+	if json.Unmarshal(b, &p) != nil || p.Detail == "" {
+		return resp, b, fmt.Errorf("%s answered %s", a.base, resp.Status)
+	}
+	hint := ""
+	if f := a.flags.Lookup(flagOfField(p.Field)); f != nil && resp.StatusCode == http.StatusBadRequest {
+		hint = " (--" + f.Name + ")"
+	}
+	switch resp.StatusCode {
+	case http.StatusPreconditionRequired:
+		hint = " (sluice override ls gives its version: set --version V replaces it)"
+	case http.StatusPreconditionFailed:
+		hint = " (sluice override ls gives its version now)"
+	}
+	return resp, b, fmt.Errorf("%s: %s%s", resp.Status, p.Detail, hint)
+}
+
+// ifVersion is the If-Match header of a change of version v (0: none).
+func ifVersion(v int64) map[string]string {
+	h := map[string]string{}
+	if v > 0 {
+		h["If-Match"] = strconv.Quote(strconv.FormatInt(v, 10))
+	}
+	return h
+}
+
+// listOverrides prints the overrides in force: a table, or the API's JSON.
+func listOverrides(api *adminAPI, stdout io.Writer, asJSON bool) error {
+	_, body, err := api.call(http.MethodGet, "/v1/overrides", nil, nil)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		stdout.Write(body)
+		return nil
+	}
+	var list server.OverridesResponse
+	if err := json.Unmarshal(body, &list); err != nil {
+		return err
+	}
+	printOverrides(stdout, list)
+	return nil
+}
+
+// removeOverride removes override id (version, if not 0), saying who and
+// why.
+func removeOverride(api *adminAPI, stdout io.Writer, id string, version int64, who, reason string) error {
+	q := url.Values{"by": {who}, "reason": {reason}}
+	_, body, err := api.call(http.MethodDelete, "/v1/overrides/"+url.PathEscape(id)+"?"+q.Encode(), nil, ifVersion(version))
+	if err != nil {
+		return err
+	}
+	var o overrides.Override
+	json.Unmarshal(body, &o)
+	fmt.Fprintf(stdout, "removed %s (rule %s, %s)\n", o.ID, o.Rule, o.Action)
+	return nil
+}
+
+// setOverride creates an override, or replaces version of it.
+func setOverride(api *adminAPI, stdout io.Writer, req server.OverrideRequest, version int64) error {
+	resp, body, err := api.call(http.MethodPut, "/v1/overrides", req, ifVersion(version))
 	if err != nil {
 		return err
 	}
@@ -174,11 +204,11 @@ func runOverride(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := json.Unmarshal(body, &o); err != nil {
 		return err
 	}
-	verbDone := "set"
+	done := "set"
 	if resp.StatusCode == http.StatusOK {
-		verbDone = "replaced"
+		done = "replaced"
 	}
-	fmt.Fprintf(stdout, "%s %s version %d: rule %s, %s, %s\n", verbDone, o.ID, o.Version, o.Rule, what(&o), until(&o))
+	fmt.Fprintf(stdout, "%s %s version %d: rule %s, %s, %s\n", done, o.ID, o.Version, o.Rule, what(&o), until(&o))
 	return nil
 }
 

@@ -143,11 +143,82 @@ func (s *setup) say(stdout io.Writer, format string, args ...any) {
 }
 
 // build makes what serve and gateway share from the common flags, in the
-// order each part needs the one before: logger, rule files, store (and its
-// fallback), engine, metrics, tracing, TLS, the membership heartbeat. It
-// is one linear sequence of steps, each failing with the flag at fault,
-// and reads best whole.
+// order each part needs the one before: flags and logger, rule files, store
+// (and its fallback), the share layer, metrics, tracing, the operators'
+// overrides, the engine, the membership heartbeat. Each step fails with
+// the flag at fault.
 func (c *common) build(stderr io.Writer) (*setup, error) {
+	s, err := c.start(stderr)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := c.loadRules(s, stderr)
+	if err != nil {
+		return nil, err
+	}
+	store, overridesStore, gateways, err := c.openStore(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRegion(cfg, *c.region); err != nil {
+		return nil, err
+	}
+	// Every rule's sync mode is decided by the share layer around the store.
+	table := &sharingTable{region: *c.region}
+	wrapped, sh := share.Wrap(store, table.follow(share.Options{
+		Local: memory.New(), Gateways: gateways,
+		// The deny cache spares a shared store the calls of refused keys;
+		// the embedded store answers them as fast as the cache would.
+		NoDenyCache: s.mem != nil,
+	}, func() *rules.Config { return s.eng.Config() }))
+	s.share = sh
+	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
+	s.metrics = metrics.New(buildVersion())
+	tracer, flush, err := tracingFromEnv(s.log)
+	if err != nil {
+		return nil, errUsage{err}
+	}
+	s.tracer = tracer
+	s.closers = append(s.closers, flush)
+	var dl *engine.DecisionLog
+	if *c.decisionLog != "off" {
+		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
+	}
+	s.live = server.NewLive()
+	s.followOverrides(overridesStore)
+	s.eng, err = engine.New(cfg, engine.Options{
+		Overrides: s.overrides.Current,
+		Load:      rules.LoadOptions{MergeDomains: *c.mergeDomains},
+		Store:     wrapped, Fallback: memory.New(), Gateways: gateways,
+		Calls: storecall.Options{
+			Timeout: *c.storeTimeout, TimeoutMax: *c.storeTimeoutMax, Name: redactedURL(*c.store),
+			OnCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
+		},
+		Logger: s.log, DecisionLog: dl,
+		OnReject: s.live.Rejected, OnLock: s.live.Locked,
+		Pressure: c.pressureFactor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.engine.Store(s.eng)
+	if *c.store != "memory" {
+		s.closers = append([]func(){s.writeBack}, s.closers...)
+	}
+	s.live.Attach(s.eng)
+	s.metrics.WatchPressure(c.pressure)
+	if *c.store != "memory" {
+		if err := s.reachStore(*c.store, *c.requireStore); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// start reads the flags the environment gives defaults for, checks those
+// that must agree with each other, and makes the logger and the TLS
+// certificates.
+func (c *common) start(stderr io.Writer) (*setup, error) {
 	if len(c.configs) == 0 {
 		if v := os.Getenv("SLUICE_CONFIG"); v != "" {
 			c.configs = strings.Split(v, ",")
@@ -186,6 +257,12 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 			return nil, err
 		}
 	}
+	return s, nil
+}
+
+// loadRules loads the rule files (none with --xds: the rules come later),
+// each fault written to stderr, file:line:column first.
+func (c *common) loadRules(s *setup, stderr io.Writer) (*rules.Config, error) {
 	cfg, err := rules.LoadOptions{MergeDomains: *c.mergeDomains}.LoadAll(c.configs...)
 	if c.fromXDS && err == nil {
 		cfg.Version = "" // no rules (no files) until the first configuration
@@ -201,6 +278,13 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		return nil, errExit{1}
 	}
 	s.rules = len(cfg.Rules)
+	return cfg, nil
+}
+
+// openStore opens the store --store names, the operators' overrides' store
+// beside it, and how many gateways share it: the embedded store, or Redis
+// with the membership heartbeat that counts the gateways.
+func (c *common) openStore(s *setup) (sluice.Store, overrides.Store, func() int, error) {
 	opts := []memory.Option{memory.WithMaxKeys(*c.maxKeys), memory.WithSweepEvery(time.Minute)}
 	if *c.coarse > 0 {
 		clock := sluice.NewCoarseClock(*c.coarse)
@@ -208,106 +292,55 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 		opts = append(opts, memory.WithClock(clock))
 	}
 	s.mem = memory.New(opts...)
-	var store sluice.Store = s.mem
-	var overridesStore overrides.Store = &overrides.Memory{}
 	gateways := func() int { return max(*c.gateways, 1) }
-	if *c.store != "memory" {
-		// Lazy: a gateway starts, and serves degraded, while Redis is down.
-		rs, err := redis.New(redis.Options{URL: *c.store, Prefix: *c.prefix, Lazy: true})
-		if err != nil {
-			return nil, err
-		}
-		m := share.NewMembership(rs, gatewayID(), time.Second, *c.gateways, s.log)
-		m.OnAnswer = func() { // the store answers: write back what is owed
-			if e := s.engine.Load(); e != nil {
-				e.Store().Answered()
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { m.Run(ctx); close(done) }()
-		s.closers = append(s.closers, func() { cancel(); <-done }, rs.Close) // leave the set, then close
-		gateways = m.Gateways
-		store = rs
-		overridesStore = rs.Overrides()
-		s.mem = nil // the embedded store is then only the fail-open fallback
+	if *c.store == "memory" {
+		return s.mem, &overrides.Memory{}, gateways, nil
 	}
-	if err := checkRegion(cfg, *c.region); err != nil {
-		return nil, err
-	}
-	// Every rule's sync mode is decided by the share layer around the store.
-	table := &sharingTable{region: *c.region}
-	wrapped, sh := share.Wrap(store, table.follow(share.Options{
-		Local: memory.New(), Gateways: gateways,
-		// The deny cache spares a shared store the calls of refused keys;
-		// the embedded store answers them as fast as the cache would.
-		NoDenyCache: s.mem != nil,
-	}, func() *rules.Config { return s.eng.Config() }))
-	s.share = sh
-	s.closers = append([]func(){sh.Close}, s.closers...) // leases go back before the store closes
-	s.metrics = metrics.New(buildVersion())
-	tracer, flush, err := tracingFromEnv(s.log)
+	// Lazy: a gateway starts, and serves degraded, while Redis is down.
+	rs, err := redis.New(redis.Options{URL: *c.store, Prefix: *c.prefix, Lazy: true})
 	if err != nil {
-		return nil, errUsage{err}
+		return nil, nil, nil, err
 	}
-	s.tracer = tracer
-	s.closers = append(s.closers, flush)
-	var dl *engine.DecisionLog
-	if *c.decisionLog != "off" {
-		dl = &engine.DecisionLog{Logger: s.log, All: *c.decisionLog == "all", PerSecond: *c.decisionRate, Sample: *c.decisionSample}
-	}
-	s.live = server.NewLive()
-	s.overrides = &overrides.Follower{Store: overridesStore, Logger: s.log}
-	{
-		// The overrides in force are read before the first request; a
-		// store that does not answer yet is followed until it does.
-		ctx, cancel := context.WithCancel(context.Background())
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := s.overrides.Refresh(rctx); err != nil {
-			s.log.Warn("sluice: the operators' overrides could not be read at start; following the store until they can", "error", err)
-		}
-		rcancel()
-		done := make(chan struct{})
-		go func() { s.overrides.Run(ctx); close(done) }()
-		s.closers = append([]func(){func() { cancel(); <-done }}, s.closers...)
-	}
-	s.eng, err = engine.New(cfg, engine.Options{
-		Overrides: s.overrides.Current,
-		Load:      rules.LoadOptions{MergeDomains: *c.mergeDomains},
-		Store:     wrapped, Fallback: memory.New(), Gateways: gateways,
-		Calls: storecall.Options{
-			Timeout: *c.storeTimeout, TimeoutMax: *c.storeTimeoutMax, Name: redactedURL(*c.store),
-			OnCall: func(d time.Duration, err error) { s.metrics.ObserveStoreCall(d, err); s.live.StoreCall(d, err) },
-		},
-		Logger: s.log, DecisionLog: dl,
-		OnReject: s.live.Rejected, OnLock: s.live.Locked,
-		Pressure: c.pressureFactor(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.engine.Store(s.eng)
-	if *c.store != "memory" {
-		// On shutdown, what was admitted while the store did not answer is
-		// written back before the store's client closes.
-		s.closers = append([]func(){func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if written, dropped := s.eng.Store().WriteBack(ctx); dropped > 0 {
-				s.log.Warn("sluice: stopping with units admitted while the store did not answer, not written back to it", "written", written, "dropped", dropped)
-			} else if written > 0 {
-				s.log.Info("sluice: wrote back to the store what was admitted while it did not answer", "units", written)
-			}
-		}}, s.closers...)
-	}
-	s.live.Attach(s.eng)
-	s.metrics.WatchPressure(c.pressure)
-	if *c.store != "memory" {
-		if err := s.reachStore(*c.store, *c.requireStore); err != nil {
-			return nil, err
+	m := share.NewMembership(rs, gatewayID(), time.Second, *c.gateways, s.log)
+	m.OnAnswer = func() { // the store answers: write back what is owed
+		if e := s.engine.Load(); e != nil {
+			e.Store().Answered()
 		}
 	}
-	return s, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	s.closers = append(s.closers, func() { cancel(); <-done }, rs.Close) // leave the set, then close
+	s.mem = nil                                                          // the embedded store is then only the fail-open fallback
+	return rs, rs.Overrides(), m.Gateways, nil
+}
+
+// followOverrides reads the operators' overrides in force before the first
+// request, and follows their store from then on; a store that does not
+// answer yet is followed until it does.
+func (s *setup) followOverrides(store overrides.Store) {
+	s.overrides = &overrides.Follower{Store: store, Logger: s.log}
+	ctx, cancel := context.WithCancel(context.Background())
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := s.overrides.Refresh(rctx); err != nil {
+		s.log.Warn("sluice: the operators' overrides could not be read at start; following the store until they can", "error", err)
+	}
+	rcancel()
+	done := make(chan struct{})
+	go func() { s.overrides.Run(ctx); close(done) }()
+	s.closers = append([]func(){func() { cancel(); <-done }}, s.closers...)
+}
+
+// writeBack, on shutdown, writes back to the store what was admitted while
+// it did not answer, before the store's client closes.
+func (s *setup) writeBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if written, dropped := s.eng.Store().WriteBack(ctx); dropped > 0 {
+		s.log.Warn("sluice: stopping with units admitted while the store did not answer, not written back to it", "written", written, "dropped", dropped)
+	} else if written > 0 {
+		s.log.Info("sluice: wrote back to the store what was admitted while it did not answer", "units", written)
+	}
 }
 
 // pingWithin pings the store and waits at most d for its answer. A store
