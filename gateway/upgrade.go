@@ -111,7 +111,6 @@ func hasToken(v, token string) bool {
 	return false
 }
 
-// errTooManyTunnels is the answer when MaxTunnels are open.
 // upgradeSide is what a data plane supplies to pass an upgrade on: its
 // own bytes, how it writes the request to the upstream, an answer and a
 // problem to the client, and how it takes the client's connection over.
@@ -185,8 +184,6 @@ func (u *upgrader) serve(ctx context.Context, side upgradeSide, asked string) {
 		side.problem(http.StatusInternalServerError, "Internal Server Error", "this connection cannot be upgraded", false)
 	}
 }
-
-var errTooManyTunnels = errors.New("too many tunnels open")
 
 // upstreamAnswer is the upstream's answer to an upgrade request, on the
 // connection that carried it.

@@ -6,9 +6,12 @@
 // Limiter.Serve: the check, the refusal, the leaky-queue delay, the
 // concurrency permit, the forwarding and, after the response, the countOn
 // charge and the settling of reservations, in that order. A plane is an
-// Exchange (the middleware's httpExchange here; the gateway's fasthttp
-// plane and forward-auth in package server) and adds nothing to the
-// request's life. The limits themselves are decided in package engine.
+// Exchange (the middleware's httpExchange here; the gateway's planes in
+// package gateway, forward-auth in package server, a gRPC call or stream
+// message in package grpclimit) and adds nothing to the request's life.
+// What every plane shares besides is here too: whose forwarding fields are
+// believed (Trust, Options.Trust) and the kept rendering of a refusal
+// (Refusal). The limits themselves are decided in package engine.
 //
 // A rejected request gets 429 Too Many Requests (503 when a fail-closed rule
 // cannot reach its store), Retry-After in whole seconds (at least 1, never

@@ -44,7 +44,6 @@ var (
 	overSlowLoads = []float64{1, 3}                   // x capacity, with the service time doubled
 	overMix       = []float64{0.2, 0.5, 0.3}          // critical, default, sheddable
 	overTiers     = []float64{0.1, 0.2}               // shares kept for critical, default
-	overTierNames = []string{"critical", "default", "sheddable"}
 )
 
 // OverloadRow is one contender at one load.
