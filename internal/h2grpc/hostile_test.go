@@ -55,6 +55,14 @@ func dialPreface(t *testing.T, addr string) *raw {
 // stream.
 func (r *raw) call(id uint32, path string, body []byte, extra ...string) {
 	r.t.Helper()
+	if err := r.send(id, path, body, extra...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// send is call for a client that stops at its first failed write: an
+// attacker whose bytes the server no longer takes.
+func (r *raw) send(id uint32, path string, body []byte, extra ...string) error {
 	fields := map[string]string{":method": "POST", ":scheme": "http", ":authority": "x", ":path": path, "content-type": "application/grpc", "te": "trailers"}
 	order := []string{":method", ":scheme", ":authority", ":path", "content-type", "te"}
 	for i := 0; i < len(extra); i += 2 {
@@ -70,17 +78,18 @@ func (r *raw) call(id uint32, path string, body []byte, extra ...string) {
 	block := r.hbuf.Bytes()
 	n := min(len(block), 16384)
 	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:n], EndHeaders: n == len(block)}); err != nil {
-		r.t.Fatal(err)
+		return err
 	}
 	for block = block[n:]; len(block) > 0; block = block[n:] {
 		n = min(len(block), 16384)
-		r.fr.WriteContinuation(id, n == len(block), block[:n])
-	}
-	if body != nil {
-		if err := r.fr.WriteData(id, true, body); err != nil {
-			r.t.Fatal(err)
+		if err := r.fr.WriteContinuation(id, n == len(block), block[:n]); err != nil {
+			return err
 		}
 	}
+	if body != nil {
+		return r.fr.WriteData(id, true, body)
+	}
+	return nil
 }
 
 // bigHeaders is n fields of size bytes each.
