@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // `sluice gateway --adaptive`, both data planes, in front of an upstream
@@ -25,6 +27,7 @@ func TestGatewayAdaptiveRulesFollowTheUpstream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	var failing atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if failing.Load() {

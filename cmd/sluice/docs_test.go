@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // The outputs the docs quote are what the commands print: each block of
@@ -24,17 +26,12 @@ func TestQuotedOutputsAreWhatTheCommandsPrint(t *testing.T) {
 		for _, b := range quotedRuns(t, doc) {
 			runs++
 			args := strings.Fields(strings.TrimPrefix(b.command, "$ sluice "))
-			for i, a := range args {
-				if strings.HasPrefix(a, "examples/") || strings.HasPrefix(a, "rules/") {
-					args[i] = "../../" + a // the docs run from the repository's root
-				}
-			}
 			key := strings.Join(args, " ")
 			if _, ok := printed[key]; !ok {
-				_, out, errs := runCLI(args...) // a terminal shows both streams
+				_, out, errs := proctest.RunFrom(t, "../..", args...) // from the repository's root, as the docs run it; a terminal shows both streams
 				printed[key] = out + errs
 			}
-			got := trimLines(strings.NewReplacer("../../examples/", "examples/", "../../rules/", "rules/").Replace(printed[key]))
+			got := trimLines(printed[key])
 			want := b.output
 			if args[0] == "estimate" { // measured: the first line only
 				got, want = got[:min(1, len(got))], want[:min(1, len(want))]

@@ -97,6 +97,7 @@ func TestEnvoyConformanceEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	dir := t.TempDir()
 	envoyFile, sluiceFile := filepath.Join(dir, "ratelimit.yaml"), filepath.Join(dir, "shop.yaml")
 	os.WriteFile(envoyFile, []byte(conformanceConfig), 0o600)
@@ -260,6 +261,7 @@ func TestEnvoyOverTheLimitOnRedisIsAnsweredFromTheDenyCache(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	envoyFile := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	os.WriteFile(envoyFile, []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"), 0o600)
 	addr := freeAddr(t)

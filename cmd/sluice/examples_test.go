@@ -22,7 +22,7 @@ import (
 // serveFlags returns the flags `sluice serve --help` lists.
 func serveFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	_, _, help := runCLI("serve", "--help")
+	_, _, help := runCLI(t, "serve", "--help")
 	flags := map[string]bool{}
 	for _, line := range strings.Split(help, "\n") {
 		if f, ok := strings.CutPrefix(line, "  --"); ok {
@@ -82,7 +82,7 @@ func runAsWritten(t *testing.T, args []string, vals map[string]string, rulesSrc 
 		}
 	}
 	base, _ := start(t, run...)
-	if code, _, errs := runCLI("probe", base+"/readyz"); code != 0 {
+	if code, _, errs := runCLI(t, "probe", base+"/readyz"); code != 0 {
 		t.Fatalf("sluice %s: probe of /readyz exit %d: %s", strings.Join(run, " "), code, errs)
 	}
 }

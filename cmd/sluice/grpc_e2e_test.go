@@ -44,6 +44,7 @@ func TestEnvoyServiceUnderAttackEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	t.Run("memory", func(t *testing.T) { envoyUnderAttack(t) })
 	t.Run("redis", func(t *testing.T) { envoyUnderAttack(t, "--store", redistest.Start(t).URL()) })
 }

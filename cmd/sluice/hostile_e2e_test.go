@@ -16,6 +16,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -94,6 +95,7 @@ func TestServeOnRedisClusterWithstandsHostileInputEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	cluster := redistest.StartCluster(t)
 	base, rls := hostileServe(t, "--store", cluster.URL())
 	hostileChecks(t, base, rls)

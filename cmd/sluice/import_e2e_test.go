@@ -28,7 +28,7 @@ func TestImportedNginxLimitsCountAsNginxDoes(t *testing.T) {
 	defer up.Close()
 	const conf = "../../examples/proxies/nginx-limit-req.conf"
 	nginx := nginxtest.Start(t, conf, "127.0.0.1:1", strings.TrimPrefix(up.URL, "http://"))
-	code, out, errs := runCLI("import", "nginx", conf)
+	code, out, errs := runCLI(t, "import", "nginx", conf)
 	if code != 0 {
 		t.Fatalf("sluice import nginx: %d\n%s", code, errs)
 	}

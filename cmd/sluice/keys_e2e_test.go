@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testkit/nginxtest"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -60,6 +61,7 @@ func TestShopOTPCannotBeTrickedThroughNginxEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	shop, err := os.ReadFile("../../examples/shop.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +292,7 @@ func TestServeAPIReadsEachNameOneWayEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	base, _ := startServe(t, "--config", "../../examples/shop.yaml")
 	for _, body := range []string{
 		`{"request":{"method":"POST","path":"/otp","headers":{"x-user-id":"a","X-User-Id":"b"}},"attributes":{"phone":"1"}}`,

@@ -11,26 +11,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
-func runCLI(args ...string) (code int, stdout, stderr string) {
-	var out, errw bytes.Buffer
-	code = run(context.Background(), args, &out, &errw)
-	return code, out.String(), errw.String()
+// runCLI runs the built binary, as a user types the command: the
+// race-instrumented test binary would run simulations and estimates many
+// times slower and prove less.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return proctest.RunOutput(t, args...)
 }
 
 func TestSimulatePrintsTheScenarioInEachFormat(t *testing.T) {
-	code, out, errs := runCLI("simulate", "gcra-vs-token-bucket")
+	code, out, errs := runCLI(t, "simulate", "gcra-vs-token-bucket")
 	if code != 0 || !strings.Contains(out, "rejected") || !strings.Contains(out, "agree on every request") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	code, out, _ = runCLI("simulate", "--format", "json", "gcra-vs-token-bucket")
+	code, out, _ = runCLI(t, "simulate", "--format", "json", "gcra-vs-token-bucket")
 	var v struct{ Agree bool }
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || !v.Agree {
 		t.Fatalf("json: exit %d, output %q", code, out)
 	}
-	code, out, _ = runCLI("simulate", "gcra-vs-token-bucket", "--format", "csv")
+	code, out, _ = runCLI(t, "simulate", "gcra-vs-token-bucket", "--format", "csv")
 	if code != 0 || len(strings.Split(strings.TrimSpace(out), "\n")) != 9 {
 		t.Fatalf("csv: exit %d, want a header and 8 rows:\n%s", code, out)
 	}
@@ -38,7 +41,7 @@ func TestSimulatePrintsTheScenarioInEachFormat(t *testing.T) {
 
 func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 	for _, args := range [][]string{{}, {"nope"}, {"simulate"}, {"simulate", "nope"}, {"simulate", "gcra-vs-token-bucket", "--format", "xml"}, {"version", "x"}} {
-		code, _, errs := runCLI(args...)
+		code, _, errs := runCLI(t, args...)
 		if code != 2 || errs == "" {
 			t.Errorf("sluice %v: exit %d, stderr %q; want exit 2 and a reason", args, code, errs)
 		}
@@ -64,7 +67,7 @@ func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
 		{[]string{"estimate", "--keys", "10x", "--limit", "1/1s"}, "--keys"},
 		{[]string{"test", "../../examples/shop.yaml"}, "a test file"},
 	} {
-		code, _, errs := runCLI(tc.args...)
+		code, _, errs := runCLI(t, tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") > 2 || strings.Contains(errs, "Usage:") {
 			t.Errorf("sluice %v: exit %d, stderr %q; want exit 2 and a line naming %s", tc.args, code, errs, tc.want)
 		}
@@ -74,18 +77,18 @@ func TestMistakesAreNamedAndExitCodesAgree(t *testing.T) {
 		{"replay", "--config", "../../examples/shop.yaml", "missing.log"},
 		{"serve", "--config", "missing.yaml", "--listen", "127.0.0.1:0"},
 	} {
-		if code, _, errs := runCLI(args...); code != 1 || strings.Contains(errs, "sluice: sluice:") || strings.Contains(errs, "rules: ") {
+		if code, _, errs := runCLI(t, args...); code != 1 || strings.Contains(errs, "sluice: sluice:") || strings.Contains(errs, "rules: ") {
 			t.Errorf("sluice %v: exit %d, stderr %q; want 1, and the command's name, not a package's", args, code, errs)
 		}
 	}
-	if _, _, errs := runCLI("check", "missing.yaml"); !strings.HasPrefix(errs, "sluice check: open missing.yaml") {
+	if _, _, errs := runCLI(t, "check", "missing.yaml"); !strings.HasPrefix(errs, "sluice check: open missing.yaml") {
 		t.Errorf("check of a missing file: %q", errs)
 	}
 }
 
 func TestHelpShowsAnExample(t *testing.T) {
 	for _, c := range commands() {
-		code, _, errs := runCLI(c.name, "--help")
+		code, _, errs := runCLI(t, c.name, "--help")
 		if code != 0 || !strings.Contains(errs, "Example") {
 			t.Errorf("sluice %s --help: exit %d, stderr %q", c.name, code, errs)
 		}
@@ -93,27 +96,27 @@ func TestHelpShowsAnExample(t *testing.T) {
 }
 
 func TestCheckDescribesGoodFilesAndListsEveryFault(t *testing.T) {
-	code, out, errs := runCLI("check", "../../examples/shop.yaml")
+	code, out, errs := runCLI(t, "check", "../../examples/shop.yaml")
 	if code != 0 || !strings.Contains(out, "user-default: every request, per user (without it: per ip): at most 20 at once, then 100 per minute") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	code, _, errs = runCLI("check", "../../rules/testdata/bad.yaml")
+	code, _, errs = runCLI(t, "check", "../../rules/testdata/bad.yaml")
 	if code != 1 || strings.Count(errs, "bad.yaml:") < 8 {
 		t.Fatalf("bad file: exit %d, stderr:\n%s", code, errs)
 	}
 	// Files that are good alone but not together, as serve would load them.
-	code, _, errs = runCLI("check", "../../examples/shop.yaml", "../../examples/shop.json")
+	code, _, errs = runCLI(t, "check", "../../examples/shop.yaml", "../../examples/shop.json")
 	if code != 1 || !strings.Contains(errs, "duplicate id") {
 		t.Fatalf("a rule id in two files: exit %d, stderr:\n%s", code, errs)
 	}
-	code, _, errs = runCLI("check", "../../examples/shop.yaml", "../../rules/testdata/extra.yaml")
+	code, _, errs = runCLI(t, "check", "../../examples/shop.yaml", "../../rules/testdata/extra.yaml")
 	if code != 0 {
 		t.Fatalf("two files that merge: exit %d, stderr:\n%s", code, errs)
 	}
 }
 
 func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
-	code, out, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
+	code, out, errs := runCLI(t, "replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
 	var rep struct {
 		Requests, Malformed int
 		Rules               []struct{ Rule string }
@@ -121,12 +124,12 @@ func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Requests != 9 || rep.Malformed != 1 || len(rep.Rules) != 6 {
 		t.Fatalf("replay: exit %d, %s\n%s", code, out, errs)
 	}
-	code, out, errs = runCLI("estimate", "--keys", "1M", "--limit", "100/1m", "--active", "5%")
+	code, out, errs = runCLI(t, "estimate", "--keys", "1M", "--limit", "100/1m", "--active", "5%")
 	if code != 0 || !strings.Contains(out, "50k active keys") || !strings.Contains(out, "sliding-log") {
 		t.Fatalf("estimate: exit %d\n%s\n%s", code, out, errs)
 	}
 	for _, args := range [][]string{{"replay", "x.log"}, {"replay", "--config", "../../examples/shop.yaml", "missing.log"}, {"estimate", "--keys", "x", "--limit", "1/1s"}, {"estimate", "--keys", "1M"}} {
-		if code, _, _ := runCLI(args...); code == 0 {
+		if code, _, _ := runCLI(t, args...); code == 0 {
 			t.Errorf("sluice %v succeeded", args)
 		}
 	}
@@ -134,7 +137,7 @@ func TestReplayAndEstimateFromTheCommandLine(t *testing.T) {
 
 func TestEstimateMeasuresRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	code, out, errs := runCLI("estimate", "--keys", "1M", "--limit", "10/1m", "--redis", srv.URL(), "--format", "json")
+	code, out, errs := runCLI(t, "estimate", "--keys", "1M", "--limit", "10/1m", "--redis", srv.URL(), "--format", "json")
 	var res struct {
 		Algorithms []struct {
 			Algorithm   string
@@ -170,20 +173,20 @@ func TestEstimateMeasuresRedis(t *testing.T) {
 // named by its variable. Help spells flags --name, with their variables.
 func TestEveryFlagHasAVariable(t *testing.T) {
 	t.Setenv("SLUICE_FORMAT", "json")
-	code, out, errs := runCLI("simulate", "gcra-vs-token-bucket")
+	code, out, errs := runCLI(t, "simulate", "gcra-vs-token-bucket")
 	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "{") {
 		t.Fatalf("SLUICE_FORMAT=json: exit %d, stdout %.80q, stderr %q", code, out, errs)
 	}
-	code, out, _ = runCLI("simulate", "gcra-vs-token-bucket", "--format", "csv")
+	code, out, _ = runCLI(t, "simulate", "gcra-vs-token-bucket", "--format", "csv")
 	if code != 0 || strings.HasPrefix(strings.TrimSpace(out), "{") {
 		t.Fatalf("--format csv did not override SLUICE_FORMAT: exit %d, %.80q", code, out)
 	}
 	t.Setenv("SLUICE_SEED", "seven")
-	if code, _, errs := runCLI("simulate", "custom"); code != 2 || !strings.Contains(errs, "$SLUICE_SEED") {
+	if code, _, errs := runCLI(t, "simulate", "custom"); code != 2 || !strings.Contains(errs, "$SLUICE_SEED") {
 		t.Fatalf("a bad variable: exit %d, stderr %q", code, errs)
 	}
 	for _, c := range []string{"serve", "gateway"} {
-		_, _, help := runCLI(c, "--help")
+		_, _, help := runCLI(t, c, "--help")
 		flags := strings.Count(help, "\n  --")
 		if flags < 10 || strings.Count(help, "[$SLUICE_") != flags || strings.Count(help, "\n  -") != flags {
 			t.Errorf("sluice %s --help: %d flags, %d variables:\n%s", c, flags, strings.Count(help, "[$SLUICE_"), help)
@@ -216,7 +219,7 @@ func TestVersionNamesTheRevision(t *testing.T) {
 // --log-format json logs one JSON object per line, the refusal of a rule
 // file included (with each fault); another format is a mistake, exit 2.
 func TestLogFormatJSON(t *testing.T) {
-	code, _, errs := runCLI("serve", "--config", "../../rules/testdata/bad.yaml", "--log-format", "json", "--listen", "127.0.0.1:0")
+	code, _, errs := runCLI(t, "serve", "--config", "../../rules/testdata/bad.yaml", "--log-format", "json", "--listen", "127.0.0.1:0")
 	var line struct {
 		Level, Msg string
 		Faults     []string
@@ -225,7 +228,7 @@ func TestLogFormatJSON(t *testing.T) {
 		!strings.HasPrefix(line.Faults[0], "../../rules/testdata/bad.yaml:") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
-	if code, _, errs := runCLI("serve", "--config", "../../examples/shop.yaml", "--log-format", "xml"); code != 2 || !strings.Contains(errs, "--log-format") {
+	if code, _, errs := runCLI(t, "serve", "--config", "../../examples/shop.yaml", "--log-format", "xml"); code != 2 || !strings.Contains(errs, "--log-format") {
 		t.Fatalf("--log-format xml: exit %d, stderr %q", code, errs)
 	}
 }
@@ -242,8 +245,8 @@ func TestReplayReadsGzippedLogs(t *testing.T) {
 	zw.Close()
 	gz := filepath.Join(t.TempDir(), "access.log.1.gz")
 	os.WriteFile(gz, zipped.Bytes(), 0o600)
-	_, want, _ := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
-	code, got, errs := runCLI("replay", "--config", "../../examples/shop.yaml", gz, "--format", "json")
+	_, want, _ := runCLI(t, "replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--format", "json")
+	code, got, errs := runCLI(t, "replay", "--config", "../../examples/shop.yaml", gz, "--format", "json")
 	if code != 0 || got != want || !strings.Contains(got, `"requests": 9`) {
 		t.Fatalf("gzipped: exit %d, %s\n%s\nwant\n%s", code, errs, got, want)
 	}
@@ -251,11 +254,11 @@ func TestReplayReadsGzippedLogs(t *testing.T) {
 
 // `sluice help COMMAND` is the command's own page, as `COMMAND --help`.
 func TestHelpNamesACommandsPage(t *testing.T) {
-	code, _, errs := runCLI("help", "replay")
+	code, _, errs := runCLI(t, "help", "replay")
 	if code != 0 || !strings.HasPrefix(errs, "Usage: sluice replay") {
 		t.Fatalf("sluice help replay: exit %d, %.80q", code, errs)
 	}
-	if code, _, errs := runCLI("help", "nosuch"); code != 2 || !strings.Contains(errs, `unknown command "nosuch"`) {
+	if code, _, errs := runCLI(t, "help", "nosuch"); code != 2 || !strings.Contains(errs, `unknown command "nosuch"`) {
 		t.Fatalf("sluice help nosuch: exit %d, %.80q", code, errs)
 	}
 }
@@ -266,7 +269,7 @@ func TestReplayTakesEveryConfig(t *testing.T) {
 	if err := os.WriteFile(extra, []byte("rules:\n  - {id: extra-per-ip, key: [ip], rate: 1, per: 1h}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "--config", extra, "--format", "csv", "../../examples/access.log")
+	code, out, errs := runCLI(t, "replay", "--config", "../../examples/shop.yaml", "--config", extra, "--format", "csv", "../../examples/access.log")
 	if code != 0 || !strings.Contains(out, "extra-per-ip") || !strings.Contains(out, "ip-flood") {
 		t.Fatalf("exit %d: the report names not both files' rules:\n%.400s\n%s", code, out, errs)
 	}
@@ -290,13 +293,13 @@ func TestRuleTestsAreBounded(t *testing.T) {
 		{write("back.yaml", "cases:\n  - name: x\n    requests:\n      - {path: /x, after: -5h}\n"), "back.yaml:4: after: -5h0m0s: the clock only moves forward"},
 		{write("large.yaml", "cases:\n  - name: x\n    requests:\n"+strings.Repeat("      - {path: /x}\n", 60000)), "large.yaml: larger than 1 MiB"},
 	} {
-		if code, _, errs := runCLI("test", "../../examples/shop.yaml", c.file); code != 1 || !strings.Contains(errs, c.want) {
+		if code, _, errs := runCLI(t, "test", "../../examples/shop.yaml", c.file); code != 1 || !strings.Contains(errs, c.want) {
 			t.Errorf("exit %d, %q; want 1 and %q", code, errs, c.want)
 		}
 	}
 	// A million differences: twenty listed, the rest counted.
 	many := write("many.yaml", "cases:\n  - name: x\n    requests:\n      - {method: POST, path: /otp, attributes: {phone: \"1\"}, count: 100000, expect: {allowed: true}}\n")
-	code, out, _ := runCLI("test", "../../examples/shop.yaml", many)
+	code, out, _ := runCLI(t, "test", "../../examples/shop.yaml", many)
 	if code != 1 || strings.Count(out, "allowed: got false") != 20 || !strings.Contains(out, "... and 99977 more differences") {
 		t.Errorf("exit %d, %d differences listed:\n%.2000s", code, strings.Count(out, "allowed: got false"), out)
 	}
@@ -313,7 +316,7 @@ func TestRuleTestsAreBounded(t *testing.T) {
 // the request's line, got and want; a misspelt field is refused at its
 // line (an expectation nobody checks would pass silently).
 func TestRuleTestsPassAndFailByLine(t *testing.T) {
-	code, out, errs := runCLI("test", "../../examples/shop.yaml", "../../examples/shop.test.yaml")
+	code, out, errs := runCLI(t, "test", "../../examples/shop.yaml", "../../examples/shop.test.yaml")
 	if code != 0 || !strings.Contains(out, "3 of 3 cases passed") {
 		t.Fatalf("the example: exit %d\n%s%s", code, out, errs)
 	}
@@ -325,7 +328,7 @@ func TestRuleTestsPassAndFailByLine(t *testing.T) {
       - {method: POST, path: /otp, attributes: {phone: "1"}, count: 4, expect: {allowed: true}}
       - {method: POST, path: /otp, attributes: {phone: "1"}, expect: {rule: login, retryAfter: 1s}}
 `), 0o600)
-	code, out, _ = runCLI("test", "../../examples/shop.yaml", wrong)
+	code, out, _ = runCLI(t, "test", "../../examples/shop.yaml", wrong)
 	for _, want := range []string{
 		"FAIL  otp",
 		"wrong.yaml:4: request 1 (4 of 4): allowed: got false, want true",
@@ -342,7 +345,7 @@ func TestRuleTestsPassAndFailByLine(t *testing.T) {
 	}
 	misspelt := filepath.Join(dir, "misspelt.yaml")
 	os.WriteFile(misspelt, []byte("cases:\n  - name: x\n    requests:\n      - {path: /, expect: {alowed: true}}\n"), 0o600)
-	if code, _, errs := runCLI("test", "../../examples/shop.yaml", misspelt); code != 1 || !strings.Contains(errs, `misspelt.yaml:4: unknown field "alowed" in expect`) {
+	if code, _, errs := runCLI(t, "test", "../../examples/shop.yaml", misspelt); code != 1 || !strings.Contains(errs, `misspelt.yaml:4: unknown field "alowed" in expect`) {
 		t.Errorf("a misspelt field: exit %d, %s", code, errs)
 	}
 }

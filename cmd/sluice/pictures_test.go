@@ -22,7 +22,7 @@ func TestPicturesRenderInABrowser(t *testing.T) {
 	dir := t.TempDir()
 	var files []string
 	for _, s := range sim.Scenarios() {
-		code, out, errs := runCLI("simulate", s.Name, "--format", "svg")
+		code, out, errs := runCLI(t, "simulate", s.Name, "--format", "svg")
 		if code != 0 {
 			t.Fatalf("simulate %s --format svg: exit %d: %s", s.Name, code, errs)
 		}
@@ -31,7 +31,7 @@ func TestPicturesRenderInABrowser(t *testing.T) {
 		files = append(files, p)
 	}
 	report := filepath.Join(dir, "replay.html")
-	if code, _, errs := runCLI("replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--html", report); code != 0 {
+	if code, _, errs := runCLI(t, "replay", "--config", "../../examples/shop.yaml", "../../examples/access.log", "--html", report); code != 0 {
 		t.Fatalf("replay --html: exit %d: %s", code, errs)
 	}
 

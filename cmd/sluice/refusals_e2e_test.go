@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
 // The built gateway, default settings, under 64 keep-alive clients that
@@ -23,6 +25,7 @@ func TestGatewayRefusalsUnderAttackEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	var upstreamHits atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upstreamHits.Add(1)

@@ -219,7 +219,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { proctest.Main(m, true) }
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // The built binary answers Envoy's ShouldRateLimit with go-control-plane's
 // generated client, on an envoyproxy/ratelimit file loaded as it is.
@@ -418,6 +418,7 @@ func TestGatewayAdaptiveShedsBeyondItsLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { <-release }))
 	defer up.Close()

@@ -104,10 +104,10 @@ func TestTLSOnEveryListenerAndRenewal(t *testing.T) {
 		t.Fatalf("HTTPS /healthz: %d over HTTP/%d, want 200 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
 	}
 	// sluice probe trusts the self-signed certificate with --ca, and only then.
-	if code, _, errs := runCLI("probe", base+"/healthz"); code != 1 || !strings.Contains(errs, "certificate") {
+	if code, _, errs := runCLI(t, "probe", base+"/healthz"); code != 1 || !strings.Contains(errs, "certificate") {
 		t.Fatalf("probe without --ca: exit %d, %s", code, errs)
 	}
-	if code, out, errs := runCLI("probe", "--ca", filepath.Join(dir, "cert.pem"), base+"/healthz"); code != 0 || !strings.HasPrefix(out, "ok") {
+	if code, out, errs := runCLI(t, "probe", "--ca", filepath.Join(dir, "cert.pem"), base+"/healthz"); code != 0 || !strings.HasPrefix(out, "ok") {
 		t.Fatalf("probe --ca: exit %d, %q %s", code, out, errs)
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))

@@ -32,6 +32,7 @@ func TestGatewayUpgradeSmugglingEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	var otp atomic.Int64
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/otp" {

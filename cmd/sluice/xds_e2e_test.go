@@ -29,6 +29,7 @@ func TestServeTakesItsRulesOverXDSEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	mgmt := xdstest.Start(t, "127.0.0.1:0")
 	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
 	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", mgmt.Addr)
@@ -159,6 +160,7 @@ func TestDecisionsGoOnWhileALargeSnapshotApplies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	mgmt := xdstest.Start(t, "127.0.0.1:0")
 	t.Setenv("CONFIG_TYPE", "GRPC_XDS_SOTW")
 	t.Setenv("CONFIG_GRPC_XDS_SERVER_URL", mgmt.Addr)

@@ -54,7 +54,7 @@ func setUp(t *testing.T) (led *ledger, base, admin string) {
 	return led, base, admin
 }
 
-func TestMain(m *testing.M) { proctest.Main(m, false) }
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // ledger is the upstream's own count of the tokens it served, per API key:
 // the truth the gateway's count must match.

@@ -42,6 +42,7 @@ func storeCalls(t *testing.T, bases []string) int64 {
 // limit of 1,000, and how many store calls it makes per decision. exact,
 // lease, auto and shards never admit more than the limit.
 func TestSyncModesOnThreeGatewaysEndToEnd(t *testing.T) {
+	proctest.Exclusive(t)
 	const checks = 4000 // per mode: four times the limit
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -136,6 +137,7 @@ func TestRegionsGiveEachRegionItsShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	rules := proctest.WriteRules(t, "rules:\n  - {id: r, key: [user], rate: 100, per: 1h, regions: {eu: 50%, us: 30%, ap: 20%}}\n")
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--region", "us")
 	if o := proctest.Load(t, []string{base}, "/x", "u", 200); o.Admitted != 30 {

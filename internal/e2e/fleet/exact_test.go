@@ -94,6 +94,7 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	redistest.Need(t) // skip here, not only in every subtest
 	busyLoops(t, 3)
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
@@ -186,6 +187,7 @@ func TestGatewayProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	redistest.Need(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	defer upstream.Close()

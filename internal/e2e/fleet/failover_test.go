@@ -76,6 +76,7 @@ func TestServeAcrossAClusterFailoverEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	cluster := redistest.StartClusterWithReplicas(t, 2000)
 	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, cluster.URL())
@@ -212,6 +213,7 @@ func TestServeThroughAHungAndARestartedRedisEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	srv := redistest.Start(t, "appendonly yes", "appendfsync always")
 	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, srv.URL())
@@ -274,6 +276,7 @@ func TestServeThroughAReshardAndARebalanceEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	cluster := redistest.StartCluster(t)
 	rules := proctest.WriteRules(t, "rules:\n  - {id: open, match: {path: /open}, key: [user], rate: 100, per: 1h}\n")
 	bases := twoServes(t, rules, cluster.URL())

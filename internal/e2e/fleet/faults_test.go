@@ -102,6 +102,7 @@ func TestServeUnderRedisFaultsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr)
 	rules := proctest.WriteRules(t, faultRules)
@@ -157,6 +158,7 @@ func TestServeBootsWithoutRedisEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	srv := redistest.Start(t)
 	srv.Stop()
 	rules := proctest.WriteRules(t, "rules:\n  - {id: open, key: [user], rate: 3, per: 1h}\n")
@@ -227,6 +229,7 @@ func TestServeBootsWithoutRedisThenExactEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	srv := redistest.Start(t)
 	srv.Stop()
 	rules := proctest.WriteRules(t, faultRules)
@@ -243,6 +246,7 @@ func TestServeWithOneClusterMasterStoppedEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	cluster := redistest.StartCluster(t)
 	rules := proctest.WriteRules(t, faultRules)
 	var bases []string
@@ -288,6 +292,7 @@ func TestServeFollowsASentinelFailoverEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	set := redistest.StartSentinel(t)
 	rules := proctest.WriteRules(t, faultRules)
 	base, _ := start(t, "serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", set.URL())

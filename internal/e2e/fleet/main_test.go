@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/testkit/proctest"
 )
 
-func TestMain(m *testing.M) { proctest.Main(m, true) }
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // start runs the built sluice with args; its log is printed only if the
 // test fails.

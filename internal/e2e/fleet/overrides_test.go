@@ -23,6 +23,7 @@ func TestOverridesReachEveryServeProcessEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	proctest.Exclusive(t)
 	redistest.Need(t)
 	rules := proctest.WriteRules(t, "rules:\n  - {id: per-user, key: [user], rate: 100, per: 1m}\n")
 	for _, topo := range []string{"single", "cluster"} {

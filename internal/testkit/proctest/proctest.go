@@ -69,12 +69,13 @@ func buildSluice() error {
 }
 
 // Main is the TestMain of a package whose tests start the built binary.
-// It builds the binary before the tests run: go test's timeout of a
-// package (10 minutes) starts in m.Run, and on an empty build cache and a
-// busy machine the build alone takes minutes. With exclusive it then takes
-// the end-to-end lock (see Exclusive) for the whole run. The binaries are
-// removed at the end.
-func Main(m *testing.M, exclusive bool) {
+// It builds the binary before the tests run, so that the first test's
+// time is its own, and removes it at the end. The build counts toward
+// go test's timeout of the package all the same: cmd/go starts that clock
+// (the -timeout, 10 minutes by default, and one minute more) when it starts
+// the test binary, and on an empty build cache and a busy machine the build
+// alone takes minutes.
+func Main(m *testing.M) {
 	flag.Parse()
 	if !testing.Short() {
 		if err := buildSluice(); err != nil {
@@ -82,13 +83,8 @@ func Main(m *testing.M, exclusive bool) {
 			os.Exit(1)
 		}
 	}
-	release := func() {}
-	if exclusive {
-		release = Exclusive()
-	}
 	code := m.Run()
 	Remove()
-	release()
 	os.Exit(code)
 }
 
@@ -222,7 +218,7 @@ func Lines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// Run runs the built sluice with args to its end (at most 30 s) and returns
+// Run runs the built sluice with args to its end and returns
 // its exit code and what it wrote to stderr.
 func Run(t testing.TB, args ...string) (int, string) {
 	t.Helper()
@@ -230,18 +226,31 @@ func Run(t testing.TB, args ...string) (int, string) {
 	return code, stderr
 }
 
-// RunOutput runs the built sluice with args to its end (at most 30 s) and
-// returns its exit code, stdout and stderr.
+// RunOutput runs the built sluice with args to its end and returns its exit
+// code, stdout and stderr.
 func RunOutput(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return RunFrom(t, "", args...)
+}
+
+// RunFrom runs the built sluice with args in the directory dir (the test's
+// own if "") to its end and returns its exit code, stdout and stderr. A
+// command that has not ended after two minutes is killed and fails the
+// test: the longest (estimate, replay) end in seconds, even on a starved
+// machine.
+func RunFrom(t testing.TB, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, Sluice(t), args...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("sluice %s: still running after two minutes", strings.Join(args, " "))
 	case err == nil:
 		return 0, stdout.String(), stderr.String()
 	case errors.As(err, &exit):
@@ -251,15 +260,20 @@ func RunOutput(t testing.TB, args ...string) (int, string, string) {
 	return 0, "", ""
 }
 
-// Exclusive waits until no other test process on this machine holds the
-// end-to-end lock, takes it, and returns its release. The end-to-end
-// suites (cmd/sluice, internal/e2e/fleet) each start several sluice and
-// redis-server processes and load them from 64 callers; `go test ./...`
-// runs packages side by side, and two such suites at once on a 2-core
-// machine starve their Redis past the store's deadline, which the tests
-// rightly count as failures. Main takes it before m.Run: the wait is not
-// part of `go test`'s 10 minutes per package, which start in m.Run.
-func Exclusive() (release func()) { return lock("sluice-e2e.lock") }
+// Exclusive waits until no other test on this machine holds the
+// end-to-end lock, and holds it until t ends. The tests that take it start
+// several sluice and redis-server processes and load them from 64 callers;
+// `go test ./...` runs packages side by side, and two such tests at once
+// on a 2-core machine starve their Redis past the store's deadline, which
+// the tests rightly count as failures. It is taken per test, not per
+// package: the wait is part of the waiting package's timeout, and one test
+// of the other package is the longest it waits.
+func Exclusive(t testing.TB) {
+	t.Helper()
+	if !testing.Short() {
+		t.Cleanup(lock("sluice-e2e.lock"))
+	}
+}
 
 // lock waits for the machine-wide lock of that name and takes it, and
 // returns its release. Without a lock file to be had, it takes nothing.
