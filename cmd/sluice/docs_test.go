@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,5 +151,31 @@ func TestAbridgedQuotes(t *testing.T) {
 		if abridged(got, c.want) != c.ok {
 			t.Errorf("abridged(%q, %q) = %v", got, c.want, !c.ok)
 		}
+	}
+}
+
+// CI runs the README's own test command, so that a newcomer's command is
+// the one that is kept green.
+func TestCIRunsTheReadmesTestCommand(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var command string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if before, _, ok := strings.Cut(line, "# run the tests"); ok {
+			command = strings.TrimSpace(before)
+			break
+		}
+	}
+	if !strings.HasPrefix(command, "go test ") {
+		t.Fatalf("the README's top names no test command (a line ending in \"# run the tests\"): %q", command)
+	}
+	if !slices.Contains(strings.Split(string(ci), "\n"), command) {
+		t.Fatalf(".ci/run does not run the README's test command %q", command)
 	}
 }
