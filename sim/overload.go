@@ -218,18 +218,7 @@ type overEvent struct {
 	done    func(time.Duration, bool)
 }
 
-type overEvents []overEvent
-
-func (h overEvents) Len() int           { return len(h) }
-func (h overEvents) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h overEvents) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *overEvents) Push(x any)        { *h = append(*h, x.(overEvent)) }
-func (h *overEvents) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
+func (e overEvent) due() int64 { return int64(e.at) }
 
 // overQueued is a request waiting: admitted and waiting for a server, or
 // refused and waiting for a permit (contenders with a queue).
@@ -256,7 +245,7 @@ type overloadRun struct {
 	c       overloadContender
 	clock   *sluice.ManualClock
 	base    time.Duration // a request's service time with nothing else in flight
-	busy    overEvents
+	busy    events[overEvent]
 	queue   []overQueued // admitted, waiting for a server
 	waiting []overQueued // refused, waiting for a permit
 	stats   []overStats

@@ -22,6 +22,7 @@ func Scenarios() []Scenario {
 		{"race", "two gateways, one remote counter: non-atomic methods vs atomic ones", Race},
 		{"shared-vs-local", "one shared store vs a store per server", SharedVsLocal},
 		{"distributed", "gateways x sync mode x balancer skew x store latency: admitted vs exact, store calls, fairness", Distributed},
+		{"regions", "one limit over three regions, each on its own store: demand moves twice, one region cut off; admitted by region against the limit", Regions},
 		{"overload", "a backend offered 0.5x to 3x its capacity: no limiter, a fixed rate, fixed and adaptive concurrency (AIMD, Gradient2)", Overload},
 	}
 	slices.SortFunc(s, func(a, b Scenario) int { return strings.Compare(a.Name, b.Name) })

@@ -73,6 +73,7 @@ func TestEveryScenarioDrawsAsSVG(t *testing.T) {
 		"shared-vs-local":      {0, 16}, // 8 requests x 2 setups
 		"distributed":          {0, 96}, // 48 configurations x 2 columns
 		"overload":             {0, 60}, // 5 contenders x 6 loads x 2 columns
+		"regions":              {4, 0},  // 3 regions and the limit
 	}
 	for _, r := range ranScenarios(t) {
 		s, rep := r.Scenario, r.rep
