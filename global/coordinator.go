@@ -153,6 +153,33 @@ func (o *Options) wanted(a *KeyAllocation, targets map[string]int64, region stri
 	return false
 }
 
+// WantedByAny reports whether some region wants more of the key than it
+// may hold now.
+func (o *Options) WantedByAny(a *KeyAllocation, now int64) bool {
+	for r, t := range o.targets(a, now) {
+		if t > o.holding(a, r, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// AtRest reports whether the key's accounts say no more than a key never
+// seen: every region may hold its own share and no more or less, and none
+// wants any. The home may then forget them.
+func (o *Options) AtRest(a *KeyAllocation, now int64) bool {
+	for r, acc := range a.Regions {
+		own := o.Own[r]
+		if may(acc.Held, acc.HeldUntil, own, now) != own || may(acc.Granted, acc.GrantedUntil, own, now) != own {
+			return false
+		}
+		if acc.Want > 0 && now-acc.Seen <= o.stale() {
+			return false
+		}
+	}
+	return true
+}
+
 // regionsOf is every region the rule names or the key's state knows.
 func (o *Options) regionsOf(a *KeyAllocation) map[string]bool {
 	out := map[string]bool{}
@@ -173,8 +200,10 @@ func (o *Options) stale() int64 { return int64(o.LeaseFor + o.Period) }
 // when the wants exceed it; otherwise each gets its want, a region keeps
 // what it holds beyond its want while nobody else wants it (a lull in its
 // traffic does not hand its share to regions that ask for nothing), and
-// what is left goes back to the regions by their own shares, so that an
-// idle region holds its own share for the next request it gets.
+// what is left goes first to the regions below their own shares, up to
+// them, then to all by their own shares, so that an idle region holds its
+// own share for the next request it gets, and a key nobody uses comes back
+// to rest (AtRest).
 func (o *Options) targets(a *KeyAllocation, now int64) map[string]int64 {
 	regions := o.regionsOf(a)
 	names := make([]string, 0, len(regions))
@@ -199,6 +228,11 @@ func (o *Options) targets(a *KeyAllocation, now int64) map[string]int64 {
 			keep := min(max(o.holding(a, r, now)-want[r], 0), slack)
 			out[r] += keep
 			slack -= keep
+		}
+		for _, r := range names { // first back to the own shares given up
+			back := min(max(o.Own[r]-out[r], 0), slack)
+			out[r] += back
+			slack -= back
 		}
 		ownTotal := int64(0)
 		for _, r := range names {
