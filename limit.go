@@ -31,6 +31,13 @@ type Limit struct {
 	// calendar (28 to 31 days; 365 or 366). Only for fixed-window limits of
 	// one day, week, month or year.
 	Calendar bool
+	// Portion, above 0, makes the limit a global one that regions share,
+	// each deciding on its own store: it is this region's own share of it,
+	// in thousandths (1 to 1000). A key is then the region's part of the
+	// limit (package global), a token bucket whose share the region's agent
+	// moves to where demand is; a fresh key holds the own share, full.
+	// Only for token-bucket limits.
+	Portion int64
 }
 
 // Calendar units a calendar-aligned fixed window may have (see
@@ -138,6 +145,9 @@ func (l Limit) Validate() error {
 	if l.Calendar && (l.Algorithm != FixedWindow || (l.Period != CalendarDay && l.Period != CalendarWeek && l.Period != CalendarMonth && l.Period != CalendarYear)) {
 		return fail("a calendar window is a fixed window of one day, week, month or year (1d, 1w, 1mo, 1y), not %v %s", FormatPeriod(l.Period), l.Algorithm)
 	}
+	if l.Portion != 0 && (l.Portion < 0 || l.Portion > 1000 || l.Algorithm != TokenBucket) {
+		return fail("a region's portion of a global limit is 1 to 1000 thousandths of a token-bucket limit, not %d of %s", l.Portion, l.Algorithm)
+	}
 	if l.Algorithm.IsBucket() {
 		hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Interval()))
 		if hi != 0 || lo > uint64(MaxCapacity) {
@@ -169,6 +179,10 @@ func (l Limit) String() string {
 	b.WriteString(l.Algorithm.String())
 	if l.Calendar {
 		b.WriteString(" calendar")
+	}
+	if l.Portion != 0 {
+		b.WriteString(" portion=")
+		b.WriteString(strconv.FormatInt(l.Portion, 10))
 	}
 	return b.String()
 }

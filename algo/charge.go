@@ -37,6 +37,13 @@ func (s TokenBucket) Charge(p *Params, now, units int64) TokenBucket {
 	return s
 }
 
+// Charge takes units from a region's part at now, beyond empty if need be.
+func (s Portion) Charge(p *Params, now, units int64) Portion {
+	s = s.settle(p, now)
+	s.Level = SubSat(s.Level, mulSat(mulSat(units, p.T), Whole))
+	return s
+}
+
 // Charge pours units into a leaky meter at now, beyond full if need be.
 func (s LeakyMeter) Charge(p *Params, now, units int64) LeakyMeter {
 	s = s.drain(now)
@@ -81,6 +88,10 @@ func (s *State) Charge(now, units int64) {
 	case sluice.GCRA:
 		s.gcra = s.gcra.Charge(p, now, units)
 	case sluice.TokenBucket:
+		if p.Portion > 0 {
+			*s.portion(now) = s.portion(now).Charge(p, now, units)
+			return
+		}
 		if !s.started {
 			s.tb, s.started = p.NewTokenBucket(now), true
 		}

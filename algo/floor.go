@@ -16,6 +16,14 @@ func (s *State) Decide(now, cost int64, r *Result) {
 	case sluice.GCRA:
 		s.gcra.Take(p, now, cost, r)
 	case sluice.TokenBucket:
+		if p.Portion > 0 {
+			part := s.part
+			if !s.started {
+				part = NewPortion(p, p.Portion, now)
+			}
+			part.Take(p, now, cost, r)
+			return
+		}
 		tb := s.tb
 		if !s.started {
 			tb = p.NewTokenBucket(now)

@@ -22,6 +22,9 @@ type Params struct {
 	// Calendar, when not 0, is the calendar unit fixed windows follow
 	// (sluice.CalendarDay, Week, Month or Year): see sluice.Limit.Calendar.
 	Calendar time.Duration
+	// Portion, when not 0, is a region's own share of a global limit, in
+	// thousandths: see sluice.Limit.Portion and Portion.
+	Portion int64
 }
 
 // NewParams validates l and derives its Params.
@@ -39,6 +42,10 @@ func NewParams(l sluice.Limit) (Params, error) {
 		p.Calendar = l.Period
 	}
 	p.D = p.Burst * p.T // Validate bounds it by sluice.MaxCapacity
+	p.Portion = l.Portion
+	if p.Portion > 0 && !PortionFits(&p) {
+		return Params{}, fmt.Errorf("algo: %w: a portion of %v counts its capacity in thousandths of share, beyond 64 bits", sluice.ErrInvalidLimit, l)
+	}
 	return p, nil
 }
 

@@ -133,7 +133,7 @@ func (s Portion) Take(p *Params, now, cost int64, r *Result) Portion {
 	}
 	switch {
 	case cost < 0:
-		s.Level = min(s.Level+(-cost)*unit, p.D*share)
+		s.Level = min(AddSat(s.Level, mulSat(SubSat(0, cost), unit)), p.D*share)
 		*r = allowed(s.Level/unit, reset())
 		r.Applied()
 		return s

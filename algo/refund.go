@@ -67,6 +67,11 @@ func (s *State) Refund(now, units int64) {
 	case sluice.GCRA:
 		s.gcra = s.gcra.Refund(p, now, units)
 	case sluice.TokenBucket:
+		if p.Portion > 0 {
+			var r Result
+			*s.portion(now) = s.portion(now).Take(p, now, -units, &r)
+			return
+		}
 		if s.started {
 			s.tb = s.tb.Refund(p, now, units)
 		}

@@ -17,6 +17,16 @@ type State struct {
 	fixed   FixedWindow
 	log     SlidingLog
 	sliding SlidingWindow
+	part    Portion // a token bucket with Params.Portion: a region's part
+}
+
+// portion is the part of a token bucket with Params.Portion, fresh at now
+// until its first take.
+func (s *State) portion(now int64) *Portion {
+	if !s.started {
+		s.part, s.started = NewPortion(&s.P, s.P.Portion, now), true
+	}
+	return &s.part
 }
 
 // NewState returns a fresh key under the limit p.
@@ -30,6 +40,10 @@ func (s *State) Take(now, cost int64, r *Result) {
 	case sluice.GCRA:
 		s.gcra = s.gcra.Take(p, now, cost, r)
 	case sluice.TokenBucket:
+		if p.Portion > 0 {
+			*s.portion(now) = s.portion(now).Take(p, now, cost, r)
+			return
+		}
 		if !s.started {
 			s.tb, s.started = p.NewTokenBucket(now), true
 		}

@@ -7,7 +7,7 @@ import "github.com/sluice-rl/sluice/algo"
 // table of their own, in wordtable.go). Each algorithm gets its own cell
 // type so a slot is exactly as large as its algorithm needs: 16 bytes of
 // state for the fixed window, 24 for the sliding window counter, and a
-// pointer for the sliding log.
+// pointer for the sliding log, and 40 for a region's part of a global limit.
 type cellOps[C any] interface {
 	*C
 	// take decides a take at now and, if it is allowed, commits it.
@@ -30,8 +30,9 @@ type cellOps[C any] interface {
 	limited(p *algo.Params, now int64) bool
 }
 
-// saved holds any fixed-size state: the largest is three int64 words.
-type saved [3]int64
+// saved holds any fixed-size state: the largest, a region's part, is four
+// int64 words.
+type saved [4]int64
 
 type fixedWindowCell struct{ s algo.FixedWindow }
 
@@ -123,5 +124,47 @@ func (c *slidingLogCell) resetAfter(p *algo.Params, now int64) int64 {
 	}
 	var r algo.Result
 	c.log.Decide(p, now, 0, &r)
+	return r.ResetAfter
+}
+
+// portionCell is a region's part of a global limit (algo.Portion). A part
+// holding less than its own share, or more under a lease, is never dropped:
+// a fresh part holds the own share, full, and the region's agent has told
+// the other regions it holds less, or counts on its lease.
+type portionCell struct{ s algo.Portion }
+
+func (c *portionCell) take(p *algo.Params, now, cost int64) (r algo.Result) {
+	c.s = c.s.Take(p, now, cost, &r)
+	return r
+}
+func (c *portionCell) refund(p *algo.Params, now, units int64) {
+	var r algo.Result
+	c.s = c.s.Take(p, now, -units, &r)
+}
+func (c *portionCell) charge(p *algo.Params, now, units int64) {
+	c.s = c.s.Charge(p, now, units)
+}
+func (c *portionCell) save() saved { return saved{c.s.Level, c.s.Last, c.s.Held, c.s.Until} }
+func (c *portionCell) restore(s saved, _ int64) {
+	c.s.Level, c.s.Last, c.s.Held, c.s.Until = s[0], s[1], s[2], s[3]
+}
+func (c *portionCell) fresh(p *algo.Params, now int64) { c.s = algo.NewPortion(p, p.Portion, now) }
+func (c *portionCell) limited(p *algo.Params, now int64) bool {
+	if c.s.Share(now) != c.s.Own {
+		return true
+	}
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
+	return r.Remaining == 0
+}
+func (c *portionCell) resetAfter(p *algo.Params, now int64) int64 {
+	if c.s.Share(now) < c.s.Own {
+		return p.W + p.D // not idle until its share comes back
+	}
+	var r algo.Result
+	c.s.Take(p, now, 0, &r)
+	if c.s.Share(now) > c.s.Own {
+		return max(r.ResetAfter, c.s.Until-now, 1)
+	}
 	return r.ResetAfter
 }

@@ -177,7 +177,13 @@ func (s *Store) table(rule string, l sluice.Limit) (anyTable, error) {
 	id := s.nextID.Add(1)
 	var t anyTable
 	switch l.Algorithm {
-	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyMeter, sluice.LeakyQueue:
+	case sluice.TokenBucket:
+		if l.Portion > 0 {
+			t = newTable[portionCell](id, rule, l, p, s.seed, s.maxKeys)
+			break
+		}
+		t = newWordTable(id, rule, l, p, s.seed, s.maxKeys)
+	case sluice.GCRA, sluice.LeakyMeter, sluice.LeakyQueue:
 		t = newWordTable(id, rule, l, p, s.seed, s.maxKeys)
 	case sluice.FixedWindow:
 		t = newTable[fixedWindowCell](id, rule, l, p, s.seed, s.maxKeys)

@@ -351,6 +351,20 @@ func (t *table[C, P]) do(key string, now, units int64, o op) algo.Result {
 	return r
 }
 
+// with runs fn on key's own cell at now, under its shard's lock; a key
+// that would share the overflow cell is not run (over).
+func (t *table[C, P]) with(key string, now int64, fn func(P)) (over bool) {
+	fp, i := t.hash(key)
+	sh := &t.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c, over := t.cell(sh, fp, now)
+	if !over {
+		fn(c)
+	}
+	return over
+}
+
 func (t *table[C, P]) forget(key string) bool {
 	fp, i := t.hash(key)
 	sh := &t.shards[i]

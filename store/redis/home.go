@@ -36,7 +36,7 @@ const maxWanted = 100
 
 // exchangeTries bounds the starts of one exchange that other regions'
 // exchanges keep interrupting.
-const exchangeTries = 16
+const exchangeTries = 32
 
 // ErrContended is the error of an exchange that other regions' exchanges
 // interrupted exchangeTries times: the region keeps what it holds, and its
@@ -78,7 +78,7 @@ func (s *Store) Exchange(ctx context.Context, rule, region string, o *global.Opt
 			}
 			// Interrupted: wait a random while, longer each time, so that
 			// regions starting together do not interrupt each other again.
-			wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 6)))
+			wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(try, 7)))
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

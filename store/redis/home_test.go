@@ -66,7 +66,8 @@ func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
 	}
 }
 
-// Regions exchanging at once, each honest (it declares the share in force
+// Regions exchanging at once (one that gives all up and wants none, three
+// racing for what it frees), each honest (it declares the share in force
 // and applies a grant, counting its lease from before it sent the
 // request), never hold more than the capacity between them at any instant:
 // each exchange reads and writes the accounts as one step, so two regions
@@ -87,6 +88,12 @@ func TestRegionsExchangingAtOnceNeverHoldMoreThanTheCapacity(t *testing.T) {
 	)
 	start := time.Now()
 	at := func() time.Duration { return time.Since(start) }
+	// r0 gives its share up before the others start: there is free share
+	// from the first exchange on.
+	if _, _, err := s.Exchange(context.Background(), "busy", "r0", &o, []global.Ask{{Key: "k", Held: 0, Want: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	log = append(log, shareChange{at: at(), region: "r0", share: 0})
 	var wg sync.WaitGroup
 	for i := range 4 {
 		region := fmt.Sprintf("r%d", i)
@@ -96,6 +103,9 @@ func TestRegionsExchangingAtOnceNeverHoldMoreThanTheCapacity(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			own := o.Own[region]
 			held, until := own, time.Duration(0) // the share, above own until until
+			if i == 0 {
+				held = 0
+			}
 			inForce := func(now time.Duration) int64 {
 				if held > own && now >= until {
 					return own
@@ -105,14 +115,21 @@ func TestRegionsExchangingAtOnceNeverHoldMoreThanTheCapacity(t *testing.T) {
 			for range 150 {
 				now := at()
 				declare := inForce(now)
-				if rng.IntN(4) == 0 { // gives some up before it says so
+				quiet := i == 0 // gives all up and wants none: the others race for it
+				if quiet || rng.IntN(4) == 0 { // gives some up before it says so
 					declare = int64(rng.IntN(int(declare) + 1))
+					if quiet {
+						declare = 0
+					}
 					mu.Lock()
 					held, until = declare, 0
 					log = append(log, shareChange{at: at(), region: region, share: declare})
 					mu.Unlock()
 				}
-				want := int64(rng.IntN(1001))
+				want := 600 + int64(rng.IntN(401)) // more than the capacity in all: max-min shares, above the own ones
+				if quiet {
+					want = 0
+				}
 				sent := at()
 				grants, _, err := s.Exchange(context.Background(), "busy", region, &o, []global.Ask{{Key: "k", Held: declare, Want: want}})
 				if err != nil {

@@ -26,7 +26,7 @@ const maxCachedLimits = 256
 type limitInfo struct {
 	params
 	fp   string    // fingerprint(l)
-	args [4]string // T, D, W and L in decimal
+	args [5]string // T, D, W, L and own in decimal
 }
 
 type limitCache struct {
@@ -45,7 +45,7 @@ func (c *limitCache) info(l sluice.Limit) (*limitInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	li := &limitInfo{params: p, fp: fingerprint(l), args: [4]string{itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l)}}
+	li := &limitInfo{params: p, fp: fingerprint(l), args: [5]string{itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(p.own)}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()

@@ -19,7 +19,7 @@ func TestLimitCacheIsExactAndBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, _ := paramsOf(l)
-		want := [4]string{itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l)}
+		want := [5]string{itoa(p.t), itoa(p.d), itoa(p.w), itoa(p.l), itoa(p.own)}
 		if li.params != p || li.fp != fingerprint(l) || li.args != want {
 			t.Fatalf("%v: cached %+v, want %+v %s %v", l, li, p, fingerprint(l), want)
 		}

@@ -33,6 +33,7 @@ var luaAlgorithms = []struct {
 	{"fixed-window", "fixed_window", "fw"},
 	{"sliding-window", "sliding_window", "sw"},
 	{"sliding-log", "sliding_log", "sl"},
+	{"portion", "portion", "por"},
 }
 
 func luaFile(name string) string {
@@ -382,6 +383,7 @@ const maxExact = 1 << 53
 type params struct {
 	alg        string
 	t, d, w, l int64
+	own        int64 // a region's own share of a global limit (portion.lua)
 }
 
 func paramsOf(l sluice.Limit) (params, error) {
@@ -399,6 +401,13 @@ func paramsOf(l sluice.Limit) (params, error) {
 	}
 	if l.Algorithm == sluice.SlidingWindow && r.l*r.w >= maxExact {
 		return params{}, fmt.Errorf("redis: %v: limit x window must stay below 2^53 microseconds", l)
+	}
+	if l.Portion > 0 {
+		// portion.lua counts tokens in microseconds times thousandths.
+		r.alg, r.own = "portion", l.Portion
+		if r.d >= maxExact/algo.Whole {
+			return params{}, fmt.Errorf("redis: %v: too long for a region's part in Lua (capacity x 1000 below 2^53 microseconds)", l)
+		}
 	}
 	if r.d >= maxExact || r.w >= maxExact {
 		return params{}, fmt.Errorf("redis: %v: too long for microsecond arithmetic in Lua", l)
@@ -487,6 +496,8 @@ func settleCap(p *params) int64 {
 		return maxExact / 2
 	case "sliding-window":
 		return maxExact / max(p.w, 1)
+	case "portion":
+		return maxExact / 2 / max(p.t, 1) / algo.Whole
 	}
 	return maxExact / 2 / max(p.t, 1)
 }
@@ -498,7 +509,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	if dry {
 		hold = "1"
 	}
-	args := make([]string, 2, 2+10*len(idx))
+	args := make([]string, 2, 2+11*len(idx))
 	args[0], args[1] = now, hold
 	for j, i := range idx {
 		tk, p := &takes[i], ps[i]
@@ -521,7 +532,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if tk.Settle || tk.Charge {
 			cost = min(cost, settleCap(&p.params))
 		}
-		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)))
+		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)), p.args[4])
 	}
 	script := ps[idx[0]].alg
 	for _, i := range idx[1:] {

@@ -81,9 +81,11 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("FloorsMatchAlgo", func(t *testing.T) { testFloorsMatchAlgo(t, newStore) })
 	t.Run("FloorsKeepTheShareAbove", func(t *testing.T) { testFloorsKeepTheShareAbove(t, newStore) })
 	t.Run("KeysAreNotKeptPastTheCall", func(t *testing.T) { testKeysAreNotKeptPastTheCall(t, newStore) })
+	t.Run("SharesMatchAlgo", func(t *testing.T) { testSharesMatchAlgo(t, newStore) })
 }
 
-// limits returns one small limit per algorithm.
+// limits returns one small limit per algorithm, and a region's part of a
+// global token bucket (sluice.Limit.Portion).
 func limits() []sluice.Limit {
 	var ls []sluice.Limit
 	for _, a := range sluice.Algorithms() {
@@ -93,7 +95,24 @@ func limits() []sluice.Limit {
 		}
 		ls = append(ls, l)
 	}
-	return ls
+	return append(ls, sluice.Limit{Rate: 5, Period: time.Second, Burst: 8, Algorithm: sluice.TokenBucket, Portion: 625})
+}
+
+// nameOf names a limit's subtest: its algorithm, and its portion if any.
+func nameOf(l sluice.Limit) string {
+	if l.Portion > 0 {
+		return fmt.Sprintf("%s-portion-%d", l.Algorithm, l.Portion)
+	}
+	return l.Algorithm.String()
+}
+
+// capacityOf is what a fresh key of l holds: its burst, or a region's own
+// share of it.
+func capacityOf(l sluice.Limit) int64 {
+	if l.Portion > 0 {
+		return l.Capacity() * l.Portion / 1000
+	}
+	return l.Capacity()
 }
 
 // withCalendars is limits and the calendar windows (UTC days, weeks from
@@ -182,7 +201,7 @@ func testMatchesAlgo(t *testing.T, newStore Factory) {
 func testConcurrentExact(t *testing.T, newStore Factory) {
 	const goroutines, each = 64, 16
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			l.Rate, l.Period = 100, time.Hour
 			if l.Algorithm.IsBucket() {
 				l.Burst = 100
@@ -216,7 +235,7 @@ func testConcurrentExact(t *testing.T, newStore Factory) {
 			for err := range errs {
 				t.Fatal(err)
 			}
-			if got := admitted.Load(); got != int64(want) || want < 100 {
+			if got := admitted.Load(); got != int64(want) || int64(want) < capacityOf(l) {
 				t.Fatalf("%d concurrent takes admitted %d, a sequential run %d (limit 100)", goroutines*each, got, want)
 			}
 		})
@@ -225,7 +244,7 @@ func testConcurrentExact(t *testing.T, newStore Factory) {
 
 func testIndependence(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			for take1(t, s, "r1", "a", l, 1).Allowed {
 			}
@@ -250,7 +269,7 @@ func testIndependence(t *testing.T, newStore Factory) {
 // where the takes left it, and the other key must stay fresh.
 func testKeysAreNotKeptPastTheCall(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			fresh := take1(t, s, "rule-a", "key-aaaa", l, 0).Remaining
 			buf := []byte("rule-akey-aaaahold-aaaa")
@@ -289,7 +308,7 @@ func testKeysAreNotKeptPastTheCall(t *testing.T, newStore Factory) {
 func testMultiTakeAtomic(t *testing.T, newStore Factory) {
 	ctx := context.Background()
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			tight := sluice.Limit{Rate: 1, Period: time.Hour, Algorithm: sluice.GCRA}
 			takes := []sluice.Take{
@@ -340,7 +359,7 @@ func testMultiTakeAtomic(t *testing.T, newStore Factory) {
 func testSameKeyTwice(t *testing.T, newStore Factory) {
 	ctx := context.Background()
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			pair := []sluice.Take{{Rule: "r", Key: "u", Limit: l, Cost: 2}, {Rule: "r", Key: "u", Limit: l, Cost: 2}}
 			out := make([]sluice.Decision, 2)
@@ -367,8 +386,8 @@ func testSameKeyTwice(t *testing.T, newStore Factory) {
 				}
 				break
 			}
-			if want := l.Capacity() / 4; l.Algorithm != sluice.LeakyQueue && int64(pairs) != want {
-				t.Fatalf("%d pairs of 2+2 admitted on a capacity of %d, want %d", pairs, l.Capacity(), want)
+			if want := capacityOf(l) / 4; l.Algorithm != sluice.LeakyQueue && int64(pairs) != want {
+				t.Fatalf("%d pairs of 2+2 admitted on a capacity of %d, want %d", pairs, capacityOf(l), want)
 			}
 		})
 	}
@@ -444,7 +463,7 @@ func testExpiry(t *testing.T, newStore Factory) {
 func testDryRun(t *testing.T, newStore Factory) {
 	ctx := context.Background()
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			other := sluice.Limit{Rate: 100, Period: time.Hour}
 			out := make([]sluice.Decision, 2)
@@ -470,7 +489,7 @@ func testDryRun(t *testing.T, newStore Factory) {
 // testRefunds: a negative cost gives units back, never beyond a fresh key.
 func testRefunds(t *testing.T, newStore Factory) {
 	for _, l := range limits() {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
+		t.Run(nameOf(l), func(t *testing.T) {
 			s := newStore(t, sluice.NewManualClock(Epoch))
 			fresh := take1(t, s, "r", "k", l, 0)
 			take1(t, s, "r", "k", l, 3)

@@ -8,12 +8,13 @@
 -- ARGV[1]: now in microseconds, or "" for the server's TIME.
 -- ARGV[2]: "1" to decide without writing anything (a caller's other key
 --   already refused), else "0".
--- ARGV[3 + 10*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
+-- ARGV[3 + 11*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
 --   units), cost (negative: give -cost units back), dry run (0 or 1),
 --   reservation id ("" for none), and for a reservation: its lifetime in
 --   microseconds to open it, -1 to settle it at cost, or -2 (without an id)
 --   to charge cost whatever the limit and the other takes say; the floor
---   (units the take must leave: it decides as cost + floor, and takes cost).
+--   (units the take must leave: it decides as cost + floor, and takes cost);
+--   a region's own share of a global limit (thousandths; portion.lua), or 0.
 -- A reservation is a key beside the take's key (same hash slot) holding the
 -- units reserved, expiring at the deadline: opened only if every take is
 -- admitted, deleted by its settle, which then refunds or charges the
@@ -24,7 +25,7 @@
 -- key as it stands.
 -- A batch decides several such calls, each as if alone, one after another:
 -- ARGV[2] is "b", ARGV[3] the number of calls, and each call is its number
--- of keys, its hold flag ("0" or "1") and its takes' 10 arguments; KEYS
+-- of keys, its hold flag ("0" or "1") and its takes' 11 arguments; KEYS
 -- holds the calls' keys in order. It returns the calls' integers in order.
 local now = tonumber(ARGV[1])
 if not now then
@@ -43,7 +44,7 @@ local function rewrite(alg, key, p, now, nst)
   if nst then alg[2](key, nst, 1000) end
   local r = alg[1](key, p, now, 0)
   r[1], r[2], r[4] = 1, 0, 0 -- applied whatever the limit says, in debt or not
-  if nst then redis.call('PEXPIRE', key, ceildiv(r[5], 1000) + 1000) end
+  if nst and not nst.keeps_ttl then redis.call('PEXPIRE', key, ceildiv(r[5], 1000) + 1000) end
   return r
 end
 -- take decides one call: n takes, whose keys are KEYS[k0 + 1 ...] and
@@ -59,9 +60,10 @@ local function take(k0, n, a0, hold)
   local out, pending, ok, snaps = {}, {}, not hold, {}
   for i = 1, n do
     local key = KEYS[k0 + i]
-    local a = a0 + (i - 1) * 10
+    local a = a0 + (i - 1) * 11
     local alg = algos[ARGV[a + 1]]
-    local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5])}
+    local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5]),
+      own = tonumber(ARGV[a + 11])}
     local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
     local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
     local floor = tonumber(ARGV[a + 10])
@@ -146,6 +148,6 @@ local all, k, a = {}, 0, 4
 for _ = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[a])
   for _, v in ipairs(take(k, n, a + 1, ARGV[a + 1] == '1')) do all[#all + 1] = v end
-  k, a = k + n, a + 2 + 10 * n
+  k, a = k + n, a + 2 + 11 * n
 end
 return all
