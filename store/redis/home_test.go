@@ -115,7 +115,7 @@ func TestRegionsExchangingAtOnceNeverHoldMoreThanTheCapacity(t *testing.T) {
 			for range 150 {
 				now := at()
 				declare := inForce(now)
-				quiet := i == 0 // gives all up and wants none: the others race for it
+				quiet := i == 0                // gives all up and wants none: the others race for it
 				if quiet || rng.IntN(4) == 0 { // gives some up before it says so
 					declare = int64(rng.IntN(int(declare) + 1))
 					if quiet {
