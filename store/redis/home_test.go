@@ -32,6 +32,7 @@ func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
 	regions := []string{"ap", "eu", "us"}
 	keys := []string{"k0", "k1", "k2", "k3"}
 	model := map[string]*global.KeyAllocation{}
+	wantedSet := map[string]bool{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 600 {
 		clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
@@ -42,7 +43,7 @@ func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
 				asks = append(asks, global.Ask{Key: k, Held: int64(rng.IntN(1001)), Want: int64(rng.IntN(1100))})
 			}
 		}
-		grants, _, err := s.Exchange(ctx, "r1", region, &o, asks)
+		grants, wanted, err := s.Exchange(ctx, "r1", region, &o, asks)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,6 +63,20 @@ func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
 			if grants[i] != want {
 				t.Fatalf("step %d, %s asks %+v: the home granted %+v, the coordinator %+v", step, region, a, grants[i], want)
 			}
+		}
+		for _, a := range asks { // the home's wanted set, as its exchanges leave it
+			m := model[a.Key]
+			wantedSet[a.Key] = m != nil && o.WantedByAny(m, clock.Now())
+		}
+		var others []string // keys of the set not asked that other regions want more of
+		for _, k := range keys {
+			if m := model[k]; m != nil && wantedSet[k] && !slices.ContainsFunc(asks, func(a global.Ask) bool { return a.Key == k }) && o.Wanted(m, region, clock.Now()) {
+				others = append(others, k)
+			}
+		}
+		sort.Strings(wanted)
+		if !slices.Equal(wanted, others) {
+			t.Fatalf("step %d: the home named %q wanted elsewhere to %s, the coordinator %q", step, wanted, region, others)
 		}
 	}
 }
