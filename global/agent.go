@@ -102,12 +102,12 @@ func (a *Agent) Plan(r *Rule, o *Options, now int64, parts []Part) (asks []Ask, 
 			if p.Asked != prev.asked {
 				ks.seen = now
 			}
-			if p.Short > ks.short {
-				short = true
-			}
 			ks.prevShort = ks.short
 		} else if p.Asked > 0 {
 			ks.seen = now
+		}
+		if p.Short > ks.short {
+			short = true
 		}
 		ks.samples[ks.n%len(ks.samples)] = sample{at: now, asked: p.Asked}
 		ks.short = p.Short
@@ -118,7 +118,13 @@ func (a *Agent) Plan(r *Rule, o *Options, now int64, parts []Part) (asks []Ask, 
 			continue
 		}
 		want := Want(ks.rate(now, period), rate, o.Capacity())
-		if ks.n > 1 && p.Short > ks.prevShort {
+		switch {
+		case ks.n == 1 && p.Short > 0:
+			// Refused before its demand could be measured (one sample):
+			// ask for all of it; fairness among the regions that want more
+			// than there is divides it, and the next tick measures.
+			want = o.Capacity()
+		case ks.n > 1 && p.Short > ks.prevShort:
 			// Refused for want of share: the estimate lags a demand that
 			// grows, so ask for twice what it holds at least.
 			want = max(want, min(o.Capacity(), 2*held+algo.Whole/10))
@@ -204,6 +210,15 @@ func (a *Agent) Answer(r *Rule, o *Options, sent int64, asks []Ask, grants []Gra
 	}
 	rs.others = wanted
 	return sets
+}
+
+// Confirming reports whether the rule's next exchange is due at once: a
+// grant shrank a share, and the coordinator counts the old one until told.
+func (a *Agent) Confirming(rule string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rs := a.rules[rule]
+	return rs != nil && rs.confirm
 }
 
 // heldAt is a part's share in force at now.

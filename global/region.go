@@ -31,3 +31,27 @@ type Region interface {
 	// and the agent then tells the coordinator nothing it did not apply.
 	SetShares(ctx context.Context, rule string, l sluice.Limit, shares []Share) error
 }
+
+// Pool is a region's store shared by several processes: each pools the
+// demand its decisions counted, and one of them, the lead, takes it all
+// and runs the region's agent. A store without Pool (the embedded store)
+// is a region of one process, which is its own lead.
+type Pool interface {
+	// AddDemand adds a process's demand for rule's keys to the region's.
+	AddDemand(ctx context.Context, rule string, counts []Count) error
+	// TakeDemand takes the region's demand for rule since the last take.
+	TakeDemand(ctx context.Context, rule string) ([]Count, error)
+	// Lead reports whether the process id leads the region's agent for
+	// the next ttl: it takes the lead when nobody holds it, and keeps it
+	// while it asks again within ttl.
+	Lead(ctx context.Context, id string, ttl time.Duration) (bool, error)
+}
+
+// Home is the store where the coordinator's accounts of global rules live,
+// reached by every region (a Redis: store/redis Store.Exchange).
+type Home interface {
+	// Exchange runs region's exchange for rule's asks as one atomic step
+	// on the home's clock: a grant for each ask, in order, and keys the
+	// region did not ask about that other regions want more of.
+	Exchange(ctx context.Context, rule, region string, o *Options, asks []Ask) ([]Grant, []string, error)
+}

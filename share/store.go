@@ -24,6 +24,14 @@ type Options struct {
 	// Scale, if set, returns the share of each rule's limit this gateway's
 	// region has (1 for all of it), as a rule's regions and --region say.
 	Scale func(rule string) float64
+	// Portion, if set, returns the region's own share of each global rule's
+	// limit (thousandths; 0 for a rule that is not global): its takes
+	// count against the region's part (sluice.Limit.Portion), which the
+	// region's agent moves (package global).
+	Portion func(rule string) int64
+	// Demand, if set, counts every decision of a global rule (Portion) for
+	// the region's agent, refusals and all.
+	Demand Demand
 	// AllExact, if set, reports whether every rule is now exact and
 	// unsharded at its whole limit (Sharing and Scale would say so for each
 	// take). With no deny cache, calls then go to the store as they come,
@@ -41,6 +49,11 @@ type Options struct {
 	// ManualTick leaves the background work (lease expiry, sync flushes) to
 	// calls of Tick, for deterministic simulations on a manual clock.
 	ManualTick bool
+}
+
+// Demand counts the decisions of global rules (global.Demand).
+type Demand interface {
+	Add(rule, key string, cost int64, allowed bool)
 }
 
 // Store decides each take by its rule's sync mode (see the package doc). It
@@ -160,11 +173,12 @@ func (s *Store) call(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 
 // plan is how one take of a call is decided.
 type plan struct {
-	mode  sluice.SyncMode
-	limit sluice.Limit // scaled to the region's share
-	sh    sluice.Sharing
-	done  bool  // decided and consumed locally: undo if the call refuses
-	undo  int64 // units to give back locally
+	mode   sluice.SyncMode
+	limit  sluice.Limit // scaled to the region's share
+	sh     sluice.Sharing
+	global bool  // a region's part of a global rule: its demand counted
+	done   bool  // decided and consumed locally: undo if the call refuses
+	undo   int64 // units to give back locally
 }
 
 // Take implements sluice.Store.
@@ -255,6 +269,9 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	// JSON API advertise what this gateway admits, not the whole.
 	for i := range takes {
 		out[i].Rule, out[i].Limit = takes[i].Rule, plans[i].limit
+		if plans[i].global && s.o.Demand != nil && !takes[i].DryRun && !takes[i].Settle {
+			s.o.Demand.Add(takes[i].Rule, takes[i].Key, takes[i].Cost, out[i].Allowed)
+		}
 	}
 	return nil
 }
@@ -337,6 +354,10 @@ func (s *Store) plan(tk *sluice.Take, now *instant) plan {
 	}
 	if s.o.Scale != nil {
 		p.limit = p.limit.Part(s.o.Scale(tk.Rule))
+	}
+	if s.o.Portion != nil {
+		p.limit.Portion = s.o.Portion(tk.Rule)
+		p.global = p.limit.Portion > 0
 	}
 	if p.mode == sluice.SyncAuto {
 		p.mode = sluice.SyncExact
