@@ -187,6 +187,9 @@ type Rule struct {
 	// Regions gives named regions a share of the limit (0 to 1 each); a
 	// gateway started with --region NAME enforces its region's share.
 	Regions map[string]float64
+	// Global, when set, makes the rule one limit across regions, each
+	// region deciding on its own store (the global setting).
+	Global *Global
 	// ShowKeys lets the admin API's hot-key list show this rule's keys in
 	// the clear; otherwise they are shown hashed.
 	ShowKeys bool

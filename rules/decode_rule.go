@@ -172,6 +172,7 @@ func (d *decoder) rule(c *Config, n *yaml.Node, field string) *Rule {
 		"fallback":    func(v *yaml.Node, f string) { at.fallback, at.fallbackLimit = v, d.fallbackLimit(v, f) },
 		"sync":        func(v *yaml.Node, f string) { d.sharing(&r.Sync, v, f) },
 		"regions":     func(v *yaml.Node, f string) { r.Regions = d.regions(v, f) },
+		"global":      func(v *yaml.Node, f string) { r.Global = d.global(v, f) },
 
 		"envoy": func(v *yaml.Node, f string) { r.Envoy = d.envoyMatch(v, f) },
 	})
@@ -279,6 +280,18 @@ func (d *decoder) ruleCombinations(r *Rule, n *yaml.Node, field string) {
 			d.fail(n, field+".adaptive", "adaptive rules count each request as it comes: not with reserve, countOn, mode: shadow or Envoy descriptors")
 		case limitValid && AdaptiveLimit(r.Limit).Validate() != nil:
 			d.fail(n, field+".adaptive", "%d per %v is too fine to shrink in steps of 1/%d", r.Limit.Rate, r.Limit.Period, AdaptiveScale)
+		}
+	}
+	if g := r.Global; g != nil {
+		switch {
+		case r.Limit.Algorithm != sluice.TokenBucket:
+			d.fail(n, field+".global", "a global limit is a token-bucket (each region spends its part of one bucket), not %s", r.Limit.Algorithm)
+		case r.Sync.Mode != sluice.SyncExact || r.Sync.Shards > 1:
+			d.fail(n, field+".global", "a global limit decides exactly in each region: sync: exact without shards, not %s", r.Sync.Mode)
+		case len(r.Regions) > 0:
+			d.fail(n, field+".global", "regions and global both divide the limit among regions: keep one (global moves shares to where demand is)")
+		case r.Reserve != nil || r.Tiers != nil || r.Adaptive || len(r.CountOn) > 0:
+			d.fail(n, field+".global", "a global limit counts each request as it comes: not with reserve, tiers, adaptive or countOn")
 		}
 	}
 	switch a := r.Limit.Algorithm; {

@@ -94,8 +94,35 @@ func (r *Rule) SummaryIn(region string) string {
 		b.WriteString("; regions ")
 		b.WriteString(r.regionWords(region))
 	}
+	if g := r.Global; g != nil {
+		b.WriteString("; global across ")
+		b.WriteString(g.words(region))
+	}
 	fmt.Fprintf(&b, " (%s)", r.Limit.Algorithm)
 	return b.String()
+}
+
+// words names the regions' own shares, this region's first, and the
+// borrowing allowed.
+func (g *Global) words(region string) string {
+	names := make([]string, 0, len(g.Own))
+	for n := range g.Own {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		p := fmt.Sprintf("%s %g%%", n, float64(g.Own[n])/10)
+		if n == region {
+			p += " (here)"
+		}
+		parts = append(parts, p)
+	}
+	out := strings.Join(parts, ", ") + " of it, moved to where demand is every " + g.Period.String()
+	if g.Borrow > 0 {
+		out += fmt.Sprintf(", borrowing up to %g%%", float64(g.Borrow)/10)
+	}
+	return out
 }
 
 // tierWords says what each priority tier keeps of the limit, and what the

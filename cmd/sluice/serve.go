@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/concurrency"
+	"github.com/sluice-rl/sluice/global"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/engine"
@@ -68,6 +69,7 @@ type common struct {
 	gateways        *int
 	requireStore    *bool
 	region          *string
+	globalHome      *string
 	watch           *time.Duration
 	logFormat       *string
 	tlsCert         *string
@@ -104,6 +106,7 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 	c.storeTimeout = fs.Duration("store-timeout", 0, "a fixed deadline for each store call (default: adaptive, 4x the store's recent peak latency within 50ms and --store-timeout-max)")
 	c.storeTimeoutMax = fs.Duration("store-timeout-max", storecall.MaxTimeout, "the cap of the adaptive store deadline: the longest a request waits for a store that does not answer")
 	c.region = fs.String("region", envDefault("SLUICE_REGION", ""), "this gateway's region: rules with regions enforce that region's share of their limit")
+	c.globalHome = fs.String("global-home", envDefault("SLUICE_GLOBAL_HOME", ""), "rules with global: the Redis URL every region reaches, where the regions move shares of their limits (with --region)")
 	c.requireStore = fs.Bool("require-store", false, "exit with status 1 if the store does not answer within 10s of start (default: warn, serve degraded, and report not ready until it answers)")
 	c.gateways = fs.Int("gateways", 0, "how many gateways share the store, for the share of a limit each counts while the store fails (default: the live count, from heartbeats in the store)")
 	c.watch = fs.Duration("watch", 2*time.Second, "how often to check the rule files for changes (0: only on SIGHUP)")
@@ -114,10 +117,11 @@ func commonFlags(fs *flag.FlagSet, listenDefault string) *common {
 // setup is what serve and gateway build from the common flags.
 type setup struct {
 	log     *slog.Logger
-	live    *server.Live  // the live page's state
-	tls     *certFiles    // nil: plain TCP
-	mem     *memory.Store // nil when counts live in Redis
-	share   *share.Store  // the sync modes around the store
+	live    *server.Live   // the live page's state
+	tls     *certFiles     // nil: plain TCP
+	mem     *memory.Store  // nil when counts live in Redis
+	share   *share.Store   // the sync modes around the store
+	global  *global.Runner // nil: no --global-home
 	closers []func()
 	eng     *engine.Engine
 	engine  atomic.Pointer[engine.Engine] // eng, for goroutines started before it
@@ -160,13 +164,14 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRegion(cfg, *c.region); err != nil {
+	if err := checkRegion(cfg, *c.region, *c.globalHome); err != nil {
 		return nil, err
 	}
 	// Every rule's sync mode is decided by the share layer around the store.
 	table := &sharingTable{region: *c.region}
+	demand := global.NewDemand(0)
 	wrapped, sh := share.Wrap(store, table.follow(share.Options{
-		Local: memory.New(), Gateways: gateways,
+		Local: memory.New(), Gateways: gateways, Demand: demand,
 		// The deny cache spares a shared store the calls of refused keys;
 		// the embedded store answers them as fast as the cache would.
 		NoDenyCache: s.mem != nil,
@@ -204,6 +209,9 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	s.engine.Store(s.eng)
 	if *c.store != "memory" {
 		s.closers = append([]func(){s.writeBack}, s.closers...)
+	}
+	if err := c.runGlobal(s, store, demand); err != nil {
+		return nil, err
 	}
 	s.live.Attach(s.eng)
 	s.metrics.WatchPressure(c.pressure)
@@ -390,16 +398,27 @@ func (s *setup) reachStore(url string, require bool) error {
 // redactedURL is a store URL without its password, for logs.
 func redactedURL(s string) string { return redis.Redact(s) }
 
-// checkRegion refuses a --region that a rule with regions gives no share.
-func checkRegion(cfg *rules.Config, region string) error {
+// checkRegion refuses a --region that a rule with regions or global gives
+// no share, and a global rule without --global-home.
+func checkRegion(cfg *rules.Config, region, home string) error {
 	for _, r := range cfg.Rules {
-		if len(r.Regions) == 0 {
+		shares := r.Regions
+		if g := r.Global; g != nil {
+			if home == "" {
+				return fmt.Errorf("rule %s is global (%s:%d): start the gateway with --global-home REDIS-URL, the store every region reaches", r.ID, cfg.File, r.Line)
+			}
+			shares = map[string]float64{}
+			for name := range g.Own {
+				shares[name] = 1
+			}
+		}
+		if len(shares) == 0 {
 			continue
 		}
 		if region == "" {
 			return fmt.Errorf("rule %s gives regions a share (%s:%d): start the gateway with --region NAME", r.ID, cfg.File, r.Line)
 		}
-		if _, ok := r.Regions[region]; !ok {
+		if _, ok := shares[region]; !ok {
 			return fmt.Errorf("rule %s (%s:%d) gives region %q no share", r.ID, cfg.File, r.Line, region)
 		}
 	}
@@ -417,20 +436,24 @@ type sharingEntry struct {
 	cfg      *rules.Config
 	sync     map[string]sluice.Sharing
 	regions  map[string]float64
-	allExact bool // every rule exact, unsharded and whole here
+	portions map[string]int64 // global rules: the region's own share
+	allExact bool             // every rule exact, unsharded and whole here
 }
 
 func (t *sharingTable) get(cfg *rules.Config) *sharingEntry {
 	if e := t.cur.Load(); e != nil && e.cfg == cfg {
 		return e
 	}
-	e := &sharingEntry{cfg: cfg, sync: map[string]sluice.Sharing{}, regions: map[string]float64{}, allExact: true}
+	e := &sharingEntry{cfg: cfg, sync: map[string]sluice.Sharing{}, regions: map[string]float64{}, portions: map[string]int64{}, allExact: true}
 	for _, r := range cfg.Rules {
 		e.sync[r.ID] = r.Sync
 		if f, ok := r.Regions[t.region]; ok {
 			e.regions[r.ID] = f
 		}
-		if r.Sync.Mode != sluice.SyncExact || r.Sync.Shards > 1 || len(e.regions) > 0 {
+		if g := r.Global; g != nil {
+			e.portions[r.ID] = g.Own[t.region]
+		}
+		if r.Sync.Mode != sluice.SyncExact || r.Sync.Shards > 1 || len(e.regions) > 0 || len(e.portions) > 0 {
 			e.allExact = false
 		}
 	}
@@ -443,6 +466,7 @@ func (t *sharingTable) get(cfg *rules.Config) *sharingEntry {
 func (t *sharingTable) follow(opts share.Options, config func() *rules.Config) share.Options {
 	opts.Sharing = func(rule string) sluice.Sharing { return t.get(config()).sync[rule] }
 	opts.Scale = func(rule string) float64 { return t.get(config()).scale(rule) }
+	opts.Portion = func(rule string) int64 { return t.get(config()).portions[rule] }
 	opts.AllExact = func() bool { return t.get(config()).allExact }
 	return opts
 }
