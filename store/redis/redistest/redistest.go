@@ -439,6 +439,7 @@ func clusterOK(n *Server) bool {
 type Proxy struct {
 	Addr  string
 	delay atomic.Int64
+	cut   atomic.Bool
 }
 
 // NewProxy proxies a free loopback port to target until the test ends.
@@ -465,6 +466,11 @@ func NewProxy(t testing.TB, target string) *Proxy {
 // SetDelay makes every chunk of data wait d before it is passed on.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// SetCut cuts the link (true) or mends it: while cut, data waits in the
+// proxy as it would in a partitioned network's buffers, and flows on in
+// order when the link is mended, unless a side has given up and closed.
+func (p *Proxy) SetCut(cut bool) { p.cut.Store(cut) }
+
 func (p *Proxy) serve(c net.Conn, target string) {
 	defer c.Close()
 	up, err := net.DialTimeout("tcp", target, time.Second)
@@ -479,6 +485,9 @@ func (p *Proxy) serve(c net.Conn, target string) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				time.Sleep(time.Duration(p.delay.Load()))
+				for p.cut.Load() {
+					time.Sleep(5 * time.Millisecond)
+				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
 				}
