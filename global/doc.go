@@ -37,7 +37,11 @@
 // so: nothing is admitted twice.
 //
 // The package holds the protocol's decisions, on the numbers a store
-// keeps (the parts, the coordinator's accounts): the simulator (package
-// sim, `sluice simulate regions`) runs them over links with latency, cuts
-// and clocks apart, and its seeded property tests hold them to the bound.
+// keeps (the parts, the coordinator's accounts), and the Runner that a
+// serving process runs with them: it counts the demand of its decisions
+// (Demand), pools it in its region's store, and, while it leads its
+// region, exchanges with the home (Pool, Home). The simulator (package
+// sim, `sluice simulate regions`) runs the same decisions over links with
+// latency, cuts and clocks apart, and its seeded property tests hold them
+// to the bound.
 package global

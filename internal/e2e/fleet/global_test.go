@@ -107,7 +107,7 @@ func TestOneLimitAcrossThreeRegionsEndToEnd(t *testing.T) {
 	t.Logf("admitted a second (eu us ap):\n%s", log.perSecond(end, len(names)))
 	// The bound, over every interval.
 	over, where := log.worstInterval(gRate, gRate)
-	t.Logf("admitted %d of %d asked in %v; slowest answer %v; worst interval %s", len(log.admitted), log.asked(-1, 0, end), end, log.slowest, where)
+	t.Logf("admitted %d of %d asked in %v; slowest answer %v; worst interval %s, %.1f from the bound", len(log.admitted), log.asked(-1, 0, end), end, log.slowest, where, over)
 	if over > 0 {
 		t.Errorf("the regions together admitted %.1f more than the limit allows over %s", over, where)
 	}
