@@ -1,6 +1,7 @@
 package global
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 )
@@ -15,12 +16,22 @@ import (
 // between two takes; a decision for a key past the bound goes uncounted
 // (Dropped), and the key keeps the share it has.
 type Demand struct {
-	max     int
-	mu      sync.Mutex
-	n       int
-	rules   map[string]map[string]*Count
+	shards  [demandShards]demandShard
 	dropped atomic.Uint64
 }
+
+// demandShards spreads the keys over locks: every decision of a global
+// rule counts, and one lock would queue a gateway's decisions behind it.
+const demandShards = 32
+
+type demandShard struct {
+	mu   sync.Mutex
+	max  int
+	keys map[demandKey]*Count
+	_    [40]byte // a shard to a cache line
+}
+
+type demandKey struct{ rule, key string }
 
 // Count is one key's demand.
 type Count struct {
@@ -34,7 +45,11 @@ func NewDemand(maxKeys int) *Demand {
 	if maxKeys <= 0 {
 		maxKeys = 10_000
 	}
-	return &Demand{max: maxKeys, rules: map[string]map[string]*Count{}}
+	d := &Demand{}
+	for i := range d.shards {
+		d.shards[i] = demandShard{max: max(maxKeys/demandShards, 1), keys: map[demandKey]*Count{}}
+	}
+	return d
 }
 
 // Add counts a decision of cost units for key under rule.
@@ -42,22 +57,18 @@ func (d *Demand) Add(rule, key string, cost int64, allowed bool) {
 	if cost <= 0 {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	keys := d.rules[rule]
-	c := keys[key]
+	sh := &d.shards[maphash.String(seed, key)%demandShards]
+	k := demandKey{rule, key}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c := sh.keys[k]
 	if c == nil {
-		if d.n >= d.max {
+		if len(sh.keys) >= sh.max {
 			d.dropped.Add(1)
 			return
 		}
-		if keys == nil {
-			keys = map[string]*Count{}
-			d.rules[rule] = keys
-		}
 		c = &Count{Key: key}
-		keys[key] = c
-		d.n++
+		sh.keys[k] = c
 	}
 	c.Asked += cost
 	if !allowed {
@@ -65,20 +76,21 @@ func (d *Demand) Add(rule, key string, cost int64, allowed bool) {
 	}
 }
 
+var seed = maphash.MakeSeed()
+
 // Take returns the demand counted since the last take, by rule, and starts
 // counting afresh.
 func (d *Demand) Take() map[string][]Count {
-	d.mu.Lock()
-	rules := d.rules
-	d.rules, d.n = map[string]map[string]*Count{}, 0
-	d.mu.Unlock()
-	out := make(map[string][]Count, len(rules))
-	for rule, keys := range rules {
-		l := make([]Count, 0, len(keys))
-		for _, c := range keys {
-			l = append(l, *c)
+	out := map[string][]Count{}
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		keys := sh.keys
+		sh.keys = make(map[demandKey]*Count, len(keys))
+		sh.mu.Unlock()
+		for k, c := range keys {
+			out[k.rule] = append(out[k.rule], *c)
 		}
-		out[rule] = l
 	}
 	return out
 }

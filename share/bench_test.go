@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	globalpkg "github.com/sluice-rl/sluice/global"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
@@ -57,5 +58,50 @@ func BenchmarkFleetOnOneRedis(b *testing.B) {
 			b.ReportMetric(float64(calls)/float64(b.N), "calls/decision")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
+	}
+}
+
+// A decision of a global rule against one of an exact rule, on the
+// embedded store, 64 callers on one hot key and on many keys: what the
+// region's part (Limit.Portion) costs a decision, and what counting its
+// demand (global.Demand) adds.
+//
+//	go test ./share -run '^$' -bench GlobalTake -benchmem -count 6
+func BenchmarkGlobalTake(b *testing.B) {
+	for _, keys := range []int{1, 10_000} {
+		for _, kind := range []string{"exact", "portion", "portion+demand"} {
+			o := Options{Local: memory.New(), NoDenyCache: true}
+			if kind != "exact" {
+				o.Portion = func(string) int64 { return 400 }
+			}
+			if kind == "portion+demand" {
+				o.Demand = globalpkg.NewDemand(0)
+			}
+			b.Run(fmt.Sprintf("keys=%d/%s", keys, kind), func(b *testing.B) {
+				s := New(memory.New(), o)
+				defer s.Close()
+				lim := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1 << 40, Period: time.Hour}
+				names := make([]string, keys)
+				for i := range names {
+					names[i] = fmt.Sprintf("user-%d", i)
+				}
+				var next atomic.Uint64
+				b.SetParallelism(32) // 64 callers on 2 cores
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := next.Add(1) * 7919
+					takes := []sluice.Take{{Rule: "r", Limit: lim, Cost: 1}}
+					out := make([]sluice.Decision, 1)
+					for pb.Next() {
+						i++
+						takes[0].Key = names[i%uint64(keys)]
+						if err := s.Take(context.Background(), takes, out); err != nil || !out[0].Allowed {
+							b.Fatalf("take: %v %+v", err, out[0])
+						}
+					}
+				})
+			})
+		}
 	}
 }
