@@ -46,9 +46,10 @@ type gPhase struct {
 	busy []int
 }
 
-// Three regions, each with its own redis-server and its own `sluice serve`
-// started with its region, eu's Redis the home every region reaches; the
-// links from us and ap to it pass through a proxy adding 75 ms each way.
+// Three regions, each with its own redis-server and `sluice serve` started
+// with its region (two in eu, pooling their demand, one leading), eu's
+// Redis the home every region reaches; the links from us and ap to it pass
+// through a proxy adding 75 ms each way.
 // One user's demand moves us -> eu -> ap; then ap, busy and holding most
 // of the limit, is cut off from the home for 10 s while eu is busy too,
 // and mended. Every admission is logged on the test's one clock:
@@ -74,7 +75,8 @@ func TestOneLimitAcrossThreeRegionsEndToEnd(t *testing.T) {
 	}
 	home := stores[0]
 	links := make([]*redistest.Proxy, 3)
-	bases := make([]string, 3)
+	bases := make([][]string, 3) // each region's processes
+	var all []string
 	for i, name := range names {
 		homeURL := home.URL()
 		if i != 0 {
@@ -82,10 +84,18 @@ func TestOneLimitAcrossThreeRegionsEndToEnd(t *testing.T) {
 			links[i].SetDelay(gOneWay)
 			homeURL = "redis://" + links[i].Addr
 		}
-		bases[i], _ = start(t, "serve", "--config", rules, "--listen", "127.0.0.1:0",
-			"--store", stores[i].URL(), "--region", name, "--global-home", homeURL)
+		processes := 1
+		if i == 0 {
+			processes = 2 // eu's two pool their demand; one of them leads
+		}
+		for range processes {
+			base, _ := start(t, "serve", "--config", rules, "--listen", "127.0.0.1:0",
+				"--store", stores[i].URL(), "--region", name, "--global-home", homeURL)
+			bases[i] = append(bases[i], base)
+			all = append(all, base)
+		}
 	}
-	proctest.WaitHealthy(t, bases)
+	proctest.WaitHealthy(t, all)
 
 	const (
 		move1 = 8 * time.Second
@@ -156,11 +166,11 @@ type gEvent struct {
 
 // runDemand sends each phase's busy regions gDemand checks a second for one
 // user, until end; at each of marks it calls mark first.
-func runDemand(t *testing.T, bases []string, phases []gPhase, end time.Duration, mark func(time.Duration), marks []time.Duration) *gLog {
+func runDemand(t *testing.T, bases [][]string, phases []gPhase, end time.Duration, mark func(time.Duration), marks []time.Duration) *gLog {
 	t.Helper()
 	log := &gLog{}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Second}
-	type job struct{ region int }
+	type job struct{ region, n int }
 	jobs := make(chan job, 256)
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -170,7 +180,7 @@ func runDemand(t *testing.T, bases []string, phases []gPhase, end time.Duration,
 			defer wg.Done()
 			for j := range jobs {
 				sent := time.Since(t0)
-				resp, err := client.Post(bases[j.region]+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"alice"}}`))
+				resp, err := client.Post(bases[j.region][j.n%len(bases[j.region])]+"/v1/check", "application/json", strings.NewReader(`{"attributes":{"user":"alice"}}`))
 				if err != nil {
 					log.failed.Add(1)
 					continue
@@ -200,7 +210,7 @@ func runDemand(t *testing.T, bases []string, phases []gPhase, end time.Duration,
 	tick := 20 * time.Millisecond
 	perTick := gDemand * tick.Seconds()
 	credit := make([]float64, len(bases))
-	next := 0
+	next, sentN := 0, 0
 	for now := time.Duration(0); now < end; now = time.Since(t0) {
 		for next < len(marks) && now >= marks[next] {
 			mark(marks[next])
@@ -215,8 +225,9 @@ func runDemand(t *testing.T, bases []string, phases []gPhase, end time.Duration,
 		for _, r := range busy {
 			credit[r] += perTick
 			for ; credit[r] >= 1; credit[r]-- {
+				sentN++
 				select {
-				case jobs <- job{r}:
+				case jobs <- job{r, sentN}:
 				default: // the callers are behind: the demand is what was sent
 				}
 			}
