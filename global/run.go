@@ -69,12 +69,13 @@ type trackedKey struct {
 // RunnerStats are a runner's counters.
 type RunnerStats struct {
 	Exchanges, Failures uint64
+	Dropped             uint64 // decisions uncounted as demand (Demand.Dropped)
 	Leads               bool
 }
 
 // Stats returns the runner's counters.
 func (r *Runner) Stats() RunnerStats {
-	return RunnerStats{Exchanges: r.exchanges.Load(), Failures: r.failures.Load(), Leads: r.leads.Load()}
+	return RunnerStats{Exchanges: r.exchanges.Load(), Failures: r.failures.Load(), Dropped: r.Demand.Dropped(), Leads: r.leads.Load()}
 }
 
 func (r *Runner) now() int64 {

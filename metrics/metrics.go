@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/concurrency"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/global"
 	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -101,6 +102,10 @@ func (m *Metrics) OverrideChanged(change string) { m.changes.WithLabelValues(cha
 // WatchOverrides reports the operators' overrides in force.
 func (m *Metrics) WatchOverrides(current func() *overrides.Set) { m.collector.overrides = current }
 
+// WatchGlobal reports the runner of this process's global rules
+// (--global-home).
+func (m *Metrics) WatchGlobal(r *global.Runner) { m.collector.global = r }
+
 // WatchRules reports a rules source's updates (an xDS subscription).
 func (m *Metrics) WatchRules(src RulesSource) { m.collector.rules = src }
 
@@ -135,6 +140,7 @@ type collector struct {
 	conc     *concurrency.Limiter
 	pressure *concurrency.Pressure
 	rules    RulesSource
+	global   *global.Runner
 
 	overrides func() *overrides.Set
 }
@@ -142,6 +148,14 @@ type collector struct {
 var (
 	descKeyOverrides = prometheus.NewDesc("sluice_overrides",
 		"Operators' overrides in force (not expired), by action: limit, exempt, block.", []string{"action"}, nil)
+	descGlobalExchanges = prometheus.NewDesc("sluice_global_exchanges_total",
+		"Exchanges of global rules' shares this process made with the home, as its region's lead.", nil, nil)
+	descGlobalFailures = prometheus.NewDesc("sluice_global_failures_total",
+		"Steps of the global rules' runner that failed (pooling demand, the lead, reading or setting shares, exchanges): the shares stay as they are and leases end on their own.", nil, nil)
+	descGlobalLead = prometheus.NewDesc("sluice_global_lead",
+		"1 while this process leads its region's exchanges of global rules' shares.", nil, nil)
+	descGlobalDropped = prometheus.NewDesc("sluice_global_demand_dropped_total",
+		"Decisions of global rules not counted as demand: the bound of keys between two ticks was reached.", nil, nil)
 	descPressure = prometheus.NewDesc("sluice_pressure_factor",
 		"The share of their rate that rules marked adaptive admit now: 1 while the upstream is healthy, less as its answers slow down or fail (--adaptive).", nil, nil)
 	descConcShedTier = prometheus.NewDesc("sluice_concurrency_shed_by_tier_total",
@@ -245,7 +259,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descDescriptorLimits, descDescriptorLimitsRefused, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descDescriptorLimits, descDescriptorLimitsRefused, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure, descGlobalExchanges, descGlobalFailures, descGlobalLead, descGlobalDropped} {
 		ch <- d
 	}
 }
@@ -279,6 +293,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
+	}
+	if g := c.global; g != nil {
+		st := g.Stats()
+		counter(descGlobalExchanges, st.Exchanges)
+		counter(descGlobalFailures, st.Failures)
+		counter(descGlobalDropped, st.Dropped)
+		lead := 0.0
+		if st.Leads {
+			lead = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descGlobalLead, prometheus.GaugeValue, lead)
 	}
 	if p := c.pressure; p != nil {
 		ch <- prometheus.MustNewConstMetric(descPressure, prometheus.GaugeValue, p.Factor())

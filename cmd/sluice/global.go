@@ -38,6 +38,7 @@ func (c *common) runGlobal(s *setup, store sluice.Store, demand *global.Demand) 
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	s.global = r
+	s.metrics.WatchGlobal(r)
 	// Stopped before the stores close; what it holds ends with its leases.
 	s.closers = append([]func(){func() { cancel(); <-done; home.Close() }}, s.closers...)
 	s.log.Info("sluice: moving the global rules' shares", "region", *c.region, "home", redactedURL(*c.globalHome))

@@ -115,6 +115,14 @@ func TestOneLimitAcrossThreeRegionsEndToEnd(t *testing.T) {
 	}, []time.Duration{cutAt, heal})
 
 	t.Logf("admitted a second (eu us ap):\n%s", log.perSecond(end, len(names)))
+	// One of eu's two processes leads its exchanges; us and ap lead theirs.
+	leads := 0.0
+	for _, b := range bases[0] {
+		leads += proctest.Metric(t, b, "sluice_global_lead")
+	}
+	if leads != 1 || proctest.Metric(t, bases[gRegionUS][0], "sluice_global_exchanges_total") == 0 {
+		t.Errorf("eu's processes lead %v times (want 1); us made %v exchanges", leads, proctest.Metric(t, bases[gRegionUS][0], "sluice_global_exchanges_total"))
+	}
 	// The bound, over every interval.
 	over, where := log.worstInterval(gRate, gRate)
 	t.Logf("admitted %d of %d asked in %v; slowest answer %v; worst interval %s, %.1f from the bound", len(log.admitted), log.asked(-1, 0, end), end, log.slowest, where, over)
