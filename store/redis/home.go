@@ -20,8 +20,10 @@ import (
 // other region's exchange can interrupt it. Two exchanges deciding on the
 // same accounts would each grant the same free share.
 //
-// A rule's accounts lie in one hash and its wanted keys in one set, both
-// under the rule's hash tag, so one Redis Cluster slot holds them: a rule
+// Accounts that began less than a lease ago (a home restarted empty) grant
+// no region more than it holds: a grant the home forgot ends within a
+// lease. A rule's accounts lie in one hash and its wanted keys in one set,
+// with the instant they began, all under the rule's hash tag, so one Redis Cluster slot holds them: a rule
 // sees regions × 1/period exchanges a second, few enough for one node.
 
 var homeScript = rueidis.NewLuaScript(luaFile("home"))
@@ -36,7 +38,7 @@ const maxWanted = 100
 // homeKeys names a rule's accounts and wanted keys.
 func (s *Store) homeKeys(rule string) []string {
 	tag := s.prefix + "{g:" + hashTag(rule) + "}"
-	return []string{tag + "a", tag + "w"}
+	return []string{tag + "a", tag + "w", tag + "b"}
 }
 
 // Exchange runs a region's exchange of a global rule on this store, its

@@ -34,6 +34,12 @@ func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
 	model := map[string]*global.KeyAllocation{}
 	wantedSet := map[string]bool{}
 	rng := rand.New(rand.NewPCG(1, 2))
+	// The accounts begin, and a lease passes: the home then grants as the
+	// coordinator does (TestAHomeThatLostItsAccountsGrantsNoGrowth).
+	if _, _, err := s.Exchange(ctx, "r1", "us", &o, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(o.LeaseFor)
 	for step := range 600 {
 		clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		region := regions[rng.IntN(len(regions))]
@@ -109,6 +115,9 @@ func TestRegionsExchangingAtOnceNeverHoldMoreThanTheCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	log = append(log, shareChange{at: at(), region: "r0", share: 0})
+	// New accounts grant no growth for a lease (a home that lost its
+	// accounts may have forgotten leases running): the race starts after.
+	time.Sleep(o.LeaseFor)
 	var wg sync.WaitGroup
 	for i := range 4 {
 		region := fmt.Sprintf("r%d", i)
@@ -236,6 +245,10 @@ func TestTheHomeNamesKeysWantedElsewhereAndForgetsKeysAtRest(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	o := global.Options{Own: map[string]int64{"us": 500, "eu": 500}}
+	if _, _, err := s.Exchange(ctx, "r", "eu", &o, nil); err != nil { // the accounts begin
+		t.Fatal(err)
+	}
+	clock.Advance(o.WithDefaults().LeaseFor)
 	if _, _, err := s.Exchange(ctx, "r", "eu", &o, []global.Ask{{Key: "hot", Held: 500, Want: 1000}}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +287,49 @@ func TestTheHomeNamesKeysWantedElsewhereAndForgetsKeysAtRest(t *testing.T) {
 	}
 	if n, err := srv.Do("HLEN", "{g:r}a"); err != nil || n != ":0" {
 		t.Fatalf("every region back at its own share, want nothing, and the home keeps %s keys' accounts (%v)", n, err)
+	}
+}
+
+// A home that lost its accounts (restarted empty) while a region held a
+// lease grants no region more than it holds until a lease has passed: the
+// region it forgot may still hold the lease. Without the wait, us, which
+// gave its own share up to eu, would get it back while eu still holds all.
+func TestAHomeThatLostItsAccountsGrantsNoGrowth(t *testing.T) {
+	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	srv := redistest.Start(t)
+	s, err := redis.New(redis.Options{URL: srv.URL(), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	o := global.Options{Own: map[string]int64{"us": 500, "eu": 500}, Period: time.Second, LeaseFor: 3 * time.Second}
+	exchange := func(region string, held, want int64) int64 {
+		t.Helper()
+		g, _, err := s.Exchange(ctx, "r", region, &o, []global.Ask{{Key: "hot", Held: held, Want: want}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0].Share
+	}
+	exchange("us", 0, 0)
+	if g := exchange("eu", 500, 1000); g != 500 {
+		t.Fatalf("eu got %d while the accounts are new, want what it holds, 500", g)
+	}
+	clock.Advance(o.LeaseFor)
+	exchange("us", 0, 0)
+	if g := exchange("eu", 500, 1000); g != 1000 {
+		t.Fatalf("eu got %d once us gave its share up, want 1000", g)
+	}
+	clock.Advance(time.Second)
+	if _, err := srv.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if g := exchange("us", 0, 1000); g != 0 {
+		t.Fatalf("us got %d from a home that forgot eu's lease of 1000, want 0", g)
+	}
+	clock.Advance(o.LeaseFor)
+	if g := exchange("us", 0, 1000); g != 500 {
+		t.Fatalf("us got %d once eu's forgotten lease ended, want 500 (eu counted at its own)", g)
 	}
 }

@@ -4,7 +4,8 @@
 -- accounts at the home's time. A region's exchange crosses regions: run in
 -- one script, it is one round trip and never interrupted by another's.
 -- KEYS[1]: the rule's accounts (a hash: key -> accounts); KEYS[2]: the keys
---   some region wants more of (a set).
+--   some region wants more of (a set); KEYS[3]: when the accounts began
+--   (microseconds on the home's clock).
 -- ARGV: now in microseconds ("" for the server's TIME), the region, the
 --   capacity (thousandths), the lease and the period (microseconds), the
 --   accounts' time to live (ms), the most keys wanted elsewhere to name,
@@ -24,6 +25,18 @@ local region, cap = ARGV[2], tonumber(ARGV[3])
 local lease, period = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl, maxWanted = tonumber(ARGV[6]), tonumber(ARGV[7])
 local stale = lease + period
+-- Accounts that began less than a lease ago may have lost grants still
+-- running (a home restarted empty, or its accounts deleted): until a lease
+-- has passed, no region is granted more than it declares it holds, so the
+-- leases the home forgot end before anyone gets their share.
+local began = tonumber(redis.call('GET', KEYS[3]))
+if not began then
+  began = now
+  redis.call('SET', KEYS[3], string.format('%d', now), 'PX', ttl)
+else
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+local fresh = now - began < lease
 local own, names = {}, {}
 local nown = tonumber(ARGV[8])
 local i = 9
@@ -166,6 +179,7 @@ while i + 2 <= #ARGV do
   for _, r in ipairs(regionsOf(a)) do sum = sum + holding(a, r) end
   local free = cap - sum
   local g = math.max(math.min(t[region] or 0, holding(a, region) + math.max(free, 0)), 0)
+  if fresh then g = math.min(g, held) end
   c.g, c.gu = g, 0
   if g > o then c.gu = now + lease end
   local w = wantedBy(a, t, region)
