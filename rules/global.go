@@ -76,6 +76,13 @@ func (d *decoder) global(n *yaml.Node, field string) *Global {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
+	total := int64(0)
+	for _, own := range g.Own {
+		total += own
+	}
+	if total > 1000 && !d.failedUnder(field+".regions") {
+		d.fail(n, field+".regions", "the shares add up to %.1f%% once each is counted in tenths of a percent, more than 100%%", float64(total)/10)
+	}
 	if len(g.Own) == 0 && !d.failedUnder(field+".regions") {
 		d.fail(n, field+".regions", "missing: name each region and its own share, such as {eu: 50%%, us: 50%%}")
 	}

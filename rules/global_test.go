@@ -28,6 +28,7 @@ rules:
 		{`algorithm: token-bucket, sync: lease, global: {regions: {eu: 50%}}`, "decides exactly in each region"},
 		{`algorithm: token-bucket, regions: {eu: 50%}, global: {regions: {eu: 50%}}`, "regions and global both divide"},
 		{`algorithm: token-bucket, global: {regions: {eu: 60%, us: 50%}}`, "add up to 110%"},
+		{`algorithm: token-bucket, global: {regions: {eu: 33.35%, us: 33.35%, ap: 33.3%}}`, "add up to 100.1% once each is counted in tenths"},
 		{`algorithm: token-bucket, global: {regions: {eu: 0.04%}}`, "at least 0.1%"},
 		{`algorithm: token-bucket, global: {regions: {eu: 50%}, period: 2s, lease: 3s}`, "shorter than two periods"},
 		{`algorithm: token-bucket, global: {regions: {eu: 50%}, borrow: 20%}`, "between 0% and 10%"},

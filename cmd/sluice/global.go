@@ -22,6 +22,11 @@ func (c *common) runGlobal(s *setup, store sluice.Store, demand *global.Demand) 
 	if *c.region == "" {
 		return errUsage{fmt.Errorf("--global-home needs --region: the region this process decides for")}
 	}
+	if *c.store == "memory" {
+		// The embedded store is one process's: two processes of a region
+		// would each hold the region's share, and neither would know.
+		return errUsage{fmt.Errorf("--global-home needs --store redis://...: a region's processes share its Redis, where the region's part of each key lives")}
+	}
 	region, ok := store.(global.Region)
 	if !ok {
 		return fmt.Errorf("the store %s cannot hold a region's shares of a global limit", redactedURL(*c.store))

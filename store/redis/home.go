@@ -38,7 +38,7 @@ const maxWanted = 100
 // homeKeys names a rule's accounts and wanted keys.
 func (s *Store) homeKeys(rule string) []string {
 	tag := s.prefix + "{g:" + hashTag(rule) + "}"
-	return []string{tag + "a", tag + "w", tag + "b"}
+	return []string{tag + "a", tag + "w", tag + "b", tag + "o"}
 }
 
 // Exchange runs a region's exchange of a global rule on this store, its

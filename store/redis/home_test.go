@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,5 +332,29 @@ func TestAHomeThatLostItsAccountsGrantsNoGrowth(t *testing.T) {
 	clock.Advance(o.LeaseFor)
 	if g := exchange("us", 0, 1000); g != 500 {
 		t.Fatalf("us got %d once eu's forgotten lease ended, want 500 (eu counted at its own)", g)
+	}
+}
+
+// Regions that disagree on their own shares (a rolling change of the rule)
+// could hold more than the limit between them: the home refuses the
+// exchanges of the shares it is not keeping, and names both.
+func TestTheHomeRefusesRegionsThatDisagreeOnTheirShares(t *testing.T) {
+	s, err := redis.New(redis.Options{URL: redistest.Start(t).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	eu := global.Options{Own: map[string]int64{"eu": 900, "us": 100}}
+	us := global.Options{Own: map[string]int64{"eu": 100, "us": 900}}
+	if _, _, err := s.Exchange(ctx, "r", "eu", &eu, []global.Ask{{Key: "k", Held: 900, Want: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Exchange(ctx, "r", "us", &us, []global.Ask{{Key: "k", Held: 900, Want: 1000}})
+	if err == nil || !strings.Contains(err.Error(), "disagree") || !strings.Contains(err.Error(), "eu 900 us 100") {
+		t.Fatalf("us, with other own shares than eu's, was answered %v; want the disagreement named", err)
+	}
+	if _, _, err := s.Exchange(ctx, "r", "us", &eu, []global.Ask{{Key: "k", Held: 100, Want: 0}}); err != nil {
+		t.Fatalf("us, agreeing again: %v", err)
 	}
 }

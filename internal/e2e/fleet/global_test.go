@@ -306,3 +306,14 @@ func (l *gLog) worstInterval(burst, rate float64) (float64, string) {
 	}
 	return worst, where
 }
+
+// A global rule's region keeps its part of each key in a Redis its
+// processes share: `serve` with the embedded store and --global-home is
+// refused, since two such processes would each hold the region's share.
+func TestAGlobalRuleNeedsARedisPerRegion(t *testing.T) {
+	rules := proctest.WriteRules(t, globalRules)
+	code, out, errOut := proctest.RunOutput(t, "serve", "--config", rules, "--listen", "127.0.0.1:0", "--region", "eu", "--global-home", "redis://127.0.0.1:1")
+	if code != 2 || !strings.Contains(errOut+out, "--global-home needs --store redis://") {
+		t.Fatalf("serve with the embedded store and --global-home: exit %d, %q %q; want 2 and the reason", code, out, errOut)
+	}
+}

@@ -5,7 +5,8 @@
 -- one script, it is one round trip and never interrupted by another's.
 -- KEYS[1]: the rule's accounts (a hash: key -> accounts); KEYS[2]: the keys
 --   some region wants more of (a set); KEYS[3]: when the accounts began
---   (microseconds on the home's clock).
+--   (microseconds on the home's clock); KEYS[4]: the regions' own shares
+--   the accounts were kept with.
 -- ARGV: now in microseconds ("" for the server's TIME), the region, the
 --   capacity (thousandths), the lease and the period (microseconds), the
 --   accounts' time to live (ms), the most keys wanted elsewhere to name,
@@ -45,6 +46,16 @@ for _ = 1, nown do
   i = i + 2
 end
 local function ownOf(r) return own[r] or 0 end
+-- Regions that disagree on their own shares (a rolling change of the rule)
+-- could hold more than the limit between them: the home refuses the
+-- exchanges of the shares it was not keeping, until those it keeps have
+-- not been used for the accounts' time to live.
+local owns = table.concat(ARGV, ' ', 9, 8 + 2 * nown)
+local kept = redis.call('GET', KEYS[4])
+if kept and kept ~= owns then
+  return redis.error_reply('SHARES the regions disagree on the rule\'s own shares: the home keeps "' .. kept .. '", this region has "' .. owns .. '"')
+end
+redis.call('SET', KEYS[4], owns, 'PX', ttl)
 
 local function decode(s)
   local a = {}
