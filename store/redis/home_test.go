@@ -22,12 +22,7 @@ import (
 // three regions on four keys, the store on a manual clock, against
 // global.Options.Exchange on accounts kept in the test.
 func TestTheHomeAnswersAsTheCoordinatorDoes(t *testing.T) {
-	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
-	s, err := redis.New(redis.Options{URL: redistest.Start(t).URL(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, clock := homeOnManualClock(t)
 	ctx := context.Background()
 	o := global.Options{Own: map[string]int64{"us": 400, "eu": 300, "ap": 300}, Period: time.Second, LeaseFor: 3 * time.Second}
 	regions := []string{"ap", "eu", "us"}
@@ -237,13 +232,7 @@ func firstOver(log []shareChange, own map[string]int64, capacity int64) (bool, t
 // so it gives up what it does not use of them; and once every region is
 // back at its own share, the home forgets the key.
 func TestTheHomeNamesKeysWantedElsewhereAndForgetsKeysAtRest(t *testing.T) {
-	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
-	srv := redistest.Start(t)
-	s, err := redis.New(redis.Options{URL: srv.URL(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	srv, s, clock := homeOnManualClock(t)
 	ctx := context.Background()
 	o := global.Options{Own: map[string]int64{"us": 500, "eu": 500}}
 	if _, _, err := s.Exchange(ctx, "r", "eu", &o, nil); err != nil { // the accounts begin
@@ -296,13 +285,7 @@ func TestTheHomeNamesKeysWantedElsewhereAndForgetsKeysAtRest(t *testing.T) {
 // region it forgot may still hold the lease. Without the wait, us, which
 // gave its own share up to eu, would get it back while eu still holds all.
 func TestAHomeThatLostItsAccountsGrantsNoGrowth(t *testing.T) {
-	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
-	srv := redistest.Start(t)
-	s, err := redis.New(redis.Options{URL: srv.URL(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	srv, s, clock := homeOnManualClock(t)
 	ctx := context.Background()
 	o := global.Options{Own: map[string]int64{"us": 500, "eu": 500}, Period: time.Second, LeaseFor: 3 * time.Second}
 	exchange := func(region string, held, want int64) int64 {
@@ -357,4 +340,18 @@ func TestTheHomeRefusesRegionsThatDisagreeOnTheirShares(t *testing.T) {
 	if _, _, err := s.Exchange(ctx, "r", "us", &eu, []global.Ask{{Key: "k", Held: 100, Want: 0}}); err != nil {
 		t.Fatalf("us, agreeing again: %v", err)
 	}
+}
+
+// homeOnManualClock is a home on a fresh redis-server whose exchanges read
+// the returned clock instead of TIME, closed when the test ends.
+func homeOnManualClock(t *testing.T) (*redistest.Server, *redis.Store, *sluice.ManualClock) {
+	t.Helper()
+	clock := sluice.NewManualClock(time.Unix(1_700_000_000, 0))
+	srv := redistest.Start(t)
+	s, err := redis.New(redis.Options{URL: srv.URL(), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return srv, s, clock
 }
