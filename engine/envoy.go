@@ -409,3 +409,9 @@ func replacesItself(r *rule) bool {
 	}
 	return false
 }
+
+// ServesDomain reports whether any rule answers descriptors of domain.
+func (e *Engine) ServesDomain(domain string) bool {
+	_, ok := e.set.Load().envoy[domain]
+	return ok
+}

@@ -1,0 +1,227 @@
+package rlqs
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// rawStream opens a stream on which a test sends what it likes.
+func (q *quotaTest) rawStream() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	q.t.Cleanup(cancel)
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(q.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		q.t.Fatal(err)
+	}
+	return st
+}
+
+func usage(bucket map[string]string, elapsed time.Duration, allowed uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId: &rlqsv3.BucketId{Bucket: bucket}, TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed,
+	}
+}
+
+// refusedWith sends m as the stream's report(s) and wants the stream ended
+// with code and a message holding want.
+func refusedWith(t *testing.T, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, code codes.Code, want string, ms ...*rlqsv3.RateLimitQuotaUsageReports) {
+	t.Helper()
+	for _, m := range ms {
+		if err := st.Send(m); err != nil {
+			break // the server may have ended the stream already
+		}
+	}
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), want) {
+			t.Fatalf("stream ended with %v, want %v with %q", err, code, want)
+		}
+		return
+	}
+}
+
+func TestBadReportsEndTheirStreamWithAClearStatusAndNothingElse(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{MaxBucketsPerStream: 3})
+	shared := map[string]string{"name": "shared"}
+	bystander := q.envoy("bystander", "quota", shared)
+	bystander.report()
+	q.settle()
+	cases := []struct {
+		name string
+		code codes.Code
+		want string
+		ms   []*rlqsv3.RateLimitQuotaUsageReports
+	}{
+		{"no domain first", codes.InvalidArgument, "first report must name the domain",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, 0, 0)}}}},
+		{"unknown domain", codes.InvalidArgument, `unknown domain "nope"`,
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "nope", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, 0, 0)}}}},
+		{"domain changed", codes.InvalidArgument, "keeps the domain of its first report", []*rlqsv3.RateLimitQuotaUsageReports{
+			{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, 0, 0)}},
+			{Domain: "other", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, time.Second, 0)}}}},
+		{"empty bucket id", codes.InvalidArgument, "bucket_quota_usages[0]: bucket_id has no fields",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil, 0, 0)}}}},
+		{"empty key", codes.InvalidArgument, "empty key",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"": "x"}, 0, 0)}}}},
+		{"huge value", codes.InvalidArgument, "at most 4096",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": strings.Repeat("v", 5000)}, 0, 0)}}}},
+		{"negative time", codes.InvalidArgument, "time_elapsed",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, -time.Second, 0)}}}},
+		{"too many buckets", codes.ResourceExhausted, "at most 3 are taken on one stream", []*rlqsv3.RateLimitQuotaUsageReports{
+			{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "1"}, 0, 0), usage(map[string]string{"name": "2"}, 0, 0)}},
+			{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "3"}, 0, 0), usage(map[string]string{"name": "4"}, 0, 0)}}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			refusedWith(t, q.rawStream(), c.code, c.want, c.ms...)
+		})
+	}
+	// The bystander's stream went on: its next report is answered.
+	q.clock.Advance(time.Second)
+	before := bystander.received.Load()
+	bystander.report()
+	waitFor(t, "the bystander's answer", func() bool { return bystander.received.Load() > before })
+	if st := q.svc.Stats(); st.Refused != uint64(len(cases)) || st.Subscriptions != 1 {
+		t.Fatalf("stats %+v: want %d refused and the bystander's one subscription left", st, len(cases))
+	}
+}
+
+func TestBucketIdsAreOneBucketWhateverTheOrderOfTheirFields(t *testing.T) {
+	a, _, err := canonical("d", &rlqsv3.BucketId{Bucket: map[string]string{"x": "1", "y": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 { // Go's map order differs from run to run
+		b, entries, _ := canonical("d", &rlqsv3.BucketId{Bucket: map[string]string{"y": "2", "x": "1"}})
+		if a != b || entries[0].Key != "x" {
+			t.Fatalf("%q and %q name one bucket", a, b)
+		}
+	}
+	// Length prefixes: fields that concatenate alike are apart.
+	c, _, _ := canonical("d", &rlqsv3.BucketId{Bucket: map[string]string{"x": "1y"}})
+	d, _, _ := canonical("d", &rlqsv3.BucketId{Bucket: map[string]string{"x": "1", "y": ""}})
+	e, _, _ := canonical("dx", &rlqsv3.BucketId{Bucket: map[string]string{"": "1"}})
+	if c == d || c == e || a == c {
+		t.Fatal("different buckets share a name")
+	}
+}
+
+func TestAnUnchangedShareOnlyExtendsTheAssignment(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	e := q.envoy("steady", "quota", map[string]string{"name": "shared"})
+	e.report()
+	q.settle()
+	var first *typev3.RateLimitStrategy
+	for i := range 20 {
+		for range 5 { // 5/s, steady
+			q.clock.Advance(200 * time.Millisecond)
+			e.request()
+		}
+		e.report()
+		q.settle()
+		e.mu.Lock()
+		if i == 2 {
+			first = e.strategy
+		}
+		if i > 2 && !proto.Equal(first, e.strategy) {
+			t.Fatalf("report %d: the assignment changed from %v to %v under steady demand", i, first, e.strategy)
+		}
+		e.mu.Unlock()
+	}
+	if len(e.fills) > 3 {
+		t.Fatalf("the bucket was handed out full %d times under steady demand", len(e.fills))
+	}
+	if got := e.received.Load(); got < 21 {
+		t.Fatalf("%d responses to 21 reports: each report is answered, a renewal at least", got)
+	}
+}
+
+func TestABucketNoRuleLimitsIsAllowedAll(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	e := q.envoy("free", "quota", map[string]string{"name": "other"})
+	e.report()
+	q.settle()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.strategy.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || e.strategy.GetTokenBucket() != nil {
+		t.Fatalf("a bucket no rule limits got %v, want ALLOW_ALL", e.strategy)
+	}
+}
+
+func TestPastTheServersBoundANewBucketIsAbandonedAndTheStreamGoesOn(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{MaxSubscriptions: 1})
+	e := q.envoy("first", "quota", map[string]string{"name": "shared"})
+	e.report()
+	q.settle()
+	st := q.rawStream()
+	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "more"}, 0, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := resp.GetBucketAction(); len(a) != 1 || a[0].GetAbandonAction() == nil || a[0].GetBucketId().GetBucket()["name"] != "more" {
+		t.Fatalf("got %v, want the new bucket abandoned", resp)
+	}
+	if s := q.svc.Stats(); s.Abandoned != 1 || s.Subscriptions != 1 || s.Streams != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A client that reports and never reads: what waits for it is one action
+// per bucket, the latest, however many reports it sends; the others are
+// answered meanwhile.
+func TestAStreamThatNeverReadsHoldsOneActionPerBucket(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	other := q.envoy("reader", "quota", map[string]string{"name": "shared"})
+	other.report()
+	q.settle()
+	st := q.rawStream()
+	first := true
+	maxPending := int64(0)
+	for i := range 4000 {
+		q.clock.Advance(60 * time.Millisecond) // past minGap: each report answered
+		m := &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			usage(map[string]string{"name": "shared"}, 60*time.Millisecond, uint64(i%7)),
+			usage(map[string]string{"name": "free"}, 60*time.Millisecond, 1)}}
+		if first {
+			m.Domain, first = "quota", false
+		}
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		maxPending = max(maxPending, q.svc.Stats().Pending)
+	}
+	if maxPending > 3 {
+		t.Fatalf("%d actions waited for 3 subscriptions (2 of the stream that does not read)", maxPending)
+	}
+	before := other.received.Load()
+	other.report()
+	waitFor(t, "the reading Envoy's answer while another stream does not read", func() bool { return other.received.Load() > before })
+}
+
+// waitFor waits for an event the test cannot be told of, polling; it fails
+// after 30 s rather than hang.
+func waitFor(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in 30 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

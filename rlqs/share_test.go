@@ -1,0 +1,155 @@
+package rlqs
+
+import (
+	"testing"
+	"time"
+)
+
+const sharedRule = `rules:
+  - id: shared
+    envoy: {domain: quota, descriptors: [{key: name, value: shared}]}
+    rate: 100
+    per: 10s
+`
+
+// The bar: four Envoys on one bucket limited to 100 per 10 s, demand moved
+// among them, one leaving (it goes on enforcing its last assignment until
+// the TTL), one joining late. Over every 10 s the four admit at most 100
+// plus the bursts of the buckets they held or were handed in it (each
+// grant's max_tokens, as Envoy starts a replaced bucket full), and each busy
+// Envoy has its share from one report interval after demand moved.
+func TestFourEnvoysShareOneLimitAsDemandMoves(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	bucket := map[string]string{"name": "shared"}
+	const (
+		step   = 10 * time.Millisecond
+		rate   = 10.0 // the rule's, a second
+		busy   = 40.0
+		idle   = 0.5
+		window = 10 * time.Second
+	)
+	names := []string{"a", "b", "c", "d"}
+	envoys := map[string]*fakeEnvoy{}
+	for _, n := range names {
+		envoys[n] = q.envoy(n, "quota", bucket)
+	}
+	// Who is busy when, by whole seconds; c leaves at 60 s.
+	busyAt := func(name string, sec int) bool {
+		switch name {
+		case "a":
+			return sec < 20 || sec >= 40 && sec < 60
+		case "b":
+			return sec >= 20
+		case "c":
+			return sec >= 40 && sec < 62 // after leaving, it still sends traffic
+		default:
+			return sec >= 70
+		}
+	}
+	type phase struct {
+		from, to int
+		share    float64 // each busy Envoy's: the rate less the idle members' floors
+	}
+	// What sluice divides (the rule's rate less the part kept back), and
+	// an idle member's floor in a bucket of n members.
+	div := rate * (1 - keptBack)
+	floor := func(n float64) float64 { return div / (4 * n) }
+	phases := []phase{
+		{0, 20, div - 3*floor(4)},
+		{20, 40, div - 3*floor(4)},
+		{40, 60, (div - floor(4)) / 3},
+		{62, 70, div - 2*floor(3)},     // c left: three members
+		{70, 80, (div - floor(3)) / 2}, // b and d busy, a idle
+	}
+	offsets := map[string]time.Duration{"a": 0, "b": 250 * time.Millisecond, "c": 500 * time.Millisecond, "d": 750 * time.Millisecond}
+	start := q.clock.Now()
+	acc := map[string]float64{}
+	for _, n := range names {
+		envoys[n].report() // a new bucket is reported at once
+	}
+	q.settle()
+	for i := 1; i <= int(80*time.Second/step); i++ {
+		q.clock.Advance(step)
+		el := time.Duration(q.clock.Now() - start)
+		sec := int(el / time.Second)
+		if el == 60*time.Second {
+			envoys["c"].leave()
+		}
+		for _, n := range names {
+			d := idle
+			if busyAt(n, sec) {
+				d = busy
+			}
+			for acc[n] += d * step.Seconds(); acc[n] >= 1; acc[n]-- {
+				envoys[n].request()
+			}
+		}
+		reported := false
+		for _, n := range names {
+			if (el-offsets[n])%time.Second == 0 && el >= offsets[n] {
+				envoys[n].report()
+				reported = true
+			}
+		}
+		if reported {
+			q.settle()
+		}
+	}
+
+	// Every 10 s, against 100 plus the bursts.
+	var all []int64
+	for _, e := range envoys {
+		all = append(all, e.admitted...)
+	}
+	worst, worstAllowance := 0, 0.0
+	for s := start; s+int64(window) <= q.clock.Now(); s += int64(step) {
+		n := 0
+		for _, at := range all {
+			if at >= s && at < s+int64(window) {
+				n++
+			}
+		}
+		allowance := 0.0
+		for _, e := range envoys {
+			held := 0.0
+			for _, f := range e.fills {
+				switch {
+				case f.at <= s:
+					held = f.tokens // the bucket it held when the window began
+				case f.at < s+int64(window):
+					allowance += f.tokens
+				}
+			}
+			allowance += held
+		}
+		if float64(n) > rate*window.Seconds()+allowance {
+			t.Fatalf("%d admitted in the 10 s from %v: over 100 + %.0f of bursts", n, time.Duration(s-start), allowance)
+		}
+		if n > worst {
+			worst, worstAllowance = n, allowance
+		}
+	}
+	t.Logf("most admitted in any 10 s: %d (bursts in it: %.0f)", worst, worstAllowance)
+
+	// Each busy Envoy its share, in every 2 s from a second after demand moved.
+	for _, p := range phases {
+		for from := p.from + 1; from+2 <= p.to; from += 2 {
+			for _, name := range names {
+				if !busyAt(name, from) || name == "c" && from >= 60 {
+					continue
+				}
+				n := 0
+				for _, at := range envoys[name].admitted {
+					if el := time.Duration(at - start); el >= time.Duration(from)*time.Second && el < time.Duration(from+2)*time.Second {
+						n++
+					}
+				}
+				if want := 0.8 * p.share * 2; float64(n) < want {
+					t.Errorf("%s admitted %d in [%ds, %ds), want at least %.1f (80%% of a share of %.2f/s)", name, n, from, from+2, want, p.share)
+				}
+			}
+		}
+	}
+	st := q.svc.Stats()
+	t.Logf("%+v", st)
+}
