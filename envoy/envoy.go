@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/metrics"
+	"github.com/sluice-rl/sluice/rlqs"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/tracing"
 	"google.golang.org/grpc"
@@ -58,6 +59,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	o       Options
 	limiter *httplimit.Limiter // renders the RateLimit fields
+	quota   *rlqs.Service      // the Rate Limit Quota Service, beside it
 }
 
 // New returns the service for o.Engine.
@@ -71,8 +73,16 @@ func New(o Options) (*Service, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{o: o, limiter: httplimit.New(o.Engine, o.HTTP)}, nil
+	quota, err := rlqs.New(rlqs.Options{Engine: o.Engine, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{o: o, limiter: httplimit.New(o.Engine, o.HTTP), quota: quota}, nil
 }
+
+// Quota is Envoy's Rate Limit Quota Service over the same rules, served
+// beside ShouldRateLimit on either gRPC server.
+func (x *Service) Quota() *rlqs.Service { return x.quota }
 
 // newGRPCGo returns a grpc-go server of the service with sluice's panic
 // boundary (unaryRecover) and settings for what a rate limit service
@@ -89,6 +99,7 @@ func (s *Service) newGRPCGo(opts ...grpc.ServerOption) *grpc.Server {
 	}
 	g := grpc.NewServer(append(base, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(g, s)
+	s.quota.Register(g)
 	return g
 }
 

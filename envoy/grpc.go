@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"golang.org/x/net/netutil"
@@ -108,6 +109,7 @@ func (s *Service) NewGRPC(kind string, o GRPCOptions) (*GRPC, error) {
 	o.defaults()
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	x := &GRPC{health: hs, maxConns: o.MaxConnections}
 	switch kind {
 	case "sluice":

@@ -50,6 +50,7 @@ var grpcGaps = map[string]string{
 	"grpc-go/a request that never completes ends its connection":                       "grpc-go has no bound on the time a request may take to arrive",
 	"grpc-go/at the connection cap an idle connection makes room, a busy one does not": "with grpc-go, connections beyond the cap wait until one ends (its MaxConnectionIdle ends an idle one after 5 minutes by default): idle connections can lock others out until then",
 	"grpc-go/a flood of frames that carry no call ends its connection":                 "grpc-go answers SETTINGS and WINDOW_UPDATE floods without bound",
+	"grpc-go/a quota stream whose client grants no window ends its connection":         "grpc-go keeps a stream whose client reads nothing open without a time bound (what waits for it stays bounded: one assignment per bucket)",
 }
 
 const contractRules = `domain: load
@@ -58,6 +59,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100000000}
   - key: once
     rate_limit: {unit: year, requests_per_unit: 100}
+  - key: quota
+    rate_limit: {unit: second, requests_per_unit: 100}
 `
 
 type grpcFixture struct {
@@ -155,7 +158,7 @@ type contractCase struct {
 }
 
 func TestGRPCServerContract(t *testing.T) {
-	for _, c := range contractCases {
+	for _, c := range append(contractCases, quotaContractCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			for _, kind := range GRPCServerKinds {
 				t.Run(kind, func(t *testing.T) {
@@ -222,8 +225,9 @@ var contractCases = []contractCase{
 			t.Fatalf("Check(nope): %v, want NotFound", err)
 		}
 		list, err := h.List(context.Background(), &healthpb.HealthListRequest{})
-		if err != nil || len(list.GetStatuses()) != 2 || list.Statuses["envoy.service.ratelimit.v3.RateLimitService"].GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			t.Fatalf("List: %v %v, want the server and the rate limit service SERVING", list, err)
+		if err != nil || len(list.GetStatuses()) != 3 || list.Statuses["envoy.service.ratelimit.v3.RateLimitService"].GetStatus() != healthpb.HealthCheckResponse_SERVING ||
+			list.Statuses["envoy.service.rate_limit_quota.v3.RateLimitQuotaService"].GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("List: %v %v, want the server and both services SERVING", list, err)
 		}
 		// Watch is a stream: grpc-go serves it; sluice's server, unary only,
 		// answers Unimplemented, which grpc-go's client-side health check

@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"github.com/sluice-rl/sluice/metrics"
+	"github.com/sluice-rl/sluice/rlqs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +25,7 @@ const Method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 func (x *Service) newH2() *h2grpc.Server {
 	return &h2grpc.Server{
 		Methods:     map[string]h2grpc.Method{Method: x.call},
+		Streams:     map[string]h2grpc.StreamMethod{rlqs.Method: x.quotaStream},
 		KeepHeaders: x.o.Tracer.Fields(),
 		OnPanic: func(method string, v any) {
 			x.o.Metrics.Panicked(x.o.Logger, metrics.GRPC, v, "method", method)
@@ -51,4 +54,29 @@ func (x *Service) call(ctx context.Context, in, out []byte) ([]byte, error) {
 		return nil, status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
 	}
 	return out, nil
+}
+
+// quotaStream is the Rate Limit Quota Service's stream on the h2grpc server:
+// the same rlqs.Service.Serve grpc-go calls, its messages decoded and
+// encoded here.
+func (x *Service) quotaStream(ctx context.Context, st *h2grpc.Stream) error {
+	recv := func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+		b, err := st.Recv()
+		if err != nil {
+			return nil, err
+		}
+		m := new(rlqsv3.RateLimitQuotaUsageReports)
+		if err := proto.Unmarshal(b, m); err != nil {
+			return nil, status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+		}
+		return m, nil
+	}
+	send := func(m *rlqsv3.RateLimitQuotaResponse) error {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return status.Errorf(codes.Internal, "grpc: error marshalling response: %v", err)
+		}
+		return st.Send(b)
+	}
+	return x.quota.Serve(ctx, recv, send)
 }

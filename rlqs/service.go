@@ -128,15 +128,26 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 // Reports are answered as they arrive; a bucket's assignments can change
 // when another Envoy reports it, and are then pushed. send is called from
 // one goroutine of Serve's own, which may outlive Serve while a send
-// blocks: the stream's end must unblock it.
+// blocks: Serve waits a second for it, after which the stream's end must
+// unblock it.
 func (s *Service) Serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	s.streams.Add(1)
 	defer s.streams.Add(-1)
 	c := newClient(s)
 	defer c.leave()
-	go c.sendLoop(ctx, cancel, send)
+	sending := make(chan struct{})
+	go func() {
+		defer close(sending)
+		c.sendLoop(ctx, cancel, send)
+	}()
+	defer func() {
+		cancel(nil)
+		select {
+		case <-sending:
+		case <-time.After(time.Second): // a send blocked by a client that does not read
+		}
+	}()
 	for {
 		m, err := recv()
 		if err == io.EOF {

@@ -124,6 +124,10 @@ func (c *conn) sendPending(st *stream) {
 		return
 	}
 	c.unblock(st)
+	if st.bidi != nil {
+		st.bidi.sent() // the message is out; the stream goes on
+		return
+	}
 	c.writeHeaders(st.id, true, okTrailers)
 	c.finish(st)
 }

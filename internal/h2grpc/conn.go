@@ -71,9 +71,10 @@ type conn struct {
 	reads      atomic.Uint64
 	w          watch // the watcher's state (watch.go)
 
-	// Reader-owned: request bytes inside the connection window, and those
-	// of them already consumed, to be credited back.
-	connRecv, credit int64
+	// Request bytes inside the connection window, and those of them
+	// already consumed, to be credited back: the reader's, and a stream
+	// method's as it takes its messages (stream.go).
+	connRecv, credit atomic.Int64
 
 	mu      sync.Mutex // guards streams
 	streams map[uint32]*stream
@@ -122,6 +123,7 @@ type stream struct {
 	reset     bool        // under wmu: the answer must not be sent
 	pending   []byte      // under wmu: the answer's DATA not yet sent, for want of window
 	finished  bool        // under wmu: no longer counted in active
+	bidi      *bidi       // a stream method's call (stream.go); nil for a unary one
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -343,7 +345,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	method, path = f.PseudoValue("method"), f.PseudoValue("path")
-	m := c.s.Methods[path]
+	m, sm := c.s.Methods[path], c.s.Streams[path]
 	// A request that will not run is answered once it is complete (its
 	// DATA read and dropped, within the stream's window), not at once with
 	// RST_STREAM(NO_ERROR) while the client still sends: RFC 9113 allows
@@ -356,7 +358,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		early = &status{http: "415"}
 	case f.Truncated:
 		early = &status{code: codes.ResourceExhausted, message: fmt.Sprintf("header list larger than %d bytes", maxHeaderListSize)}
-	case m == nil:
+	case m == nil && sm == nil:
 		early = &status{code: codes.Unimplemented, message: "unknown method " + path}
 	}
 	st = &stream{id: id, path: path, method: m, early: early, opened: time.Now()}
@@ -373,6 +375,10 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	c.streams[id] = st
 	c.mu.Unlock()
+	if sm != nil && early == nil {
+		c.startStream(st, sm, f.StreamEnded())
+		return nil
+	}
 	if f.StreamEnded() {
 		c.endOfBody(st)
 		return nil
@@ -397,8 +403,7 @@ func (c *conn) settle(st *stream) {
 
 func (c *conn) onData(f *http2.DataFrame) error {
 	id, n, data := f.StreamID, int64(f.Length), f.Data()
-	c.connRecv += n
-	if c.connRecv > connWindow {
+	if c.connRecv.Add(n) > connWindow {
 		return http2.ConnectionError(http2.ErrCodeFlowControl)
 	}
 	c.mu.Lock()
@@ -414,6 +419,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if st.ended.Load() {
 		c.creditConn(n)
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+	}
+	if st.bidi != nil {
+		return c.onStreamData(st, f)
 	}
 	st.recv += n
 	if st.recv > c.streamWindow {
@@ -532,14 +540,20 @@ func (c *conn) drop(st *stream) {
 	st.cancel()
 	if st.started {
 		// Its handler, or its pending answer, still counts: the first to
-		// see reset finishes the stream.
+		// see reset finishes the stream. A stream method's handler is
+		// running, and finishes it when it returns.
 		c.lock()
 		st.reset = true
 		if st.pending != nil {
 			c.unblock(st)
-			c.finish(st)
+			if st.bidi == nil {
+				c.finish(st)
+			}
 		}
 		c.release()
+		if st.bidi != nil {
+			c.creditConn(st.bidi.release())
+		}
 		return
 	}
 	putBuf(st.buf)
@@ -550,15 +564,19 @@ func (c *conn) drop(st *stream) {
 // creditConn gives consumed request bytes back to the client's connection
 // window, in batches of an eighth of it.
 func (c *conn) creditConn(n int64) {
-	c.credit += n
-	if c.credit < connWindow/8 {
+	if c.credit.Add(n) < connWindow/8 {
 		return
 	}
+	n = c.credit.Swap(0)
+	if n <= 0 {
+		return
+	}
+	// Counted out before the client can know of it: the reader's check
+	// is then laxer by no more than this update grants.
+	c.connRecv.Add(-n)
 	c.lock()
-	c.fr.WriteWindowUpdate(0, uint32(c.credit))
+	c.fr.WriteWindowUpdate(0, uint32(n))
 	c.release()
-	c.connRecv -= c.credit
-	c.credit = 0
 }
 
 // run calls the method and answers.

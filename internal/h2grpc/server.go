@@ -1,4 +1,5 @@
-// Package h2grpc serves unary gRPC methods over HTTP/2, and nothing else.
+// Package h2grpc serves gRPC methods over HTTP/2: unary ones, lean, and
+// streaming ones (stream.go) under the same bounds.
 //
 // A rate limit service answers many small unary calls from a few long-lived
 // connections (Envoy keeps one per worker thread). grpc-go serves them
@@ -26,8 +27,8 @@
 // start more handlers than the limit.
 //
 // Not supported, answered as grpc-go answers them without the feature:
-// compressed request messages (UNIMPLEMENTED), client streaming (more than
-// one message is INTERNAL). Responses are never compressed.
+// compressed request messages (UNIMPLEMENTED), more than one message to a
+// unary method (INTERNAL). Responses are never compressed.
 package h2grpc
 
 import (
@@ -54,6 +55,9 @@ type Server struct {
 	// Methods by full path, such as
 	// "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit".
 	Methods map[string]Method
+	// Streams are the streaming methods by full path (stream.go), such as
+	// "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas".
+	Streams map[string]StreamMethod
 	// KeepHeaders are the request header fields (lower case) a method sees
 	// in its context as gRPC incoming metadata (metadata.FromIncomingContext),
 	// as grpc-go passes every field: only these, so that a call whose

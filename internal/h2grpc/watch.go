@@ -200,7 +200,7 @@ func (c *conn) staleRequest(now time.Time, d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, st := range c.streams {
-		if !st.ended.Load() && now.Sub(st.opened) > d {
+		if st.bidi == nil && !st.ended.Load() && now.Sub(st.opened) > d {
 			return true
 		}
 	}
@@ -248,6 +248,7 @@ func (c *conn) goAwayLast() {
 	}
 	c.drainPhase = 2
 	c.fr.WriteGoAway(c.lastStream.Load(), http2.ErrCodeNo, nil)
+	c.endStreams()
 }
 
 // drained reports whether drain's second GOAWAY is sent (or the connection

@@ -1,0 +1,205 @@
+package h2grpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+var bidiDesc = &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+
+// streamFixture is a server with streaming test methods.
+type streamFixture struct {
+	*fixture
+	gate     chan struct{}        // /t.T/Lazy reads only once it is closed
+	lazy     atomic.Pointer[bidi] // the running /t.T/Lazy call's state
+	peak     atomic.Int64         // the most request bytes it held
+	canceled chan error
+}
+
+func newStreamFixture(t *testing.T) *streamFixture {
+	sf := &streamFixture{gate: make(chan struct{}), canceled: make(chan error, 4)}
+	sf.fixture = newFixture(t, func(s *Server) {
+		s.Streams = map[string]StreamMethod{
+			"/t.T/EchoStream": func(_ context.Context, st *Stream) error {
+				for {
+					m, err := st.Recv()
+					if err == io.EOF {
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if err := st.Send(m); err != nil {
+						return err
+					}
+				}
+			},
+			"/t.T/Lazy": func(_ context.Context, st *Stream) error {
+				sf.lazy.Store(st.st.bidi)
+				<-sf.gate
+				n := 0
+				for {
+					_, err := st.Recv()
+					if err == io.EOF {
+						return st.Send(fmt.Appendf(nil, "%d", n))
+					}
+					if err != nil {
+						return err
+					}
+					n++
+				}
+			},
+			"/t.T/FailLate": func(_ context.Context, st *Stream) error {
+				st.Send([]byte("one"))
+				return grpcstatus.Error(codes.PermissionDenied, "no more")
+			},
+			"/t.T/PanicStream": func(context.Context, *Stream) error { panic("boom") },
+			"/t.T/Wait": func(ctx context.Context, st *Stream) error {
+				for {
+					if _, err := st.Recv(); err != nil {
+						sf.canceled <- err
+						return err
+					}
+					st.Send([]byte("got it"))
+				}
+			},
+		}
+	})
+	return sf
+}
+
+func TestAStreamMethodAnswersEachMessageInOrder(t *testing.T) {
+	f := newStreamFixture(t)
+	cs, err := f.client(t).NewStream(context.Background(), bidiDesc, "/t.T/EchoStream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		req := bytes.Repeat([]byte{byte(i)}, i%5000)
+		if err := cs.SendMsg(&req); err != nil {
+			t.Fatal(err)
+		}
+		var resp []byte
+		if err := cs.RecvMsg(&resp); err != nil || !bytes.Equal(resp, req) {
+			t.Fatalf("message %d: %d bytes back for %d, %v", i, len(resp), len(req), err)
+		}
+	}
+	cs.CloseSend()
+	var resp []byte
+	if err := cs.RecvMsg(&resp); err != io.EOF {
+		t.Fatalf("after the client's end: %v, want the call to end OK", err)
+	}
+}
+
+// A method that does not read stops its client at the stream's window: the
+// server holds no more than the window, and once the method reads, every
+// message arrives.
+func TestAStreamMethodThatDoesNotReadHoldsNoMoreThanItsWindow(t *testing.T) {
+	f := newStreamFixture(t)
+	cs, err := f.client(t).NewStream(context.Background(), bidiDesc, "/t.T/Lazy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 200, 32 << 10 // 6.4 MiB, past any window
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		msg := bytes.Repeat([]byte("x"), size)
+		for range n {
+			if err := cs.SendMsg(&msg); err != nil {
+				done <- err
+				return
+			}
+			sent.Add(1)
+		}
+		done <- cs.CloseSend()
+	}()
+	var b *bidi
+	waitUntil(t, "the method's call", func() bool { b = f.lazy.Load(); return b != nil })
+	var window int64
+	waitUntil(t, "the stream window filled", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		window = b.granted
+		return b.recvd >= window-size-5
+	})
+	b.mu.Lock()
+	held := b.held
+	b.mu.Unlock()
+	if held > window {
+		t.Fatalf("the server holds %d request bytes of a method that does not read, past the window of %d", held, window)
+	}
+	if sent.Load() == n {
+		t.Fatalf("all %d messages were taken while the method read none", n)
+	}
+	close(f.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var resp []byte
+	if err := cs.RecvMsg(&resp); err != nil || string(resp) != fmt.Sprint(n) {
+		t.Fatalf("the method read %q (%v), want %d messages", resp, err, n)
+	}
+}
+
+func TestAStreamMethodsErrorAndPanicEndTheCallWithAStatus(t *testing.T) {
+	f := newStreamFixture(t)
+	cc := f.client(t)
+	cs, _ := cc.NewStream(context.Background(), bidiDesc, "/t.T/FailLate")
+	var resp []byte
+	if err := cs.RecvMsg(&resp); err != nil || string(resp) != "one" {
+		t.Fatalf("first message: %q %v", resp, err)
+	}
+	if err := cs.RecvMsg(&resp); grpcstatus.Code(err) != codes.PermissionDenied || grpcstatus.Convert(err).Message() != "no more" {
+		t.Fatalf("after the message: %v, want PermissionDenied \"no more\"", err)
+	}
+	cs, _ = cc.NewStream(context.Background(), bidiDesc, "/t.T/PanicStream")
+	if err := cs.RecvMsg(&resp); grpcstatus.Code(err) != codes.Internal || f.panics.Load() != 1 {
+		t.Fatalf("a panicking method: %v (%d panics told), want Internal", err, f.panics.Load())
+	}
+}
+
+func TestAClientsResetEndsTheStreamMethodsWait(t *testing.T) {
+	f := newStreamFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cs, err := f.client(t).NewStream(ctx, bidiDesc, "/t.T/Wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := []byte("hello")
+	cs.SendMsg(&m)
+	var resp []byte
+	if err := cs.RecvMsg(&resp); err != nil { // the method is waiting for the next
+		t.Fatal(err)
+	}
+	cancel() // RST_STREAM for the calls still open
+	select {
+	case err := <-f.canceled:
+		if err == nil || errors.Is(err, io.EOF) {
+			t.Fatalf("after the reset the method's Recv returned %v, want the call's end", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the method still waited 20 s after the client reset the stream")
+	}
+}
+
+func waitUntil(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in 30 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
