@@ -56,7 +56,7 @@ func TestBadReportsEndTheirStreamWithAClearStatusAndNothingElse(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{MaxBucketsPerStream: 3})
 	shared := map[string]string{"name": "shared"}
 	bystander := q.envoy("bystander", "quota", shared)
-	bystander.report()
+	bystander.Report()
 	q.settle()
 	cases := []struct {
 		name string
@@ -90,9 +90,9 @@ func TestBadReportsEndTheirStreamWithAClearStatusAndNothingElse(t *testing.T) {
 	}
 	// The bystander's stream went on: its next report is answered.
 	q.clock.Advance(time.Second)
-	before := bystander.received.Load()
-	bystander.report()
-	waitFor(t, "the bystander's answer", func() bool { return bystander.received.Load() > before })
+	before := bystander.Received()
+	bystander.Report()
+	waitFor(t, "the bystander's answer", func() bool { return bystander.Received() > before })
 	if st := q.svc.Stats(); st.Refused != uint64(len(cases)) || st.Subscriptions != 1 {
 		t.Fatalf("stats %+v: want %d refused and the bystander's one subscription left", st, len(cases))
 	}
@@ -121,29 +121,27 @@ func TestBucketIdsAreOneBucketWhateverTheOrderOfTheirFields(t *testing.T) {
 func TestAnUnchangedShareOnlyExtendsTheAssignment(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{})
 	e := q.envoy("steady", "quota", map[string]string{"name": "shared"})
-	e.report()
+	e.Report()
 	q.settle()
 	var first *typev3.RateLimitStrategy
 	for i := range 20 {
 		for range 5 { // 5/s, steady
 			q.clock.Advance(200 * time.Millisecond)
-			e.request()
+			e.Request()
 		}
-		e.report()
+		e.Report()
 		q.settle()
-		e.mu.Lock()
 		if i == 2 {
-			first = e.strategy
+			first = e.Strategy()
 		}
-		if i > 2 && !proto.Equal(first, e.strategy) {
-			t.Fatalf("report %d: the assignment changed from %v to %v under steady demand", i, first, e.strategy)
+		if now := e.Strategy(); i > 2 && !proto.Equal(first, now) {
+			t.Fatalf("report %d: the assignment changed from %v to %v under steady demand", i, first, now)
 		}
-		e.mu.Unlock()
 	}
-	if len(e.fills) > 3 {
-		t.Fatalf("the bucket was handed out full %d times under steady demand", len(e.fills))
+	if n := len(e.Fills()); n > 3 {
+		t.Fatalf("the bucket was handed out full %d times under steady demand", n)
 	}
-	if got := e.received.Load(); got < 21 {
+	if got := e.Received(); got < 21 {
 		t.Fatalf("%d responses to 21 reports: each report is answered, a renewal at least", got)
 	}
 }
@@ -151,19 +149,17 @@ func TestAnUnchangedShareOnlyExtendsTheAssignment(t *testing.T) {
 func TestABucketNoRuleLimitsIsAllowedAll(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{})
 	e := q.envoy("free", "quota", map[string]string{"name": "other"})
-	e.report()
+	e.Report()
 	q.settle()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.strategy.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || e.strategy.GetTokenBucket() != nil {
-		t.Fatalf("a bucket no rule limits got %v, want ALLOW_ALL", e.strategy)
+	if s := e.Strategy(); s.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || s.GetTokenBucket() != nil {
+		t.Fatalf("a bucket no rule limits got %v, want ALLOW_ALL", s)
 	}
 }
 
 func TestPastTheServersBoundANewBucketIsAbandonedAndTheStreamGoesOn(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{MaxSubscriptions: 1})
 	e := q.envoy("first", "quota", map[string]string{"name": "shared"})
-	e.report()
+	e.Report()
 	q.settle()
 	st := q.rawStream()
 	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "more"}, 0, 0)}}); err != nil {
@@ -187,7 +183,7 @@ func TestPastTheServersBoundANewBucketIsAbandonedAndTheStreamGoesOn(t *testing.T
 func TestAStreamThatNeverReadsHoldsOneActionPerBucket(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{})
 	other := q.envoy("reader", "quota", map[string]string{"name": "shared"})
-	other.report()
+	other.Report()
 	q.settle()
 	st := q.rawStream()
 	first := true
@@ -208,9 +204,9 @@ func TestAStreamThatNeverReadsHoldsOneActionPerBucket(t *testing.T) {
 	if maxPending > 3 {
 		t.Fatalf("%d actions waited for 3 subscriptions (2 of the stream that does not read)", maxPending)
 	}
-	before := other.received.Load()
-	other.report()
-	waitFor(t, "the reading Envoy's answer while another stream does not read", func() bool { return other.received.Load() > before })
+	before := other.Received()
+	other.Report()
+	waitFor(t, "the reading Envoy's answer while another stream does not read", func() bool { return other.Received() > before })
 }
 
 // waitFor waits for an event the test cannot be told of, polling; it fails
