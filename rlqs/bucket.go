@@ -20,6 +20,9 @@ const (
 	// hysteresis: a member's grant is replaced only when its share moves by
 	// more than this part, since each replacement hands out a full burst.
 	hysteresis = 0.1
+	// starved: a member granted less than its share by this factor is
+	// grown as soon as others give back, not at its next report.
+	starved = 1.5
 	// keptBack: the part of the rule's rate not divided.
 	keptBack = 0.05
 	// payback: a replacement must move more tokens over this many report
@@ -180,27 +183,57 @@ func (b *bucket) rebalance(ctx context.Context, now int64, reporter *member) {
 	}
 	held := b.departedRate(now)
 	shares := divide(max(0, rate-held), claims)
-	moved := make([]bool, len(members))
+	// Those that shrink first, on anyone's report, so that what they give
+	// back can be handed out; then the reporter, which grows within what
+	// the others fill at now (a member the hysteresis left alone keeps its
+	// rate, so the shares alone do not bound the sum). A member grows at
+	// its own reports only: growing it on every report as the others
+	// shrink one by one would hand it a burst each time.
+	mine, shrunk := -1, false
 	for i, mb := range members {
-		moved[i] = mb.g.kind != tokens || now >= mb.expires || b.worthMoving(mb, shares[i])
-		if moved[i] && shares[i] < mb.target {
+		if mb == reporter {
+			mine = i
+			continue
+		}
+		if mb.g.kind == tokens && shares[i] < mb.target && (now >= mb.expires || b.worthMoving(mb, shares[i])) {
 			b.regrant(ctx, now, mb, shares[i])
+			shrunk = true
 		}
 	}
-	// What grows fits in what the others fill at now: a member left alone
-	// by the hysteresis keeps its rate, so the shares alone do not bound it.
 	sum := held
-	for _, mb := range members {
-		sum += mb.g.filling()
+	for _, o := range members {
+		sum += o.g.filling()
 	}
-	for i, mb := range members {
-		switch {
-		case moved[i] && shares[i] >= mb.target:
-			was := mb.g.filling()
-			b.regrant(ctx, now, mb, min(shares[i], max(0, rate-(sum-was))))
-			sum += mb.g.filling() - was
-		case !moved[i] && mb == reporter:
-			b.renew(ctx, now, mb)
+	grow := func(mb *member, share float64) float64 {
+		return min(share, max(0, rate-(sum-mb.g.filling())))
+	}
+	mb := reporter
+	switch give := grow(mb, shares[mine]); {
+	case mb.g.kind == tokens && shares[mine] < mb.target && b.worthMoving(mb, shares[mine]):
+		was := mb.g.filling()
+		b.regrant(ctx, now, mb, shares[mine])
+		sum += mb.g.filling() - was
+		shrunk = true
+	case mb.g.kind != tokens || now >= mb.expires || b.worthMoving(mb, give):
+		was := mb.g.filling()
+		b.regrant(ctx, now, mb, give)
+		sum += mb.g.filling() - was
+	default:
+		b.renew(ctx, now, mb)
+	}
+	if !shrunk {
+		return
+	}
+	// What the shrunk gave back goes at once to members held well below
+	// their share (by half or more), not waiting for their reports.
+	for i, o := range members {
+		if o == reporter || o.g.kind != tokens {
+			continue
+		}
+		if give := grow(o, shares[i]); give > starved*o.target && b.worthMoving(o, give) {
+			was := o.g.filling()
+			b.regrant(ctx, now, o, give)
+			sum += o.g.filling() - was
 		}
 	}
 }
@@ -263,6 +296,9 @@ func (b *bucket) regrant(ctx context.Context, now int64, mb *member, share float
 			return
 		}
 		b.s.unpaid.Add(1)
+		if mb.g.kind == tokens && now < mb.expires {
+			return // it keeps what it has, renewed as far as the store pays
+		}
 		share = (float64(left) + refund - float64(burst)) / (ttl + grace).Seconds() // what the store has
 	}
 	if _, _, _, ok := b.pay(ctx, -refund); !ok {
@@ -274,25 +310,42 @@ func (b *bucket) regrant(ctx context.Context, now int64, mb *member, share float
 
 // renew extends mb's grant by a TTL from now, paying its fill to there; an
 // identical strategy tells Envoy to keep its bucket and extend the TTL.
+// When the store has less, the TTL is as long as what it has pays for, and
+// the grant lapses into Envoy's own fallback when it has nothing: a store
+// running short shortens grants rather than replacing them, which would
+// hand out bursts.
 func (b *bucket) renew(ctx context.Context, now int64, mb *member) {
-	until := now + int64(mb.ttl()+b.s.o.Grace)
+	grace := int64(b.s.o.Grace)
+	until := now + int64(mb.ttl()) + grace
 	owed := mb.g.owedTo(until)
-	paid, _, extra, ok := b.pay(ctx, owed)
+	paid, left, extra, ok := b.pay(ctx, owed)
 	if !ok {
 		return
 	}
 	if !paid {
-		b.regrant(ctx, now, mb, mb.target)
+		b.s.unpaid.Add(1)
+		if left < 1 || mb.g.rate <= 0 {
+			return
+		}
+		if paid, _, extra, ok = b.pay(ctx, float64(left)); !ok || !paid {
+			return
+		}
+		owed = float64(left)
+		until = mb.g.paidUntil + int64((owed+mb.g.credit)/mb.g.rate*1e9)
+		extra = 0
+	}
+	if until-grace <= now {
 		return
 	}
 	g := mb.g
 	g.paidUntil, g.credit = until, extra
-	b.set(mb, now, g)
+	b.setFor(mb, now, g, time.Duration(until-grace-now))
 }
 
 // set records mb's grant and pushes it to its stream with a TTL from now.
-func (b *bucket) set(mb *member, now int64, g grant) {
-	ttl := mb.ttl()
+func (b *bucket) set(mb *member, now int64, g grant) { b.setFor(mb, now, g, mb.ttl()) }
+
+func (b *bucket) setFor(mb *member, now int64, g grant, ttl time.Duration) {
 	mb.g, mb.expires = g, now+int64(ttl)
 	mb.c.push(mb, &rlqsv3.RateLimitQuotaResponse_BucketAction{
 		BucketId: mb.id,

@@ -4,8 +4,10 @@ import "sort"
 
 // divide shares total among claims by water-filling (max-min fairness): no
 // claim gets more than it asks, no claim gets less than an equal share
-// unless it asks for less, and what the claims leave is spread equally over
-// all of them. The shares never sum above total.
+// unless it asks for less. What the claims leave is not handed out: each
+// share then depends on its own claim alone, so one Envoy's change of
+// demand does not move the others' grants, and the rule keeps the rest for
+// whoever else counts against it. The shares never sum above total.
 func divide(total float64, claims []float64) []float64 {
 	n := len(claims)
 	out := make([]float64, n)
@@ -22,11 +24,6 @@ func divide(total float64, claims []float64) []float64 {
 		level := left / float64(n-k)
 		out[i] = min(max(claims[i], 0), level)
 		left -= out[i]
-	}
-	if left > 0 {
-		for i := range out {
-			out[i] += left / float64(n)
-		}
 	}
 	return out
 }

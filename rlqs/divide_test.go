@@ -27,17 +27,19 @@ func TestDivideNeverExceedsTheTotalAndIsMaxMinFair(t *testing.T) {
 		if sum > total+1e-9 {
 			t.Fatalf("run %d: shares %v sum %v above %v", run, shares, sum, total)
 		}
-		if math.Abs(sum-total) > 1e-9 {
-			t.Fatalf("run %d: shares %v leave %v of %v unused", run, shares, total-sum, total)
+		if math.Abs(sum-min(total, wanted)) > 1e-9 {
+			t.Fatalf("run %d: shares %v sum %v, want %v (the claims or the total)", run, shares, sum, min(total, wanted))
 		}
-		// Max-min: a claim short of what it asked gets at least every
-		// other share, less what was spread over all.
-		spread := max(0, total-wanted) / float64(n)
+		// Max-min: no share beyond its claim, and a claim short of what
+		// it asked gets at least every other share.
 		for i := range shares {
-			if shares[i]-spread < claims[i]-1e-9 {
+			if shares[i] > claims[i]+1e-9 {
+				t.Fatalf("run %d: claim %d got %v beyond its %v", run, i, shares[i], claims[i])
+			}
+			if shares[i] < claims[i]-1e-9 {
 				for j := range shares {
-					if shares[j]-spread > shares[i]-spread+1e-9 && shares[j]-spread > claims[j]+1e-9 {
-						t.Fatalf("run %d: claim %d got %v of %v while %d got %v beyond its claim", run, i, shares[i], claims[i], j, shares[j])
+					if shares[j] > shares[i]+1e-9 {
+						t.Fatalf("run %d: claim %d got %v of %v while %d got more, %v", run, i, shares[i], claims[i], j, shares[j])
 					}
 				}
 			}
@@ -49,6 +51,10 @@ func TestDivideGivesTheBusyWhatTheIdleLeave(t *testing.T) {
 	got := divide(10, []float64{0.5, 20, 0.5, 0.5})
 	if math.Abs(got[1]-8.5) > 1e-9 {
 		t.Fatalf("the busy claim got %v of 10 beside three of 0.5, want 8.5", got)
+	}
+	got = divide(10, []float64{0.5, 3, 0.5})
+	if got[1] != 3 || got[0] != 0.5 {
+		t.Fatalf("claims under the total: %v, want each its claim", got)
 	}
 	got = divide(10, []float64{20, 20, 20, 20})
 	for _, s := range got {

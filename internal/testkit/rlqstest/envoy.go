@@ -62,7 +62,7 @@ type Fill struct {
 // New opens the Envoy's stream on conn.
 func New(conn grpc.ClientConnInterface, clock sluice.Clock, name, domain string, bucket map[string]string) (*Envoy, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		cancel()
 		return nil, err

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/testkit/proctest"
+	"github.com/sluice-rl/sluice/internal/testkit/rlqstest"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// quotaFleet runs Envoys, played by rlqstest on the wall clock, against
+// `sluice serve` processes: each Envoy makes its requests at the rate its
+// group's phase asks (busy or idle) and reports every second, as the
+// filter's reporting_interval of 1 s does.
+type quotaFleet struct {
+	t       *testing.T
+	envoys  []*rlqstest.Envoy
+	group   []int        // each Envoy's group
+	latency atomic.Int64 // the slowest answer to a report, ns
+	clock   sluice.Clock
+}
+
+func startQuotaServe(t *testing.T, rules string, extra ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "quota.yaml")
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", path}, extra...)...)
+	return addr
+}
+
+func (f *quotaFleet) join(t *testing.T, addr string, n, groups int, bucket map[string]string) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for i := range n {
+		e, err := rlqstest.New(conn, f.clock, fmt.Sprintf("%s/%d", addr, i), "quota", bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Leave)
+		f.envoys = append(f.envoys, e)
+		f.group = append(f.group, len(f.envoys)%groups)
+	}
+}
+
+// run drives the Envoys for d: the group busy at each moment is
+// busyGroup(elapsed), the others idle.
+func (f *quotaFleet) run(d time.Duration, busy, idle float64, busyGroup func(time.Duration) int) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, e := range f.envoys {
+		wg.Go(func() {
+			offset := time.Duration(i) * time.Second / time.Duration(len(f.envoys))
+			time.Sleep(offset)
+			e.Report() // a new bucket is reported at once
+			acc, last, nextReport := 0.0, time.Now(), time.Now().Add(time.Second)
+			for el := time.Since(start); el < d; el = time.Since(start) {
+				rate := idle
+				if f.group[i] == busyGroup(el) {
+					rate = busy
+				}
+				now := time.Now()
+				for acc += rate * now.Sub(last).Seconds(); acc >= 1; acc-- {
+					e.Request()
+				}
+				last = now
+				if now.After(nextReport) {
+					if !e.Report() {
+						return
+					}
+					nextReport = nextReport.Add(time.Second)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// The built binary, default flags, embedded store, three busy loops on
+// the machine's cores: 64 Envoys on one bucket limited to 1,000 per 10 s,
+// the busy group of 16 moving every 5 s. Over every 10 s they admit at most
+// 1,000, plus the bursts they held or were handed in it, plus the rule's
+// rate over the delivery grace (250 ms: an assignment on its way); and the
+// busy group gets most of its part from a second after demand moved.
+func TestQuotaServiceDividesALimitAmong64EnvoysEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	proctest.Exclusive(t)
+	rules := "rules:\n  - id: shared\n    envoy: {domain: quota, descriptors: [{key: name, value: shared}]}\n    rate: 1000\n    per: 10s\n"
+	addr := startQuotaServe(t, rules)
+	f := &quotaFleet{t: t, clock: sluice.NewSystemClock()}
+	f.join(t, addr, 64, 4, map[string]string{"name": "shared"})
+	spin(t, 3)
+	begin := f.clock.Now()
+	phase := 5 * time.Second
+	f.run(4*phase, 20, 0.2, func(el time.Duration) int { return int(el/phase) % 4 })
+	end := f.clock.Now()
+	w := rlqstest.Windows(f.envoys, begin, end, 10*time.Second, 10*time.Millisecond, 1000, 100*0.25)
+	t.Logf("most admitted in any 10 s: %.0f of 1,000 (bursts in it %.0f)", w.Most, w.Bursts)
+	if w.Over != "" {
+		t.Fatalf("over the limit plus the bursts and an answer's delay: %s", w.Over)
+	}
+	for p := range 4 {
+		from, to := begin+int64(time.Duration(p)*phase+time.Second), begin+int64(time.Duration(p+1)*phase)
+		busy, idle := 0, 0
+		for i, e := range f.envoys {
+			for _, at := range e.Admitted() {
+				if at >= from && at < to {
+					if f.group[i] == p {
+						busy++
+					} else {
+						idle++
+					}
+				}
+			}
+		}
+		// The busy group's fair part: 95 of the 100 a second divided, less
+		// the floors of the 48 idle Envoys.
+		want := 0.5 * (95 - 48*95.0/(4*64)) * time.Duration(to-from).Seconds()
+		t.Logf("phase %d: busy group %d, idle %d admitted", p, busy, idle)
+		if float64(busy) < want {
+			t.Errorf("phase %d: the busy group admitted %d, want at least %.0f", p, busy, want)
+		}
+	}
+}
+
+// Two `sluice serve` processes on one Redis, four Envoys on each: every
+// grant is paid in the shared store before it is sent, so whichever process
+// an Envoy reports to, the eight never admit more than the rule itself
+// admits over the interval and an assignment's life (TTL and delivery).
+func TestQuotaServiceHoldsTheLimitAcrossServeProcessesEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	proctest.Exclusive(t)
+	url := redistest.Start(t).URL()
+	rules := "rules:\n  - id: shared\n    envoy: {domain: quota, descriptors: [{key: name, value: shared}]}\n    rate: 100\n    per: 10s\n"
+	f := &quotaFleet{t: t, clock: sluice.NewSystemClock()}
+	for range 2 {
+		f.join(t, startQuotaServe(t, rules, "--store", url), 4, 2, map[string]string{"name": "shared"})
+	}
+	begin := f.clock.Now()
+	f.run(12*time.Second, 20, 0.2, func(el time.Duration) int { return int(el/(6*time.Second)) % 2 })
+	end := f.clock.Now()
+	// The rule (GCRA, burst 100, 10 a second) admits 100 + 10 x the span;
+	// a grant is spent within its TTL (1.5 report intervals) and the
+	// delivery grace (250 ms) after it was paid.
+	life := 1500*time.Millisecond + 250*time.Millisecond
+	w := rlqstest.Windows(f.envoys, begin, end, 10*time.Second, 10*time.Millisecond, 100+10*(10+life.Seconds()), 0)
+	t.Logf("most admitted in any 10 s across both processes: %.0f (the rule over 10 s and a grant's life: %.0f; bursts %.0f)", w.Most, 100+10*(10+life.Seconds()), w.Bursts)
+	if w.Over != "" {
+		t.Fatalf("over what the rule admits over 10 s and a grant's life: %s", w.Over)
+	}
+	if w.Most < 50 {
+		t.Fatalf("only %.0f admitted in the busiest 10 s: the Envoys were starved", w.Most)
+	}
+}
+
+// spin runs n shell loops that spin until the test ends: a machine whose
+// cores are taken, as a busy gateway's are.
+func spin(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+}
