@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/global"
 	"github.com/sluice-rl/sluice/overrides"
+	"github.com/sluice-rl/sluice/rlqs"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/storecall"
@@ -106,6 +107,9 @@ func (m *Metrics) WatchOverrides(current func() *overrides.Set) { m.collector.ov
 // (--global-home).
 func (m *Metrics) WatchGlobal(r *global.Runner) { m.collector.global = r }
 
+// WatchQuota reports the Rate Limit Quota Service's streams and grants.
+func (m *Metrics) WatchQuota(q *rlqs.Service) { m.collector.quota = q }
+
 // WatchRules reports a rules source's updates (an xDS subscription).
 func (m *Metrics) WatchRules(src RulesSource) { m.collector.rules = src }
 
@@ -141,6 +145,7 @@ type collector struct {
 	pressure *concurrency.Pressure
 	rules    RulesSource
 	global   *global.Runner
+	quota    *rlqs.Service
 
 	overrides func() *overrides.Set
 }
@@ -148,6 +153,26 @@ type collector struct {
 var (
 	descKeyOverrides = prometheus.NewDesc("sluice_overrides",
 		"Operators' overrides in force (not expired), by action: limit, exempt, block.", []string{"action"}, nil)
+	descQuotaStreams = prometheus.NewDesc("sluice_rlqs_streams",
+		"Envoys' Rate Limit Quota Service streams open.", nil, nil)
+	descQuotaBuckets = prometheus.NewDesc("sluice_rlqs_buckets",
+		"Quota buckets reported (distinct bucket ids); sluice_rlqs_subscriptions counts them per stream.", nil, nil)
+	descQuotaSubscriptions = prometheus.NewDesc("sluice_rlqs_subscriptions",
+		"Quota buckets reported per stream, summed over the streams (at most 100,000 a process).", nil, nil)
+	descQuotaPending = prometheus.NewDesc("sluice_rlqs_pending",
+		"Quota assignments waiting for their stream's client to read them (at most one per subscription).", nil, nil)
+	descQuotaReports = prometheus.NewDesc("sluice_rlqs_reports_total",
+		"Usage report messages taken from Envoys.", nil, nil)
+	descQuotaResponses = prometheus.NewDesc("sluice_rlqs_responses_total",
+		"Responses (assignments, renewals, abandons) sent to Envoys.", nil, nil)
+	descQuotaRefused = prometheus.NewDesc("sluice_rlqs_refused_total",
+		"Quota streams ended for a bad report or a bound, by a status the Envoy logs.", nil, nil)
+	descQuotaUnpaid = prometheus.NewDesc("sluice_rlqs_unpaid_total",
+		"Quota grants the store could not pay for in full: shortened, kept as they were, or answered DENY_ALL.", nil, nil)
+	descQuotaLost = prometheus.NewDesc("sluice_rlqs_store_failures_total",
+		"Store calls of the quota service that failed: the grants then lapse into Envoy's own fallback at their TTL.", nil, nil)
+	descQuotaAbandoned = prometheus.NewDesc("sluice_rlqs_abandoned_total",
+		"Quota buckets abandoned because the server holds as many as it takes.", nil, nil)
 	descGlobalExchanges = prometheus.NewDesc("sluice_global_exchanges_total",
 		"Exchanges of global rules' shares this process made with the home, as its region's lead.", nil, nil)
 	descGlobalFailures = prometheus.NewDesc("sluice_global_failures_total",
@@ -259,7 +284,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range envoyStatDescs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descDescriptorLimits, descDescriptorLimitsRefused, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure, descGlobalExchanges, descGlobalFailures, descGlobalLead, descGlobalDropped} {
+	for _, d := range []*prometheus.Desc{descDecisions, descSettles, descTiers, descNearLimit, descBreaker, descStoreDeadline, descSchedDelay, descStoreWorkers, descReloads, descRulesVersion, descXDSUpdates, descXDSConnected, descKeys, descEvictions, descHolds, descHoldsDropped, descOverflows, descDegraded, descOwed, descWrittenBack, descUnwritten, descLateReplies, descCredit, descRefunded, descGateways, descDescriptorLimits, descDescriptorLimitsRefused, descOverrides, descOverridesRefused, descKeyOverrides, descStoreCalls, descDenyHits, descLeased, descHot, descPanics, descConcLimit, descConcInFlight, descConcShed, descConcShedTier, descPressure, descGlobalExchanges, descGlobalFailures, descGlobalLead, descGlobalDropped,
+		descQuotaStreams, descQuotaBuckets, descQuotaSubscriptions, descQuotaPending, descQuotaReports, descQuotaResponses, descQuotaRefused, descQuotaUnpaid, descQuotaLost, descQuotaAbandoned} {
 		ch <- d
 	}
 }
@@ -304,6 +330,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			lead = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descGlobalLead, prometheus.GaugeValue, lead)
+	}
+	if q := c.quota; q != nil {
+		st := q.Stats()
+		for d, v := range map[*prometheus.Desc]float64{descQuotaStreams: float64(st.Streams), descQuotaBuckets: float64(st.Buckets),
+			descQuotaSubscriptions: float64(st.Subscriptions), descQuotaPending: float64(st.Pending)} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+		}
+		counter(descQuotaReports, st.Reports)
+		counter(descQuotaResponses, st.Responses)
+		counter(descQuotaRefused, st.Refused)
+		counter(descQuotaUnpaid, st.Unpaid)
+		counter(descQuotaLost, st.Lost)
+		counter(descQuotaAbandoned, st.Abandoned)
 	}
 	if p := c.pressure; p != nil {
 		ch <- prometheus.MustNewConstMetric(descPressure, prometheus.GaugeValue, p.Factor())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // quotaFleet runs Envoys, played by rlqstest on the wall clock, against
@@ -31,15 +33,27 @@ type quotaFleet struct {
 	clock   sluice.Clock
 }
 
-func startQuotaServe(t *testing.T, rules string, extra ...string) string {
+func startQuotaServe(t *testing.T, rules string, extra ...string) (addr, base string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "quota.yaml")
 	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", path}, extra...)...)
-	return addr
+	addr = freeAddr(t)
+	base, _ = start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--grpc-listen", addr, "--config", path}, extra...)...)
+	// The banner names only the HTTP listener: the gRPC one is known to
+	// serve once its health check answers.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("the gRPC listener %s never answered: %v", addr, err)
+	}
+	return addr, base
 }
 
 func (f *quotaFleet) join(t *testing.T, addr string, n, groups int, bucket map[string]string) {
@@ -105,7 +119,7 @@ func TestQuotaServiceDividesALimitAmong64EnvoysEndToEnd(t *testing.T) {
 	}
 	proctest.Exclusive(t)
 	rules := "rules:\n  - id: shared\n    envoy: {domain: quota, descriptors: [{key: name, value: shared}]}\n    rate: 1000\n    per: 10s\n"
-	addr := startQuotaServe(t, rules)
+	addr, base := startQuotaServe(t, rules)
 	f := &quotaFleet{t: t, clock: sluice.NewSystemClock()}
 	f.join(t, addr, 64, 4, map[string]string{"name": "shared"})
 	spin(t, 3)
@@ -115,6 +129,9 @@ func TestQuotaServiceDividesALimitAmong64EnvoysEndToEnd(t *testing.T) {
 	end := f.clock.Now()
 	w := rlqstest.Windows(f.envoys, begin, end, 10*time.Second, 10*time.Millisecond, 1000, 100*0.25)
 	t.Logf("most admitted in any 10 s: %.0f of 1,000 (bursts in it %.0f)", w.Most, w.Bursts)
+	if streams, refused := proctest.Metric(t, base, "sluice_rlqs_streams"), proctest.Metric(t, base, "sluice_rlqs_refused_total"); streams != 64 || refused != 0 {
+		t.Errorf("metrics: %v streams, %v refused; want 64, 0", streams, refused)
+	}
 	if w.Over != "" {
 		t.Fatalf("over the limit plus the bursts and an answer's delay: %s", w.Over)
 	}
@@ -155,7 +172,8 @@ func TestQuotaServiceHoldsTheLimitAcrossServeProcessesEndToEnd(t *testing.T) {
 	rules := "rules:\n  - id: shared\n    envoy: {domain: quota, descriptors: [{key: name, value: shared}]}\n    rate: 100\n    per: 10s\n"
 	f := &quotaFleet{t: t, clock: sluice.NewSystemClock()}
 	for range 2 {
-		f.join(t, startQuotaServe(t, rules, "--store", url), 4, 2, map[string]string{"name": "shared"})
+		addr, _ := startQuotaServe(t, rules, "--store", url)
+		f.join(t, addr, 4, 2, map[string]string{"name": "shared"})
 	}
 	begin := f.clock.Now()
 	f.run(12*time.Second, 20, 0.2, func(el time.Duration) int { return int(el/(6*time.Second)) % 2 })

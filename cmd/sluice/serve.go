@@ -663,6 +663,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return err
 		}
+		s.metrics.WatchQuota(rls.Quota())
 		g, err := rls.NewGRPC(*grpcServer, o)
 		if err != nil {
 			gl.Close()
@@ -671,7 +672,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		servers = append(servers, &listening{ln: patient.Listener(gl, s.log), srv: g})
 		s.log.Info("sluice: Envoy rate limit service", "listen", gl.Addr().String(), "server", *grpcServer)
-		s.say(stdout, "sluice Envoy rate limit service on %s://%s", s.scheme("grpc"), gl.Addr())
+		s.say(stdout, "sluice Envoy rate limit service and rate limit quota service on %s://%s", s.scheme("grpc"), gl.Addr())
 	}
 	return c.serveUntilDone(ctx, s, servers...)
 }
