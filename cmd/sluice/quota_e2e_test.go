@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -122,7 +120,7 @@ func TestQuotaServiceDividesALimitAmong64EnvoysEndToEnd(t *testing.T) {
 	addr, base := startQuotaServe(t, rules)
 	f := &quotaFleet{t: t, clock: sluice.NewSystemClock()}
 	f.join(t, addr, 64, 4, map[string]string{"name": "shared"})
-	spin(t, 3)
+	proctest.BusyLoops(t, 3)
 	begin := f.clock.Now()
 	phase := 5 * time.Second
 	f.run(4*phase, 20, 0.2, func(el time.Duration) int { return int(el/phase) % 4 })
@@ -189,19 +187,5 @@ func TestQuotaServiceHoldsTheLimitAcrossServeProcessesEndToEnd(t *testing.T) {
 	}
 	if w.Most < 50 {
 		t.Fatalf("only %.0f admitted in the busiest 10 s: the Envoys were starved", w.Most)
-	}
-}
-
-// spin runs n shell loops that spin until the test ends: a machine whose
-// cores are taken, as a busy gateway's are.
-func spin(t *testing.T, n int) {
-	t.Helper()
-	for range n {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	}
 }

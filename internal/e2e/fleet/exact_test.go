@@ -7,11 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,21 +52,6 @@ func expectedAdmitted(t *testing.T, a sluice.Algorithm, n int) int {
 	return admitted
 }
 
-// busyLoops runs n shell loops that spin (`while :; do :; done`) until
-// the test ends: a machine whose cores are taken, as a gateway's are in the
-// traffic spike a limiter exists for.
-func busyLoops(t *testing.T, n int) {
-	t.Helper()
-	for range n {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	}
-}
-
 // With default settings, three `sluice serve` processes on one
 // redis-server and on a 3-master Redis Cluster, while three busy loops
 // share the machine's two cores, admit of 1,000 checks from 64 callers on
@@ -96,7 +79,7 @@ func TestServeProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	}
 	proctest.Exclusive(t)
 	redistest.Need(t) // skip here, not only in every subtest
-	busyLoops(t, 3)
+	proctest.BusyLoops(t, 3)
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(exactRules()), 0o600); err != nil {
 		t.Fatal(err)
@@ -191,7 +174,7 @@ func TestGatewayProcessesOnHealthyRedisAreExactUnderLoad(t *testing.T) {
 	redistest.Need(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	defer upstream.Close()
-	busyLoops(t, 3)
+	proctest.BusyLoops(t, 3)
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(exactRules()), 0o600); err != nil {
 		t.Fatal(err)

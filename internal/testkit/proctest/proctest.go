@@ -291,3 +291,18 @@ func lock(name string) (release func()) {
 		f.Close()
 	}
 }
+
+// BusyLoops runs n shell loops that spin (`while :; do :; done`) until the
+// test ends: a machine whose cores are taken, as a gateway's are in the
+// traffic spike a limiter exists for.
+func BusyLoops(t testing.TB, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+}
