@@ -42,12 +42,13 @@ type Stream struct {
 // bidi is a streaming call's state beside its stream's.
 type bidi struct {
 	mu      sync.Mutex
-	in      []byte // request bytes received and not yet taken
-	ended   bool   // the client's END_STREAM
-	gone    bool   // the call is over: nothing more is held
-	held    int64  // bytes of in, inside the connection window
-	granted int64  // stream window granted to the client so far
-	recvd   int64  // stream bytes received
+	in      []byte // request bytes received; those before off are taken
+	off     int
+	ended   bool  // the client's END_STREAM
+	gone    bool  // the call is over: nothing more is held
+	held    int64 // bytes of in, inside the connection window
+	granted int64 // stream window granted to the client so far
+	recvd   int64 // stream bytes received
 
 	wake    chan struct{} // in grew, or the request ended
 	out     chan struct{} // a message Send left pending is out
@@ -108,7 +109,7 @@ func (b *bidi) release() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := b.held
-	b.gone, b.in, b.held = true, nil, 0
+	b.gone, b.in, b.off, b.held = true, nil, 0, 0
 	return n
 }
 
@@ -122,14 +123,19 @@ func (s *Stream) Recv() ([]byte, error) {
 	c, st, b := s.c, s.st, s.st.bidi
 	for {
 		b.mu.Lock()
-		msg, n, bad := nextMessage(b.in, c.maxRecv)
+		msg, n, bad := nextMessage(b.in[b.off:], c.maxRecv)
 		if bad != nil {
 			b.mu.Unlock()
 			return nil, grpcstatus.Error(bad.code, bad.message)
 		}
 		if n > 0 {
 			msg = append([]byte(nil), msg...)
-			b.in = append(b.in[:0], b.in[n:]...)
+			// Taken from the front; the rest moves down only once the
+			// taken part is most of the buffer, so that many small
+			// messages do not each copy all that follows them.
+			if b.off += n; b.off >= len(b.in)/2 {
+				b.in, b.off = append(b.in[:0], b.in[b.off:]...), 0
+			}
 			b.held -= int64(n)
 			ended := b.ended
 			if !ended {
@@ -146,7 +152,7 @@ func (s *Stream) Recv() ([]byte, error) {
 			}
 			return msg, nil
 		}
-		ended, rest := b.ended, len(b.in)
+		ended, rest := b.ended, len(b.in)-b.off
 		b.mu.Unlock()
 		if ended {
 			if rest > 0 {
