@@ -50,6 +50,9 @@ type Options struct {
 	// Tracer, if set, makes an OpenTelemetry span of each call, parented to
 	// the caller's traceparent.
 	Tracer *tracing.Tracer
+	// QuotaFleet, if set, is the store the serve processes share, where
+	// the quota service divides each bucket among them (rlqs.Options.Fleet).
+	QuotaFleet rlqs.Fleet
 }
 
 // Service is Envoy's rate limit service over an engine
@@ -73,7 +76,7 @@ func New(o Options) (*Service, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	quota, err := rlqs.New(rlqs.Options{Engine: o.Engine, Logger: o.Logger})
+	quota, err := rlqs.New(rlqs.Options{Engine: o.Engine, Logger: o.Logger, Fleet: o.QuotaFleet})
 	if err != nil {
 		return nil, err
 	}

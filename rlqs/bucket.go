@@ -33,6 +33,10 @@ const (
 	// minGap: reports of one member closer than this are noted, not
 	// answered again (a flood of reports costs the store nothing more).
 	minGap = 50 * time.Millisecond
+	// claimEvery and claimLife: how often a process records its claim on
+	// a bucket (Fleet), and how long a claim lives unrenewed.
+	claimEvery = 250 * time.Millisecond
+	claimLife  = 3 * time.Second
 	// maxDeparted bounds the departed grants a bucket lists apart.
 	maxDeparted = 64
 )
@@ -48,8 +52,11 @@ type bucket struct {
 	mu      sync.Mutex
 	members map[*member]struct{}
 	gone    []departed // grants of members that left, until they end
-	res     engine.Result
-	descs   [1]engine.Descriptor
+	others  []float64  // the other processes' claims (Fleet), as last read
+	// claimedAt is when this process's claim was last recorded.
+	claimedAt int64
+	res       engine.Result
+	descs     [1]engine.Descriptor
 }
 
 // member is one stream's subscription to one bucket: what it used, how
@@ -182,7 +189,7 @@ func (b *bucket) rebalance(ctx context.Context, now int64, reporter *member) {
 		claims = append(claims, max(mb.demand*headroom, floor))
 	}
 	held := b.departedRate(now)
-	shares := divide(max(0, rate-held), claims)
+	shares := divide(b.portion(ctx, now, max(0, rate-held), claims), claims)
 	// Those that shrink first, on anyone's report, so that what they give
 	// back can be handed out; then the reporter, which grows within what
 	// the others fill at now (a member the hysteresis left alone keeps its
@@ -236,6 +243,35 @@ func (b *bucket) rebalance(ctx context.Context, now int64, reporter *member) {
 			sum += o.g.filling() - was
 		}
 	}
+}
+
+// portion is this process's part of total, the bucket's rate: all of it
+// alone, or with a Fleet what water-filling gives it among the processes'
+// claims (each the sum of its streams' claims). The claims are exchanged
+// at most every claimEvery; a process's claim lives claimLife, so one that
+// died is forgotten within it.
+func (b *bucket) portion(ctx context.Context, now int64, total float64, claims []float64) float64 {
+	f := b.s.o.Fleet
+	if f == nil {
+		return total
+	}
+	mine := 0.0
+	for _, c := range claims {
+		mine += c
+	}
+	mine = min(mine, total)
+	if b.claimedAt == 0 || time.Duration(now-b.claimedAt) >= claimEvery {
+		others, err := f.Claims(ctx, b.name, b.s.id, mine, claimLife)
+		if err != nil {
+			b.s.lost.Add(1) // the last claims read stand
+		} else {
+			b.others, b.claimedAt = others, now
+		}
+	}
+	if len(b.others) == 0 {
+		return total
+	}
+	return divide(total, append([]float64{mine}, b.others...))[0]
 }
 
 // worthMoving reports whether mb's share moved enough to replace its grant:

@@ -1,9 +1,11 @@
 package rlqs
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +20,16 @@ import (
 
 // A quota test: the service on a real grpc-go server on a loopback port,
 // its engine on the embedded store, both on one manual clock, and Envoys
-// played by fakeEnvoy over go-control-plane's generated client.
+// played by rlqstest over go-control-plane's generated client. A fleet test
+// has several services (processes) on one engine, each its own server,
+// sharing a memFleet.
 type quotaTest struct {
 	t     *testing.T
 	clock *sluice.ManualClock
-	svc   *Service
+	svc   *Service // the first
 	conn  *grpc.ClientConn
+	svcs  []*Service
+	conns []*grpc.ClientConn
 	all   []*rlqstest.Envoy
 	lost  int64 // responses sent to streams as they ended
 }
@@ -31,6 +37,10 @@ type quotaTest struct {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newQuotaTest(t *testing.T, ruleFile string, o Options) *quotaTest {
+	return newFleetTest(t, ruleFile, o, 1)
+}
+
+func newFleetTest(t *testing.T, ruleFile string, o Options, processes int) *quotaTest {
 	t.Helper()
 	cfg, err := rules.Parse("quota.yaml", []byte(ruleFile))
 	if err != nil {
@@ -42,28 +52,88 @@ func newQuotaTest(t *testing.T, ruleFile string, o Options) *quotaTest {
 		t.Fatal(err)
 	}
 	o.Engine, o.Clock, o.Logger = e, clock, quiet
-	svc, err := New(o)
-	if err != nil {
-		t.Fatal(err)
+	if processes > 1 {
+		o.Fleet = &memFleet{clock: clock, claims: map[string]map[string]memClaim{}}
 	}
-	g := grpc.NewServer()
-	svc.Register(g)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	q := &quotaTest{t: t, clock: clock}
+	for range processes {
+		svc, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		svc.Register(g)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go g.Serve(ln)
+		t.Cleanup(g.Stop)
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		q.svcs, q.conns = append(q.svcs, svc), append(q.conns, conn)
 	}
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	q.svc, q.conn = q.svcs[0], q.conns[0]
+	return q
+}
+
+// stats sums the services' counts.
+func (q *quotaTest) stats() Stats {
+	var sum Stats
+	for _, s := range q.svcs {
+		st := s.Stats()
+		sum.Streams += st.Streams
+		sum.Subscriptions += st.Subscriptions
+		sum.Pending += st.Pending
+		sum.Reports += st.Reports
+		sum.Responses += st.Responses
+		sum.Unpaid += st.Unpaid
 	}
-	t.Cleanup(func() { conn.Close() })
-	return &quotaTest{t: t, clock: clock, svc: svc, conn: conn}
+	return sum
+}
+
+// memFleet is the processes' claims in memory, as the Redis store keeps
+// them, on the test's clock.
+type memFleet struct {
+	mu     sync.Mutex
+	clock  sluice.Clock
+	claims map[string]map[string]memClaim
+}
+
+type memClaim struct {
+	claim  float64
+	expiry int64
+}
+
+func (f *memFleet) Claims(_ context.Context, bucket, id string, claim float64, ttl time.Duration) ([]float64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	m := f.claims[bucket]
+	if m == nil {
+		m = map[string]memClaim{}
+		f.claims[bucket] = m
+	}
+	m[id] = memClaim{claim, now + int64(ttl)}
+	var others []float64
+	for other, c := range m {
+		if other != id && c.expiry > now {
+			others = append(others, c.claim)
+		}
+	}
+	return others, nil
 }
 
 func (q *quotaTest) envoy(name, domain string, bucket map[string]string) *rlqstest.Envoy {
-	e, err := rlqstest.New(q.conn, q.clock, name, domain, bucket)
+	return q.envoyOn(0, name, domain, bucket)
+}
+
+// envoyOn is an Envoy whose stream goes to process i.
+func (q *quotaTest) envoyOn(i int, name, domain string, bucket map[string]string) *rlqstest.Envoy {
+	e, err := rlqstest.New(q.conns[i], q.clock, name, domain, bucket)
 	if err != nil {
 		q.t.Fatal(err)
 	}
@@ -84,14 +154,14 @@ func (q *quotaTest) leave(e *rlqstest.Envoy) {
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for q.svc.Stats().Streams != open {
+	for q.stats().Streams != open {
 		if time.Now().After(deadline) {
 			q.t.Fatalf("the service still counts %s's stream", e.Name)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	// What was sent to the stream as it ended is lost with it.
-	q.lost = int64(q.svc.Stats().Responses) - q.received()
+	q.lost = int64(q.stats().Responses) - q.received()
 }
 
 func (q *quotaTest) received() int64 {
@@ -112,7 +182,7 @@ func (q *quotaTest) settle() {
 		for _, e := range q.all {
 			sent += e.Sent()
 		}
-		st := q.svc.Stats()
+		st := q.stats()
 		if st.Pending == 0 && int64(st.Reports) == sent && int64(st.Responses) == q.received()+q.lost {
 			return
 		}

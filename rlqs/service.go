@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -45,13 +47,27 @@ type Options struct {
 	// (default 100,000): past it, a new bucket is abandoned (answered
 	// AbandonAction), and the stream and its other buckets go on.
 	MaxBucketsPerStream, MaxSubscriptions int
-	Logger                                *slog.Logger
+	// Fleet, if set, is the store the processes serving the same Envoys
+	// share (Redis): each process records there what its streams claim of
+	// a bucket and divides the bucket's limit among all processes by their
+	// claims before it divides its part among its own streams. Without it
+	// a process divides the whole limit among its streams.
+	Fleet  Fleet
+	Logger *slog.Logger
+}
+
+// Fleet keeps the processes' claims on buckets, such as the Redis store
+// (store/redis Store.Claims): Claims records process id's claim on bucket
+// for ttl and returns the other processes' live claims.
+type Fleet interface {
+	Claims(ctx context.Context, bucket, id string, claim float64, ttl time.Duration) ([]float64, error)
 }
 
 // Service is Envoy's Rate Limit Quota Service over an engine's rules.
 type Service struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	o Options
+	o  Options
+	id string // this process, among the Fleet's
 
 	mu      sync.Mutex // guards buckets, and a bucket's members as they join and leave
 	buckets map[string]*bucket
@@ -80,7 +96,9 @@ func New(o Options) (*Service, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{o: o, buckets: map[string]*bucket{}}, nil
+	var id [8]byte
+	rand.Read(id[:])
+	return &Service{o: o, id: hex.EncodeToString(id[:]), buckets: map[string]*bucket{}}, nil
 }
 
 // Register serves the service on a grpc-go server.

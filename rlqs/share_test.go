@@ -21,7 +21,22 @@ const sharedRule = `rules:
 // grant's max_tokens, as Envoy starts a replaced bucket full), and each busy
 // Envoy has its share from one report interval after demand moved.
 func TestFourEnvoysShareOneLimitAsDemandMoves(t *testing.T) {
-	q := newQuotaTest(t, sharedRule, Options{})
+	moveDemand(t, newQuotaTest(t, sharedRule, Options{}), func(string) int { return 0 }, 0.8)
+}
+
+// The same four Envoys, a and c reporting to one process, b and d to
+// another, on one store whose claims both read: the limit is divided among
+// the processes by their claims, so the bound over every 10 s is the same,
+// and each busy Envoy has at least half of its share (a process's idle
+// members' floors are its own, so shares differ from one process's).
+func TestFourEnvoysOnTwoProcessesShareOneLimit(t *testing.T) {
+	q := newFleetTest(t, sharedRule, Options{}, 2)
+	moveDemand(t, q, func(name string) int { return map[string]int{"a": 0, "c": 0, "b": 1, "d": 1}[name] }, 0.5)
+}
+
+// moveDemand runs the four Envoys' script, each on the process place names,
+// and holds them to the bound and to part of their shares.
+func moveDemand(t *testing.T, q *quotaTest, place func(string) int, part float64) {
 	bucket := map[string]string{"name": "shared"}
 	const (
 		step   = 10 * time.Millisecond
@@ -33,7 +48,7 @@ func TestFourEnvoysShareOneLimitAsDemandMoves(t *testing.T) {
 	names := []string{"a", "b", "c", "d"}
 	envoys := map[string]*rlqstest.Envoy{}
 	for _, n := range names {
-		envoys[n] = q.envoy(n, "quota", bucket)
+		envoys[n] = q.envoyOn(place(n), n, "quota", bucket)
 	}
 	// Who is busy when, by whole seconds; c leaves at 60 s.
 	busyAt := func(name string, sec int) bool {
@@ -122,12 +137,12 @@ func TestFourEnvoysShareOneLimitAsDemandMoves(t *testing.T) {
 						n++
 					}
 				}
-				if want := 0.8 * p.share * 2; float64(n) < want {
-					t.Errorf("%s admitted %d in [%ds, %ds), want at least %.1f (80%% of a share of %.2f/s)", name, n, from, from+2, want, p.share)
+				if want := part * p.share * 2; float64(n) < want {
+					t.Errorf("%s admitted %d in [%ds, %ds), want at least %.1f (%.0f%% of a share of %.2f/s)", name, n, from, from+2, want, 100*part, p.share)
 				}
 			}
 		}
 	}
-	st := q.svc.Stats()
+	st := q.stats()
 	t.Logf("%+v", st)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/patient"
 	"github.com/sluice-rl/sluice/metrics"
 	"github.com/sluice-rl/sluice/overrides"
+	"github.com/sluice-rl/sluice/rlqs"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/share"
@@ -122,6 +123,7 @@ type setup struct {
 	mem     *memory.Store  // nil when counts live in Redis
 	share   *share.Store   // the sync modes around the store
 	global  *global.Runner // nil: no --global-home
+	fleet   rlqs.Fleet     // the store the processes share (Redis); nil for the embedded one
 	closers []func()
 	eng     *engine.Engine
 	engine  atomic.Pointer[engine.Engine] // eng, for goroutines started before it
@@ -320,6 +322,7 @@ func (c *common) openStore(s *setup) (sluice.Store, overrides.Store, func() int,
 	go func() { m.Run(ctx); close(done) }()
 	s.closers = append(s.closers, func() { cancel(); <-done }, rs.Close) // leave the set, then close
 	s.mem = nil                                                          // the embedded store is then only the fail-open fallback
+	s.fleet = rs
 	return rs, rs.Overrides(), m.Gateways, nil
 }
 
@@ -656,7 +659,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		rls, err := envoy.New(envoy.Options{
 			Engine: s.eng, HTTP: httplimit.Options{LegacyHeaders: *legacy}, DynamicMetadata: *dynMeta,
-			Metrics: s.metrics, Logger: s.log, Tracer: s.tracer,
+			Metrics: s.metrics, Logger: s.log, Tracer: s.tracer, QuotaFleet: s.fleet,
 		})
 		if err != nil {
 			gl.Close()
