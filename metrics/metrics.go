@@ -160,7 +160,7 @@ var (
 	descQuotaSubscriptions = prometheus.NewDesc("sluice_rlqs_subscriptions",
 		"Quota buckets reported per stream, summed over the streams (at most 100,000 a process).", nil, nil)
 	descQuotaPending = prometheus.NewDesc("sluice_rlqs_pending",
-		"Quota assignments waiting for their stream's client to read them (at most one per subscription).", nil, nil)
+		"Quota assignments waiting for their stream's client to read them: at most one per subscription waiting, besides a response being sent.", nil, nil)
 	descQuotaReports = prometheus.NewDesc("sluice_rlqs_reports_total",
 		"Usage report messages taken from Envoys.", nil, nil)
 	descQuotaResponses = prometheus.NewDesc("sluice_rlqs_responses_total",

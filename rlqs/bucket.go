@@ -9,6 +9,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rules"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -48,6 +49,7 @@ type bucket struct {
 	domain  string
 	entries []rules.EnvoyEntry
 	name    string
+	id      *rlqsv3.BucketId // as its first member sent it: the id of every answer
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -82,15 +84,22 @@ type member struct {
 	expires  int64   // when the Envoy's assignment ends, at the latest send
 }
 
+// subscribe makes c a member of bucket name, the bucket made if it is new
+// and the server has room for it (MaxBucketBytes); nil if not.
 func (s *Service) subscribe(c *client, name string, entries []rules.EnvoyEntry, id *rlqsv3.BucketId) *member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.buckets[name]
 	if b == nil {
-		b = &bucket{s: s, domain: c.domain, entries: entries, name: name, members: map[*member]struct{}{}}
+		cost := bucketCost(name)
+		if s.bucketBytes.Load()+cost > s.o.MaxBucketBytes {
+			return nil
+		}
+		s.bucketBytes.Add(cost)
+		b = &bucket{s: s, domain: c.domain, entries: entries, name: name, id: proto.Clone(id).(*rlqsv3.BucketId), members: map[*member]struct{}{}}
 		s.buckets[name] = b
 	}
-	mb := &member{c: c, b: b, id: id, interval: defaultInterval}
+	mb := &member{c: c, b: b, id: b.id, interval: defaultInterval}
 	b.mu.Lock()
 	b.members[mb] = struct{}{}
 	b.mu.Unlock()
@@ -118,8 +127,13 @@ func (s *Service) unsubscribe(mb *member) {
 	b.mu.Unlock()
 	if empty {
 		delete(s.buckets, b.name)
+		s.bucketBytes.Add(-bucketCost(b.name))
 	}
 }
+
+// bucketCost is what a bucket holds in memory, roughly: its id as sent,
+// as a name and as a descriptor, and the bucket itself.
+func bucketCost(name string) int64 { return 3*int64(len(name)) + 512 }
 
 // observe notes a member's report: n requests over elapsed. A report
 // without elapsed time (Envoy's first, for a new bucket) counts its

@@ -14,6 +14,7 @@ const (
 	maxBucketFields = 32
 	maxFieldKey     = 256
 	maxFieldValue   = 4096
+	maxBucketBytes  = 4096 // the keys and values together
 )
 
 // canonical names a bucket id whatever the order its map was sent in: its
@@ -29,7 +30,9 @@ func canonical(domain string, id *rlqsv3.BucketId) (string, []rules.EnvoyEntry, 
 		return "", nil, fmt.Errorf("bucket_id has %d fields, at most %d are taken", len(fields), maxBucketFields)
 	}
 	entries := make([]rules.EnvoyEntry, 0, len(fields))
+	size := 0
 	for k, v := range fields {
+		size += len(k) + len(v)
 		switch {
 		case k == "":
 			return "", nil, fmt.Errorf("bucket_id has a field with an empty key")
@@ -39,6 +42,9 @@ func canonical(domain string, id *rlqsv3.BucketId) (string, []rules.EnvoyEntry, 
 			return "", nil, fmt.Errorf("bucket_id[%q] is %d bytes, at most %d are taken", k, len(v), maxFieldValue)
 		}
 		entries = append(entries, rules.EnvoyEntry{Key: k, Value: v})
+	}
+	if size > maxBucketBytes {
+		return "", nil, fmt.Errorf("bucket_id is %d bytes of keys and values, at most %d are taken", size, maxBucketBytes)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
 	b := binary.AppendUvarint(nil, uint64(len(domain)))

@@ -18,6 +18,9 @@ type client struct {
 	s       *Service
 	domain  string
 	members map[string]*member // by canonical bucket name; the reader's
+	// abandoned are the buckets answered AbandonAction, each one mailbox
+	// entry; the reader's.
+	abandoned map[string]*member
 
 	mu      sync.Mutex // guards pending
 	pending map[*member]*rlqsv3.RateLimitQuotaResponse_BucketAction
@@ -25,7 +28,7 @@ type client struct {
 }
 
 func newClient(s *Service) *client {
-	return &client{s: s, members: map[string]*member{}, pending: map[*member]*rlqsv3.RateLimitQuotaResponse_BucketAction{}, wake: make(chan struct{}, 1)}
+	return &client{s: s, members: map[string]*member{}, abandoned: map[string]*member{}, pending: map[*member]*rlqsv3.RateLimitQuotaResponse_BucketAction{}, wake: make(chan struct{}, 1)}
 }
 
 // report takes one message of usage reports: the buckets it names are
@@ -67,19 +70,19 @@ func (c *client) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReport
 			if len(c.members) >= s.o.MaxBucketsPerStream {
 				return refuse(codes.ResourceExhausted, "this stream reports %d buckets, at most %d are taken on one stream", len(c.members), s.o.MaxBucketsPerStream)
 			}
-			if s.subscriptions.Add(1) > int64(s.o.MaxSubscriptions) {
+			if s.subscriptions.Add(1) <= int64(s.o.MaxSubscriptions) {
+				mb = s.subscribe(c, name, entries, u.GetBucketId())
+			}
+			if mb == nil {
 				// The server is full, not the stream at fault: this
 				// bucket is abandoned (Envoy falls back to its
 				// no-assignment behaviour for it), the others go on.
 				s.subscriptions.Add(-1)
-				s.abandoned.Add(1)
-				c.push(&member{c: c}, &rlqsv3.RateLimitQuotaResponse_BucketAction{
-					BucketId:     u.GetBucketId(),
-					BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
-				})
+				if err := c.abandon(name, u.GetBucketId()); err != nil {
+					return err
+				}
 				continue
 			}
-			mb = s.subscribe(c, name, entries, proto.Clone(u.GetBucketId()).(*rlqsv3.BucketId))
 			c.members[name] = mb
 		}
 		mb.b.observe(mb, u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed, now)
@@ -88,6 +91,29 @@ func (c *client) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReport
 	for _, mb := range touched {
 		mb.b.rebalance(ctx, now, mb)
 	}
+	return nil
+}
+
+// maxAbandons bounds the abandoned buckets a stream's mailbox holds: a
+// stream that goes on reporting new buckets to a full server past it is
+// ended.
+const maxAbandons = 1024
+
+// abandon answers a bucket the server has no room for with AbandonAction.
+func (c *client) abandon(name string, id *rlqsv3.BucketId) error {
+	c.s.abandoned.Add(1)
+	ghost := c.abandoned[name]
+	if ghost == nil {
+		if len(c.abandoned) >= maxAbandons {
+			return refuse(codes.ResourceExhausted, "the server holds as many buckets as it takes, and this stream reported %d more: try another replica", len(c.abandoned))
+		}
+		ghost = &member{c: c, id: proto.Clone(id).(*rlqsv3.BucketId)}
+		c.abandoned[name] = ghost
+	}
+	c.push(ghost, &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId:     ghost.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+	})
 	return nil
 }
 

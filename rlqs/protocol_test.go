@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,8 @@ func TestBadReportsEndTheirStreamWithAClearStatusAndNothingElse(t *testing.T) {
 			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"": "x"}, 0, 0)}}}},
 		{"huge value", codes.InvalidArgument, "at most 4096",
 			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": strings.Repeat("v", 5000)}, 0, 0)}}}},
+		{"large id", codes.InvalidArgument, "6004 bytes of keys and values, at most 4096",
+			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"a": strings.Repeat("v", 3001), "b": strings.Repeat("v", 3001)}, 0, 0)}}}},
 		{"negative time", codes.InvalidArgument, "time_elapsed",
 			[]*rlqsv3.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(shared, -time.Second, 0)}}}},
 		{"too many buckets", codes.ResourceExhausted, "at most 3 are taken on one stream", []*rlqsv3.RateLimitQuotaUsageReports{
@@ -201,7 +204,8 @@ func TestAStreamThatNeverReadsHoldsOneActionPerBucket(t *testing.T) {
 		}
 		maxPending = max(maxPending, q.svc.Stats().Pending)
 	}
-	if maxPending > 3 {
+	// One waiting per subscription, and one in the response being sent.
+	if maxPending > 2*3 {
 		t.Fatalf("%d actions waited for 3 subscriptions (2 of the stream that does not read)", maxPending)
 	}
 	before := other.Received()
@@ -220,4 +224,37 @@ func waitFor(t *testing.T, what string, done func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Past the memory the server gives buckets, a new bucket is abandoned as
+// past the count; a stream that goes on reporting new buckets to a full
+// server is ended once its mailbox holds 1,024 abandoned ones.
+func TestPastTheBucketsMemoryNewBucketsAreAbandonedThenTheStreamEnded(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{MaxBucketBytes: 2000})
+	st := q.rawStream()
+	var batch []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range 1100 {
+		batch = append(batch, usage(map[string]string{"name": fmt.Sprintf("b%04d", i)}, 0, 0))
+	}
+	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: batch[:100]}); err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := canonical("quota", batch[0].GetBucketId())
+	held := int(2000 / bucketCost(name)) // 3 of these
+	abandoned := 0
+	for abandoned < 100-held {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range resp.GetBucketAction() {
+			if a.GetAbandonAction() != nil {
+				abandoned++
+			}
+		}
+	}
+	if s := q.svc.Stats(); s.Buckets != held || s.Abandoned != uint64(100-held) {
+		t.Fatalf("stats %+v: want %d buckets held, the others abandoned", s, held)
+	}
+	refusedWith(t, st, codes.ResourceExhausted, "as many buckets as it takes", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: batch[100:]})
 }

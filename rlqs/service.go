@@ -27,6 +27,7 @@ const (
 	DefaultGrace               = 250 * time.Millisecond
 	DefaultMaxBucketsPerStream = 10_000
 	DefaultMaxSubscriptions    = 100_000
+	DefaultMaxBucketBytes      = 64 << 20
 )
 
 // Options configure the quota service.
@@ -47,6 +48,10 @@ type Options struct {
 	// (default 100,000): past it, a new bucket is abandoned (answered
 	// AbandonAction), and the stream and its other buckets go on.
 	MaxBucketsPerStream, MaxSubscriptions int
+	// MaxBucketBytes bounds the memory the distinct buckets hold (their
+	// ids, three times over: as sent, as a name, as a descriptor; default
+	// 64 MiB): past it, a new bucket is abandoned as past MaxSubscriptions.
+	MaxBucketBytes int64
 	// Fleet, if set, is the store the processes serving the same Envoys
 	// share (Redis): each process records there what its streams claim of
 	// a bucket and divides the bucket's limit among all processes by their
@@ -72,7 +77,7 @@ type Service struct {
 	mu      sync.Mutex // guards buckets, and a bucket's members as they join and leave
 	buckets map[string]*bucket
 
-	subscriptions, streams, pending                      atomic.Int64
+	subscriptions, streams, pending, bucketBytes         atomic.Int64
 	reports, responses, refused, unpaid, lost, abandoned atomic.Uint64
 }
 
@@ -93,6 +98,9 @@ func New(o Options) (*Service, error) {
 	if o.MaxSubscriptions <= 0 {
 		o.MaxSubscriptions = DefaultMaxSubscriptions
 	}
+	if o.MaxBucketBytes <= 0 {
+		o.MaxBucketBytes = DefaultMaxBucketBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -112,8 +120,8 @@ type Stats struct {
 	Streams, Subscriptions int64
 	// Buckets is the distinct buckets reported.
 	Buckets int
-	// Pending is the assignments waiting to be sent (or being sent):
-	// at most one per subscription, the latest.
+	// Pending is the assignments waiting to be sent, at most one per
+	// subscription (the latest), and those of the response being sent.
 	Pending int64
 	// Reports is the report messages taken, each counted once its buckets
 	// are divided and their assignments left to be sent. Responses is
