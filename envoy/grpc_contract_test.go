@@ -64,6 +64,7 @@ descriptors:
 `
 
 type grpcFixture struct {
+	svc   *Service
 	kind  string
 	addr  string
 	g     *GRPC
@@ -127,7 +128,7 @@ func startGRPCOn(t *testing.T, kind string, o GRPCOptions, addr string) *grpcFix
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &grpcFixture{kind: kind, addr: ln.Addr().String(), g: g, e: e, done: make(chan error, 1)}
+	f := &grpcFixture{svc: srv, kind: kind, addr: ln.Addr().String(), g: g, e: e, done: make(chan error, 1)}
 	f.ln = countingListener{ln, &f.conns}
 	go func() { f.done <- g.Serve(f.ln) }()
 	t.Cleanup(func() {

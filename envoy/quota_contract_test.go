@@ -138,5 +138,11 @@ var quotaContractCases = []contractCase{
 		if err := r.untilClosed(20 * time.Second); err != nil {
 			t.Fatalf("%v after %d reports: want the connection ended (its answer unread past RequestTimeout)", err, reports.Load())
 		}
+		// And its stream with it: the service forgets it and its bucket.
+		for end := time.Now().Add(20 * time.Second); f.svc.Quota().Stats().Streams != 0 || f.svc.Quota().Stats().Subscriptions != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("20 s after its connection ended the service still serves its stream: %+v", f.svc.Quota().Stats())
+			}
+		}
 	}},
 }

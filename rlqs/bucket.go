@@ -89,6 +89,7 @@ type member struct {
 func (s *Service) subscribe(c *client, name string, entries []rules.EnvoyEntry, id *rlqsv3.BucketId) *member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forgetLingering()
 	b := s.buckets[name]
 	if b == nil {
 		cost := bucketCost(name)
@@ -124,10 +125,38 @@ func (s *Service) unsubscribe(mb *member) {
 		b.gone = append(b.gone, d)
 	}
 	empty := len(b.members) == 0
+	lingers := empty && b.departedRate(s.o.Clock.Now()) > 0
 	b.mu.Unlock()
-	if empty {
+	switch {
+	case lingers:
+		// Its departed grants still fill: the bucket stays, so that a
+		// stream that comes back is not handed their rate again.
+		s.lingering = append(s.lingering, b)
+	case empty:
 		delete(s.buckets, b.name)
 		s.bucketBytes.Add(-bucketCost(b.name))
+	}
+}
+
+// forgetLingering forgets the buckets kept for their departed grants
+// once those have ended, oldest first, while no stream reports them; under
+// s.mu.
+func (s *Service) forgetLingering() {
+	now := s.o.Clock.Now()
+	for len(s.lingering) > 0 {
+		b := s.lingering[0]
+		b.mu.Lock()
+		members, filling := len(b.members), b.departedRate(now) > 0
+		b.mu.Unlock()
+		if members == 0 && filling {
+			return // the oldest still fills: the later ones wait behind it
+		}
+		s.lingering[0] = nil
+		s.lingering = s.lingering[1:]
+		if members == 0 && s.buckets[b.name] == b {
+			delete(s.buckets, b.name)
+			s.bucketBytes.Add(-bucketCost(b.name))
+		}
 	}
 }
 

@@ -22,8 +22,9 @@ type client struct {
 	// entry; the reader's.
 	abandoned map[string]*member
 
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards pending and ending
 	pending map[*member]*rlqsv3.RateLimitQuotaResponse_BucketAction
+	ending  bool // the stream has ended: the sender stops once pending is sent
 	wake    chan struct{}
 }
 
@@ -94,10 +95,10 @@ func (c *client) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReport
 	return nil
 }
 
-// maxAbandons bounds the abandoned buckets a stream's mailbox holds: a
-// stream that goes on reporting new buckets to a full server past it is
-// ended.
-const maxAbandons = 1024
+// maxAbandons bounds the abandoned buckets a stream holds (each its id,
+// for the answer): a stream that goes on reporting new buckets to a full
+// server past it is ended.
+const maxAbandons = 16
 
 // abandon answers a bucket the server has no room for with AbandonAction.
 func (c *client) abandon(name string, id *rlqsv3.BucketId) error {
@@ -132,8 +133,13 @@ func (c *client) push(mb *member, a *rlqsv3.RateLimitQuotaResponse_BucketAction)
 	}
 }
 
-// sendLoop sends what the mailbox holds, one response at a time, until ctx
-// ends or a send fails (which ends the stream).
+// maxActions bounds the actions of one response, so that a response stays
+// small whatever the mailbox holds.
+const maxActions = 256
+
+// sendLoop sends what the mailbox holds, at most maxActions a response,
+// until ctx ends, a send fails (which ends the stream), or the stream has
+// ended (drain) and the mailbox is empty.
 func (c *client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, send func(*rlqsv3.RateLimitQuotaResponse) error) {
 	for {
 		select {
@@ -141,25 +147,46 @@ func (c *client) sendLoop(ctx context.Context, cancel context.CancelCauseFunc, s
 			return
 		case <-c.wake:
 		}
-		c.mu.Lock()
-		resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(c.pending))}
-		for mb, a := range c.pending {
-			resp.BucketAction = append(resp.BucketAction, a)
-			delete(c.pending, mb)
+		for {
+			c.mu.Lock()
+			resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, min(len(c.pending), maxActions))}
+			for mb, a := range c.pending {
+				if len(resp.BucketAction) == maxActions {
+					break
+				}
+				resp.BucketAction = append(resp.BucketAction, a)
+				delete(c.pending, mb)
+			}
+			ending := c.ending
+			c.mu.Unlock()
+			if len(resp.BucketAction) == 0 {
+				if ending {
+					return
+				}
+				break
+			}
+			err := send(resp)
+			if err == nil {
+				c.s.responses.Add(1)
+			}
+			c.s.pending.Add(-int64(len(resp.BucketAction)))
+			if err != nil {
+				cancel(err)
+				return
+			}
 		}
-		c.mu.Unlock()
-		if len(resp.BucketAction) == 0 {
-			continue
-		}
-		err := send(resp)
-		if err == nil {
-			c.s.responses.Add(1)
-		}
-		c.s.pending.Add(-int64(len(resp.BucketAction)))
-		if err != nil {
-			cancel(err)
-			return
-		}
+	}
+}
+
+// drain tells the sender the stream has ended: it sends what the mailbox
+// holds and stops.
+func (c *client) drain() {
+	c.mu.Lock()
+	c.ending = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sluice-rl/sluice/internal/testkit/rlqstest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -228,21 +229,21 @@ func waitFor(t *testing.T, what string, done func() bool) {
 
 // Past the memory the server gives buckets, a new bucket is abandoned as
 // past the count; a stream that goes on reporting new buckets to a full
-// server is ended once its mailbox holds 1,024 abandoned ones.
+// server is ended once it has been answered 16 abandoned ones.
 func TestPastTheBucketsMemoryNewBucketsAreAbandonedThenTheStreamEnded(t *testing.T) {
 	q := newQuotaTest(t, sharedRule, Options{MaxBucketBytes: 2000})
 	st := q.rawStream()
 	var batch []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-	for i := range 1100 {
+	for i := range 40 {
 		batch = append(batch, usage(map[string]string{"name": fmt.Sprintf("b%04d", i)}, 0, 0))
 	}
-	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: batch[:100]}); err != nil {
+	if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: batch[:18]}); err != nil {
 		t.Fatal(err)
 	}
 	name, _, _ := canonical("quota", batch[0].GetBucketId())
 	held := int(2000 / bucketCost(name)) // 3 of these
 	abandoned := 0
-	for abandoned < 100-held {
+	for abandoned < 18-held {
 		resp, err := st.Recv()
 		if err != nil {
 			t.Fatal(err)
@@ -253,8 +254,64 @@ func TestPastTheBucketsMemoryNewBucketsAreAbandonedThenTheStreamEnded(t *testing
 			}
 		}
 	}
-	if s := q.svc.Stats(); s.Buckets != held || s.Abandoned != uint64(100-held) {
+	if s := q.svc.Stats(); s.Buckets != held || s.Abandoned != uint64(18-held) {
 		t.Fatalf("stats %+v: want %d buckets held, the others abandoned", s, held)
 	}
-	refusedWith(t, st, codes.ResourceExhausted, "as many buckets as it takes", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: batch[100:]})
+	refusedWith(t, st, codes.ResourceExhausted, "as many buckets as it takes", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: batch[18:]})
+}
+
+// A client that half-closes after its report still gets the answer to it.
+func TestAHalfClosedStreamIsAnswered(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	for i := range 20 {
+		st := q.rawStream()
+		if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"name": "shared"}, 0, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+		st.CloseSend()
+		resp, err := st.Recv()
+		if err != nil || resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
+			t.Fatalf("stream %d: %v %v, want its assignment before the end", i, resp, err)
+		}
+	}
+}
+
+// A stream that leaves keeps its grant until its TTL ends; one that comes
+// to the bucket meanwhile, alone, gets only what that grant leaves, even
+// though the bucket has no member between them.
+func TestAGrantOfAStreamThatLeftStillCountsWhenTheBucketEmpties(t *testing.T) {
+	q := newQuotaTest(t, sharedRule, Options{})
+	bucket := map[string]string{"name": "shared"}
+	a := q.envoy("a", "quota", bucket)
+	a.Report()
+	q.settle()
+	for range 3 {
+		for range 40 {
+			q.clock.Advance(25 * time.Millisecond)
+			a.Request()
+		}
+		a.Report()
+		q.settle()
+	}
+	q.leave(a)
+	b := q.envoy("b", "quota", bucket)
+	for range 2 {
+		for range 40 {
+			q.clock.Advance(5 * time.Millisecond)
+			b.Request()
+		}
+		b.Report()
+		q.settle()
+	}
+	if sum := fillOf(a) + fillOf(b); sum > 10*(1-keptBack)+1e-9 {
+		t.Fatalf("a (gone, its grant alive) fills %.2f/s and b %.2f/s: %.2f above the %.2f divided", fillOf(a), fillOf(b), sum, 10*(1-keptBack))
+	}
+}
+
+func fillOf(e *rlqstest.Envoy) float64 {
+	tb := e.Strategy().GetTokenBucket()
+	if tb == nil {
+		return 0
+	}
+	return float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
 }

@@ -28,6 +28,7 @@ const (
 	DefaultMaxBucketsPerStream = 10_000
 	DefaultMaxSubscriptions    = 100_000
 	DefaultMaxBucketBytes      = 64 << 20
+	DefaultMaxStreams          = 10_000
 )
 
 // Options configure the quota service.
@@ -52,6 +53,9 @@ type Options struct {
 	// ids, three times over: as sent, as a name, as a descriptor; default
 	// 64 MiB): past it, a new bucket is abandoned as past MaxSubscriptions.
 	MaxBucketBytes int64
+	// MaxStreams bounds the streams served at once (default 10,000): a
+	// stream past it is ended at once with RESOURCE_EXHAUSTED.
+	MaxStreams int
 	// Fleet, if set, is the store the processes serving the same Envoys
 	// share (Redis): each process records there what its streams claim of
 	// a bucket and divides the bucket's limit among all processes by their
@@ -76,6 +80,9 @@ type Service struct {
 
 	mu      sync.Mutex // guards buckets, and a bucket's members as they join and leave
 	buckets map[string]*bucket
+	// lingering are buckets no stream reports whose departed grants still
+	// fill, oldest first: kept until those end (forgetLingering).
+	lingering []*bucket
 
 	subscriptions, streams, pending, bucketBytes         atomic.Int64
 	reports, responses, refused, unpaid, lost, abandoned atomic.Uint64
@@ -100,6 +107,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.MaxBucketBytes <= 0 {
 		o.MaxBucketBytes = DefaultMaxBucketBytes
+	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultMaxStreams
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -157,9 +167,13 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 // blocks: Serve waits a second for it, after which the stream's end must
 // unblock it.
 func (s *Service) Serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	s.streams.Add(1)
+	if s.streams.Add(1) > int64(s.o.MaxStreams) {
+		s.streams.Add(-1)
+		s.refused.Add(1)
+		return refuse(codes.ResourceExhausted, "the server serves %d quota streams, its bound: try another replica", s.o.MaxStreams)
+	}
 	defer s.streams.Add(-1)
+	ctx, cancel := context.WithCancelCause(ctx)
 	c := newClient(s)
 	defer c.leave()
 	sending := make(chan struct{})
@@ -167,12 +181,16 @@ func (s *Service) Serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 		defer close(sending)
 		c.sendLoop(ctx, cancel, send)
 	}()
+	// Once the stream ends, what waits in the mailbox is sent (a client
+	// that half-closes still reads its answers), for a second at most: a
+	// send blocked by a client that does not read cannot hold Serve.
 	defer func() {
-		cancel(nil)
+		c.drain()
 		select {
 		case <-sending:
-		case <-time.After(time.Second): // a send blocked by a client that does not read
+		case <-time.After(time.Second):
 		}
+		cancel(nil)
 	}()
 	for {
 		m, err := recv()
@@ -187,6 +205,9 @@ func (s *Service) Serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 			return err
 		}
 		if err := context.Cause(ctx); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return err // a send that failed, with its own status
+			}
 			return status.FromContextError(err).Err()
 		}
 	}

@@ -108,7 +108,11 @@ func (c *conn) finish(st *stream) {
 	}
 	c.mu.Unlock()
 	c.active.Add(-1)
-	c.s.openCalls.Add(-1)
+	if st.bidi != nil {
+		c.s.openStreams.Add(-1)
+	} else {
+		c.s.openCalls.Add(-1)
+	}
 }
 
 // sendPending writes what a blocked answer's windows now allow, and its

@@ -346,6 +346,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	method, path = f.PseudoValue("method"), f.PseudoValue("path")
 	m, sm := c.s.Methods[path], c.s.Streams[path]
+	if sm != nil && c.s.openStreams.Load() >= c.s.maxOpenStreams() {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
+	}
 	// A request that will not run is answered once it is complete (its
 	// DATA read and dropped, within the stream's window), not at once with
 	// RST_STREAM(NO_ERROR) while the client still sends: RFC 9113 allows
@@ -552,7 +555,7 @@ func (c *conn) drop(st *stream) {
 		}
 		c.release()
 		if st.bidi != nil {
-			c.creditConn(st.bidi.release())
+			c.creditConn(st.bidi.release(c.s))
 		}
 		return
 	}
@@ -647,20 +650,24 @@ func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.stopWatch()
 		c.nc.Close()
-		c.wmu.Lock()
-		c.closed = true
-		for len(c.blocked) > 0 { // their bytes leave the server's count
-			st := c.blocked[0]
-			c.unblock(st)
-			c.finish(st)
-		}
-		c.wcond.Broadcast()
-		c.wmu.Unlock()
+		// Every call's context ends first: finishing a blocked answer
+		// below takes its stream out of streams, and a streaming call's
+		// method must still learn that its connection is gone.
 		c.mu.Lock()
 		for _, st := range c.streams {
 			st.cancel()
 		}
 		c.mu.Unlock()
+		c.wmu.Lock()
+		c.closed = true
+		for len(c.blocked) > 0 { // their bytes leave the server's count
+			st := c.blocked[0]
+			st.cancel()
+			c.unblock(st)
+			c.finish(st)
+		}
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
 		c.s.forget(c)
 	})
 }

@@ -130,6 +130,12 @@ type Server struct {
 	// that the clients holding calls open meet it and the others do not.
 	// 0 means 4,096.
 	MaxOpenCalls int64
+	// MaxOpenStreams bounds the streaming calls running over all
+	// connections, apart from MaxOpenCalls so that long-lived streams do
+	// not take the unary calls' room: past it a new one is refused
+	// (REFUSED_STREAM). 0 means 4,096. What a streaming call's request
+	// holds while its method has not taken it counts in MaxUnfinishedBytes.
+	MaxOpenStreams int64
 
 	// unfinishedBytes counts against MaxUnfinishedBytes; each connection's
 	// reader adds and removes its own streams' share. heldAnswerBytes
@@ -137,6 +143,7 @@ type Server struct {
 	unfinishedBytes atomic.Int64
 	heldAnswerBytes atomic.Int64
 	openCalls       atomic.Int64 // counts against MaxOpenCalls
+	openStreams     atomic.Int64 // streaming calls running, against MaxOpenStreams
 
 	// writeTimeout, when set, replaces defaultWriteTimeout: a test that
 	// holds clients at their bounds keeps them there while it measures.
@@ -190,6 +197,7 @@ const (
 	defaultMaxUnfinishedBytes = 64 << 20
 	defaultMaxHeldAnswerBytes = 16 << 20
 	defaultMaxOpenCalls       = 4 << 10
+	defaultMaxOpenStreams     = 4 << 10
 	// openCallsShare is the calls a connection may always have open: past
 	// MaxOpenCalls only a connection with more is refused, so the calls
 	// open are at most MaxOpenCalls + MaxConnections x openCallsShare.
@@ -215,6 +223,13 @@ func (s *Server) maxHeldAnswerBytes() int64 {
 		return s.MaxHeldAnswerBytes
 	}
 	return defaultMaxHeldAnswerBytes
+}
+
+func (s *Server) maxOpenStreams() int64 {
+	if s.MaxOpenStreams > 0 {
+		return s.MaxOpenStreams
+	}
+	return defaultMaxOpenStreams
 }
 
 func (s *Server) maxOpenCalls() int64 {

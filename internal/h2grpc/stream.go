@@ -71,6 +71,8 @@ func (c *conn) startStream(st *stream, m StreamMethod, ended bool) {
 	}
 	st.started = true
 	c.running.Add(1)
+	c.s.openCalls.Add(-1) // counted as a stream instead (finish)
+	c.s.openStreams.Add(1)
 	go c.runStream(st, m)
 }
 
@@ -90,8 +92,14 @@ func (c *conn) onStreamData(st *stream, f *http2.DataFrame) error {
 		c.creditConn(int64(f.Length))
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeFlowControl}
 	}
+	if c.s.unfinishedBytes.Load()+int64(len(data)) > c.s.maxUnfinishedBytes() {
+		b.mu.Unlock()
+		c.creditConn(int64(f.Length))
+		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeEnhanceYourCalm}
+	}
 	b.in = append(b.in, data...)
 	b.held += int64(len(data))
+	c.s.unfinishedBytes.Add(int64(len(data)))
 	if f.StreamEnded() {
 		b.ended = true
 		st.ended.Store(true)
@@ -105,10 +113,11 @@ func (c *conn) onStreamData(st *stream, f *http2.DataFrame) error {
 }
 
 // release ends what the call holds and returns the bytes to credit back.
-func (b *bidi) release() int64 {
+func (b *bidi) release(s *Server) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := b.held
+	s.unfinishedBytes.Add(-n)
 	b.gone, b.in, b.off, b.held = true, nil, 0, 0
 	return n
 }
@@ -137,6 +146,7 @@ func (s *Stream) Recv() ([]byte, error) {
 				b.in, b.off = append(b.in[:0], b.in[b.off:]...), 0
 			}
 			b.held -= int64(n)
+			c.s.unfinishedBytes.Add(-int64(n))
 			ended := b.ended
 			if !ended {
 				b.granted += int64(n)
@@ -211,6 +221,7 @@ func (s *Stream) Send(msg []byte) error {
 		b.headers = true
 	}
 	c.lastAnswer.Store(time.Now().UnixNano())
+	c.answered.Add(1) // the client's WINDOW_UPDATEs for it are not a flood
 	rest := c.writeData(st, framed)
 	if len(rest) == 0 {
 		c.release()
@@ -260,7 +271,7 @@ func (c *conn) runStream(st *stream, m StreamMethod) {
 	}
 	c.finish(st)
 	c.release()
-	c.creditConn(b.release())
+	c.creditConn(b.release(c.s))
 	c.running.Add(-1)
 }
 

@@ -208,3 +208,58 @@ func waitUntil(t *testing.T, what string, done func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Long-lived streaming calls count against MaxOpenStreams, not
+// MaxOpenCalls: many of them held open leave the unary calls their room,
+// and past their own bound a new one is refused.
+func TestStreamsHeldOpenLeaveUnaryCallsTheirRoom(t *testing.T) {
+	sf := &streamFixture{gate: make(chan struct{}), canceled: make(chan error, 64)}
+	sf.fixture = newFixture(t, func(s *Server) {
+		s.MaxOpenCalls, s.MaxOpenStreams = 8, 24
+		s.Streams = map[string]StreamMethod{"/t.T/Wait": func(ctx context.Context, st *Stream) error {
+			for {
+				if _, err := st.Recv(); err != nil {
+					return err
+				}
+			}
+		}}
+	})
+	holder := sf.client(t) // one connection holds the streams
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var open []grpc.ClientStream
+	for range 24 {
+		cs, err := holder.NewStream(ctx, bidiDesc, "/t.T/Wait")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := []byte("x")
+		cs.SendMsg(&m)
+		open = append(open, cs)
+	}
+	waitUntil(t, "24 streams running", func() bool { return sf.s.openStreams.Load() == 24 })
+	// The 25th is refused.
+	cs, err := holder.NewStream(ctx, bidiDesc, "/t.T/Wait")
+	if err == nil {
+		var resp []byte
+		err = cs.RecvMsg(&resp)
+	}
+	if grpcstatus.Code(err) != codes.Unavailable {
+		t.Fatalf("a stream past MaxOpenStreams: %v, want refused (REFUSED_STREAM, Unavailable to grpc-go)", err)
+	}
+	// Unary calls on another connection, 16 at once, all answered.
+	other := sf.client(t)
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			_, err := invoke(context.Background(), other, "/t.T/Echo", []byte{byte(i)})
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a unary call beside 24 open streams: %v", err)
+		}
+	}
+	_ = open
+}
