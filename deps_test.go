@@ -42,11 +42,13 @@ func TestOnlyThePackagesThatSpeakGRPCImportGRPCGo(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	speakers := []string{
-		"github.com/sluice-rl/sluice/cmd/sluice",               // wires them
-		"github.com/sluice-rl/sluice/envoy",                    // Envoy's rate limit service
-		"github.com/sluice-rl/sluice/envoy/xds",                // an xDS client
-		"github.com/sluice-rl/sluice/grpclimit",                // interceptors for gRPC services
-		"github.com/sluice-rl/sluice/internal/testkit/xdstest", // an xDS server, for tests
+		"github.com/sluice-rl/sluice/cmd/sluice",                // wires them
+		"github.com/sluice-rl/sluice/envoy",                     // Envoy's rate limit service
+		"github.com/sluice-rl/sluice/envoy/xds",                 // an xDS client
+		"github.com/sluice-rl/sluice/grpclimit",                 // interceptors for gRPC services
+		"github.com/sluice-rl/sluice/internal/testkit/xdstest",  // an xDS server, for tests
+		"github.com/sluice-rl/sluice/rlqs",                      // Envoy's Rate Limit Quota Service
+		"github.com/sluice-rl/sluice/internal/testkit/rlqstest", // Envoy's quota filter, for tests
 	}
 	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...").CombinedOutput()
 	if err != nil {

@@ -22,7 +22,6 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/global"
 	"github.com/sluice-rl/sluice/overrides"
-	"github.com/sluice-rl/sluice/rlqs"
 	"github.com/sluice-rl/sluice/share"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/storecall"
@@ -107,8 +106,17 @@ func (m *Metrics) WatchOverrides(current func() *overrides.Set) { m.collector.ov
 // (--global-home).
 func (m *Metrics) WatchGlobal(r *global.Runner) { m.collector.global = r }
 
-// WatchQuota reports the Rate Limit Quota Service's streams and grants.
-func (m *Metrics) WatchQuota(q *rlqs.Service) { m.collector.quota = q }
+// QuotaStats are the Rate Limit Quota Service's counts (rlqs.Stats), as
+// the metrics read them.
+type QuotaStats struct {
+	Streams, Subscriptions, Pending                      int64
+	Buckets                                              int
+	Reports, Responses, Refused, Unpaid, Lost, Abandoned uint64
+}
+
+// WatchQuota reports the Rate Limit Quota Service's streams and grants,
+// read by stats at each scrape.
+func (m *Metrics) WatchQuota(stats func() QuotaStats) { m.collector.quota = stats }
 
 // WatchRules reports a rules source's updates (an xDS subscription).
 func (m *Metrics) WatchRules(src RulesSource) { m.collector.rules = src }
@@ -145,7 +153,7 @@ type collector struct {
 	pressure *concurrency.Pressure
 	rules    RulesSource
 	global   *global.Runner
-	quota    *rlqs.Service
+	quota    func() QuotaStats
 
 	overrides func() *overrides.Set
 }
@@ -332,7 +340,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGlobalLead, prometheus.GaugeValue, lead)
 	}
 	if q := c.quota; q != nil {
-		st := q.Stats()
+		st := q()
 		for d, v := range map[*prometheus.Desc]float64{descQuotaStreams: float64(st.Streams), descQuotaBuckets: float64(st.Buckets),
 			descQuotaSubscriptions: float64(st.Subscriptions), descQuotaPending: float64(st.Pending)} {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)

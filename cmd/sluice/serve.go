@@ -666,7 +666,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.ln.Close()
 			return err
 		}
-		s.metrics.WatchQuota(rls.Quota())
+		s.metrics.WatchQuota(func() metrics.QuotaStats {
+			st := rls.Quota().Stats()
+			return metrics.QuotaStats{
+				Streams: st.Streams, Subscriptions: st.Subscriptions, Pending: st.Pending, Buckets: st.Buckets,
+				Reports: st.Reports, Responses: st.Responses, Refused: st.Refused, Unpaid: st.Unpaid, Lost: st.Lost, Abandoned: st.Abandoned,
+			}
+		})
 		g, err := rls.NewGRPC(*grpcServer, o)
 		if err != nil {
 			gl.Close()
