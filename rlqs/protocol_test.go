@@ -315,3 +315,32 @@ func fillOf(e *rlqstest.Envoy) float64 {
 	}
 	return float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
 }
+
+// An envoyproxy/ratelimit file's unlimited descriptor is ALLOW_ALL, its
+// requests_per_unit 0 DENY_ALL, and a shadow one ALLOW_ALL (counted by
+// RLS, never enforced).
+func TestBlanketAnswersFollowTheRule(t *testing.T) {
+	q := newQuotaTest(t, `domain: quota
+descriptors:
+  - key: name
+    value: open
+    rate_limit: {unlimited: true}
+  - key: name
+    value: closed
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: name
+    value: watched
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+`, Options{})
+	for name, want := range map[string]typev3.RateLimitStrategy_BlanketRule{
+		"open": typev3.RateLimitStrategy_ALLOW_ALL, "closed": typev3.RateLimitStrategy_DENY_ALL, "watched": typev3.RateLimitStrategy_ALLOW_ALL,
+	} {
+		e := q.envoy(name, "quota", map[string]string{"name": name})
+		e.Report()
+		q.settle()
+		if s := e.Strategy(); s == nil || s.GetTokenBucket() != nil || s.GetBlanketRule() != want {
+			t.Errorf("bucket %s got %v, want %v", name, s, want)
+		}
+	}
+}

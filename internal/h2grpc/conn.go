@@ -345,7 +345,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	method, path = f.PseudoValue("method"), f.PseudoValue("path")
-	m, sm := c.s.Methods[path], c.s.Streams[path]
+	m := c.s.Methods[path]
+	var sm StreamMethod
+	if m == nil { // a unary call pays no second lookup
+		sm = c.s.Streams[path]
+	}
 	if sm != nil && c.s.openStreams.Load() >= c.s.maxOpenStreams() {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
