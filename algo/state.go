@@ -60,3 +60,33 @@ func (s *State) Take(now, cost int64, r *Result) {
 		s.sliding = s.sliding.Take(p, now, cost, r)
 	}
 }
+
+// Carry moves the key to the limit to at now, converting its state so that
+// what it spent stays spent (see GCRA.Carry and its siblings). A limit of
+// another algorithm, or a region's part of a global limit, starts afresh.
+func (s *State) Carry(to Params, now int64) {
+	from := s.P
+	if from.Algorithm != to.Algorithm || from.Portion > 0 || to.Portion > 0 {
+		*s = State{P: to}
+		return
+	}
+	switch to.Algorithm {
+	case sluice.GCRA:
+		s.gcra = s.gcra.Carry(&from, &to, now)
+	case sluice.TokenBucket:
+		if s.started {
+			s.tb = s.tb.Carry(&from, &to, now)
+		}
+	case sluice.LeakyMeter:
+		s.meter = s.meter.Carry(&from, &to, now)
+	case sluice.LeakyQueue:
+		s.queue = s.queue.Carry(&from, &to, now)
+	case sluice.FixedWindow:
+		s.fixed = s.fixed.Carry(&from, &to, now)
+	case sluice.SlidingLog:
+		s.log.Carry(&from, &to, now)
+	case sluice.SlidingWindow:
+		s.sliding = s.sliding.Carry(&from, &to, now)
+	}
+	s.P = to
+}
