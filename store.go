@@ -63,6 +63,16 @@ type Take struct {
 	// it answers. The decision is allowed and reports the key as it stands
 	// after the charge.
 	Charge bool
+
+	// Was lists limits the key may have been counted under before Limit:
+	// an operator's override set or ended, a rule file reloaded with
+	// another limit for the rule. When the key has no state under Limit,
+	// the store looks for it under each of Was in turn; the first state it
+	// finds is moved to Limit, converted so that what the key spent stays
+	// spent (algo's Carry), in one atomic step before the take. A limit of
+	// another algorithm is passed over. Was is empty for a rule whose limit
+	// never changed: then the take costs nothing more.
+	Was []Limit
 }
 
 // SendBy is implemented by the context of a store call that its caller

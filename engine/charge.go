@@ -74,7 +74,7 @@ func (e *Engine) ChargeStatus(ctx context.Context, req *rules.Request, opt Check
 	res.takes = res.takes[:0]
 	for i := range res.matched {
 		m := &res.matched[i]
-		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult)})
+		res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult), Was: m.wasOf(m.r.Limit)})
 	}
 	if len(res.takes) == 0 {
 		return nil

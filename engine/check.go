@@ -150,6 +150,7 @@ func (e *Engine) enforced(ctx context.Context, req *rules.Request, res *Result, 
 		res.takes = append(res.takes, sluice.Take{
 			Rule: m.r.ID, Key: m.key, Limit: m.r.store, Cost: cost,
 			DryRun: dry || len(m.r.CountOn) > 0, // countOn rules are charged after the response
+			Was:    m.was,
 		})
 		tk := &res.takes[len(res.takes)-1]
 		if m.r.Adaptive {
@@ -241,7 +242,7 @@ func (e *Engine) shadowed(ctx context.Context, res *Result, mult int64, dry bool
 	res.idx = res.idx[:0]
 	for i := range res.matched {
 		if m := &res.matched[i]; m.r.Shadow {
-			res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult), DryRun: dry})
+			res.takes = append(res.takes, sluice.Take{Rule: m.r.ID, Key: m.key, Limit: m.r.Limit, Cost: mulCost(m.r.Cost, mult), DryRun: dry, Was: m.wasOf(m.r.Limit)})
 			res.idx = append(res.idx, i)
 		}
 	}

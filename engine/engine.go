@@ -75,6 +75,7 @@ type Engine struct {
 	descLimits   *descriptorLimits
 	decisions    *DecisionLog
 	keyOverrides keyOverrides
+	past         pastLimits // limits that left, whose keys carry their usage (carry.go)
 	onReject     func(rule, key string)
 	onLock       func(rule, key string, d time.Duration)
 	pressure     func() float64
@@ -102,6 +103,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	e.descLimits = newDescriptorLimits(o.MaxDescriptorLimits, dropper)
 	e.keyOverrides.drop = dropper
 	e.keyOverrides.fallback, _ = o.Fallback.(LimitDropper)
+	e.keyOverrides.kept = func(rule string, l sluice.Limit) bool { return e.past.holds(rule, l, time.Now()) }
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -146,6 +148,7 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 	res.Path, req.Path = path, rs.cfg.Paths.MatchForm(path)
 	req.Method = upperMethod(req.Method)
 	ov := e.keyOverrides.current()
+	e.past.noteSet(ov, rs)
 	var now time.Time
 	for _, r := range rs.rules {
 		if !takes(r) {
@@ -158,10 +161,13 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 		start := len(res.keyBuf)
 		override := ""
 		var state rules.KeyState
+		var was []sluice.Limit
 		res.keyBuf, state = ruleKey(res.keyBuf, r, req, route, rs.cfg.IPv6Prefix)
 		switch {
 		case state == rules.KeyFound:
-			if !ov.Empty() && (ov.Has(r.ID) || r.KeyLimitOf != "" && ov.Has(r.KeyLimitOf)) {
+			base := r
+			overridden := !ov.Empty() && (ov.Has(r.ID) || r.KeyLimitOf != "" && ov.Has(r.KeyLimitOf))
+			if overridden {
 				if now.IsZero() {
 					now = time.Now()
 				}
@@ -169,6 +175,12 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 				if r, override, done = e.override(rs, ov, r, res, start, now); done {
 					continue
 				}
+			}
+			if overridden || e.past.has(base.ID) {
+				if now.IsZero() {
+					now = time.Now()
+				}
+				was = e.wasFor(ov, base, r, view.String(res.keyBuf[start:]), now)
 			}
 		case charging:
 			continue
@@ -190,7 +202,7 @@ func (e *Engine) match(rs *ruleSet, req *rules.Request, res *Result, takes func(
 			res.MissingKey = append(res.MissingKey, Skip{Rule: r.ID, Limit: r.Limit})
 			continue
 		}
-		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf), override: override})
+		res.matched = append(res.matched, matched{r: r, start: start, end: len(res.keyBuf), override: override, was: was})
 	}
 	for i := range res.matched {
 		m := &res.matched[i]

@@ -308,6 +308,10 @@ func (e *Engine) takeDescriptors(ctx context.Context, list []descriptorTake, res
 			res.takes = append(res.takes, sluice.Take{Rule: c.r.ID, Key: view.String(res.keyBuf[c.start:c.end]), Limit: c.limit, Cost: c.cost,
 				DryRun: g.quota && plainRefused, // a refused request consumes no quota either
 				Charge: g.usage})
+			if e.past.has(c.r.ID) { // the descriptor's limit changed by a reload (xDS)
+				tk := &res.takes[len(res.takes)-1]
+				tk.Was = e.wasFor(nil, c.r, c.r, tk.Key, time.Now())
+			}
 			res.idx = append(res.idx, j)
 		}
 		if len(res.takes) == 0 {

@@ -23,10 +23,9 @@ import (
 //     refuses;
 //   - limit: the rule is counted under a copy of itself with the
 //     override's rate, period and burst, the same id, algorithm, key,
-//     penalty and counters. A store counts a changed limit afresh (its
-//     tables and Redis keys are per limit), so the key starts the override
-//     with the override's whole burst, and when the override ends it goes
-//     on under the rule from the count it had then, refilled meanwhile.
+//     penalty and counters. The key keeps what it spent: its state moves
+//     to the override's limit, converted, when it is next counted, and back
+//     to the rule's when the override expires or is removed (carry.go).
 //
 // A rule without overrides costs one map lookup a request when any
 // override is in force, and nothing when none is.
@@ -41,14 +40,20 @@ type AppliedOverride struct {
 // overrides' rules, built once per rule set and override set.
 //
 // Stores keep state per limit (the embedded store a table per rule and
-// limit), so a limit no override uses any more is dropped from the store
-// and the fallback store when the derived rules are next built: an
-// operator cycling through thousands of limits holds the tables of the
-// limits in force, not of every limit ever set. The rule's own limits are
-// never dropped.
+// limit), so a limit no override of the set uses any more, and that no key
+// may still carry its usage from (carry.go), is dropped from the store and
+// the fallback store when the derived rules are next built: an operator
+// cycling through thousands of limits holds the tables of the limits in
+// force and of those that left recently, not of every limit ever set. The
+// rule's own limits are never dropped.
 type keyOverrides struct {
 	source         func() *overrides.Set
 	drop, fallback LimitDropper // nil: the store keeps nothing per limit
+	// kept reports whether keys may still hold state under a limit that
+	// left (carry.go): its tables are not dropped yet, but wait in waiting
+	// (under mu) for a later rebuild.
+	kept    func(rule string, l sluice.Limit) bool
+	waiting map[limitKey]bool
 	mu             sync.Mutex
 	derived        atomic.Pointer[derivedRules]
 }
@@ -95,39 +100,57 @@ func (k *keyOverrides) ruleFor(rs *ruleSet, set *overrides.Set, o *overrides.Ove
 	return r
 }
 
-// dropUnused frees the store state of old's limits that no live limit
-// override of set uses and that are not their rule's own in rs.
+// dropUnused frees the store state of old's limits, and of those kept
+// before, that no limit override of set uses, that are not their rule's
+// own in rs, and that no key may still carry its usage from (kept). A
+// limit kept for its keys waits in k.waiting for a later call. The fallback
+// store, which carries nothing, drops a limit at once.
 func (k *keyOverrides) dropUnused(old *derivedRules, rs *ruleSet, set *overrides.Set) {
 	if k.drop == nil && k.fallback == nil {
 		return
 	}
-	type use struct {
-		rule        string
-		rate, burst int64
-		per         time.Duration
-	}
-	inUse := map[use]bool{}
-	for _, o := range set.Live(time.Now()) {
-		if o.Action == overrides.Limit {
-			inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] = true
+	inUse := map[limitKey]bool{} // the limits of set's overrides, in both units
+	for _, o := range set.All() { // expired ones too: their keys carry back (carry.go)
+		if base := rs.find(o.Rule); base != nil && o.Action == overrides.Limit {
+			l := base.Limit
+			l.Rate, l.Period, l.Burst = o.Rate, o.Per.D(), o.Burst
+			inUse[limitKey{o.Rule, l}] = true
+			inUse[limitKey{o.Rule, overrideLimit(base, o)}] = true
 		}
 	}
-	dropped := map[limitKey]bool{}
-	for o, r := range old.rules {
-		if inUse[use{o.Rule, o.Rate, o.Burst, o.Per.D()}] {
-			continue
-		}
-		base := rs.find(r.ID)
+	own := func(lk limitKey) bool {
+		base := rs.find(lk.rule)
+		return base != nil && (lk.limit == base.store || lk.limit == base.Limit || lk.limit == base.Fallback)
+	}
+	candidates := map[limitKey]bool{}
+	for _, r := range old.rules {
 		for _, l := range []sluice.Limit{r.store, r.Limit} {
-			if base != nil && (l == base.store || l == base.Limit || l == base.Fallback) || dropped[limitKey{r.ID, l}] {
+			lk := limitKey{r.ID, l}
+			if own(lk) || inUse[lk] || candidates[lk] {
 				continue
 			}
-			dropped[limitKey{r.ID, l}] = true
-			if k.drop != nil {
-				k.drop.DropLimit(r.ID, l)
-			}
+			candidates[lk] = true
 			if k.fallback != nil {
 				k.fallback.DropLimit(r.fallbackID, l)
+			}
+		}
+	}
+	for lk := range k.waiting {
+		candidates[lk] = true
+	}
+	for lk := range candidates {
+		switch {
+		case own(lk) || inUse[lk]:
+			delete(k.waiting, lk) // in force again
+		case k.kept != nil && k.kept(lk.rule, lk.limit):
+			if k.waiting == nil {
+				k.waiting = map[limitKey]bool{}
+			}
+			k.waiting[lk] = true
+		default:
+			delete(k.waiting, lk)
+			if k.drop != nil {
+				k.drop.DropLimit(lk.rule, lk.limit)
 			}
 		}
 	}

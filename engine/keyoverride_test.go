@@ -87,16 +87,16 @@ func remaining(t *testing.T, f *fixture, rule, key string) int64 {
 
 func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
 	f, store, fol := overrideFixture(t)
-	// A limit override counts the key afresh under its own limit, as a
-	// changed limit does; the rule's count of it waits, and goes on once
-	// the override ends.
+	// A limit override counts the key under its own limit from what the
+	// key spent under the rule; when it ends, the rule counts the key from
+	// what it spent under the override.
 	if n, _ := admittedOf(t, f, "raised", 2); n != 2 {
 		t.Fatalf("before the override: %d of 2", n)
 	}
 	raised := put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "raised", Action: overrides.Limit, Rate: 5, Per: overrides.Duration(time.Hour)})
 	n, res := admittedOf(t, f, "raised", 10)
-	if n != 5 {
-		t.Fatalf("raised to 5: %d of 10 admitted, want 5", n)
+	if n != 3 {
+		t.Fatalf("2 used, raised to 5: %d of 10 admitted, want 3", n)
 	}
 	if len(res.Overrides) != 1 || res.Overrides[0].ID != raised.ID || res.Statuses[0].Override != raised.ID || res.Statuses[0].Limit.Rate != 5 {
 		t.Fatalf("the answer does not name the override: %+v %+v", res.Overrides, res.Statuses[0])
@@ -105,8 +105,8 @@ func TestAnOverrideChangesItsRuleForItsKeysOnly(t *testing.T) {
 		t.Fatalf("another key under the rule: %d of 10, want the rule's 3", n)
 	}
 	remove(t, store, fol, raised)
-	if n, _ := admittedOf(t, f, "raised", 10); n != 1 {
-		t.Fatalf("the override removed: %d of 10 admitted, want the 1 the rule had left", n)
+	if n, _ := admittedOf(t, f, "raised", 10); n != 0 {
+		t.Fatalf("5 used, the override removed (the rule's 3): %d of 10 admitted, want 0", n)
 	}
 
 	put(t, store, fol, f.e, overrides.Override{Rule: "per-user", Key: "free", Action: overrides.Exempt})
@@ -170,8 +170,10 @@ rules:
 	}
 	inForce := func(what string) {
 		t.Helper()
-		if n := tables(f.mem, "per-user"); n > 2 {
-			t.Fatalf("%s: %d tables for per-user, want the rule's and the limit in force", what, n)
+		// The limits that left are kept while keys may carry from them,
+		// the most recent maxPastLimits of them.
+		if n := tables(f.mem, "per-user"); n > 3+maxPastLimits { // one more until the next rebuild
+			t.Fatalf("%s: %d tables for per-user, want the rule's, the limit in force and at most %d that left", what, n, maxPastLimits)
 		}
 		if n := tables(fb, "per-user#fallback"); fallbackDrops && n > 2 {
 			t.Fatalf("%s: the fallback store holds %d tables for per-user, want the rule's and the limit in force", what, n)
@@ -199,8 +201,8 @@ rules:
 		t.Errorf("the limit in force lost its count: kept had 6 of 7 left, got %d of 10", n)
 	}
 	inForce("after 300 limits came and went")
-	if n := tables(f.mem, "per-user"); n != 2 {
-		t.Errorf("%d tables for per-user, want 2 (the rule's, 7 an hour)", n)
+	if n := tables(f.mem, "per-user"); n < 2 || n > 2+maxPastLimits {
+		t.Errorf("%d tables for per-user, want 2 (the rule's, 7 an hour) and at most the %d most recent that left", n, maxPastLimits)
 	}
 	if n, _ := admittedOf(t, f, "steady", 3); n != 1 {
 		t.Errorf("the rule's own count was lost: steady had 1 left, got %d of 3", n)

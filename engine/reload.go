@@ -13,9 +13,9 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// Reload starts serving cfg. Counts live in the store under (rule id, limit),
-// so a rule whose id and limit did not change keeps its counts; its
-// statistics carry over too.
+// Reload starts serving cfg. A rule whose id and limit did not change keeps
+// its counts and statistics; a rule whose limit changed keeps what each key
+// spent, converted to the new limit when the key is next counted (carry.go).
 func (e *Engine) Reload(cfg *rules.Config) {
 	next := compile(cfg)
 	prev := e.set.Load()
@@ -26,6 +26,7 @@ func (e *Engine) Reload(cfg *rules.Config) {
 			}
 		}
 	}
+	e.past.noteReload(prev, next)
 	e.set.Store(next)
 	e.reloads[0].Add(1)
 }

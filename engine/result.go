@@ -151,6 +151,18 @@ type matched struct {
 	start, end int
 	key        string
 	override   string // the id of the limit override it counts under
+	// was lists the limits the key may have been counted under before
+	// (sluice.Take.Was, in the store's units): see carry.go.
+	was []sluice.Limit
+}
+
+// wasOf is m.was for a take under l: none unless l is the store's limit
+// (an adaptive rule's takes in the rule's own units have no history).
+func (m *matched) wasOf(l sluice.Limit) []sluice.Limit {
+	if l != m.r.store {
+		return nil
+	}
+	return m.was
 }
 
 // Skip is a rule that matched a request but did not apply to it, because

@@ -124,3 +124,34 @@ func (s *Set) Live(now time.Time) []*Override {
 	})
 	return out
 }
+
+// All returns every override of the set, in force or not. The slice is the
+// set's own: do not modify it.
+func (s *Set) All() []*Override {
+	if s == nil {
+		return nil
+	}
+	return s.all
+}
+
+// Matching calls fn with every override for key under rule, in force or
+// not: the exact key's and every prefix's that key begins with.
+func (s *Set) Matching(rule, key string, fn func(*Override)) {
+	if s == nil {
+		return
+	}
+	ri := s.rules[rule]
+	if ri == nil {
+		return
+	}
+	if o := ri.exact[key]; o != nil {
+		fn(o)
+	}
+	for _, n := range ri.lengths {
+		if n <= len(key) {
+			if o := ri.prefixes[key[:n]]; o != nil {
+				fn(o)
+			}
+		}
+	}
+}

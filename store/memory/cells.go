@@ -28,6 +28,9 @@ type cellOps[C any] interface {
 	// limited reports whether the key would refuse a take of one unit at
 	// now: such a key is never evicted.
 	limited(p *algo.Params, now int64) bool
+	// carry converts the state kept under from to the limit to (algo's
+	// Carry).
+	carry(from, to *algo.Params, now int64)
 }
 
 // saved holds any fixed-size state: the largest, a region's part, is four
@@ -45,6 +48,9 @@ func (c *fixedWindowCell) refund(p *algo.Params, now, units int64) {
 }
 func (c *fixedWindowCell) charge(p *algo.Params, now, units int64) {
 	c.s = c.s.Charge(p, now, units)
+}
+func (c *fixedWindowCell) carry(from, to *algo.Params, now int64) {
+	c.s = c.s.Carry(from, to, now)
 }
 func (c *fixedWindowCell) save() saved               { return saved{c.s.Start, c.s.Count} }
 func (c *fixedWindowCell) restore(s saved, _ int64)  { c.s = algo.FixedWindow{Start: s[0], Count: s[1]} }
@@ -71,6 +77,9 @@ func (c *slidingWindowCell) refund(p *algo.Params, now, units int64) {
 }
 func (c *slidingWindowCell) charge(p *algo.Params, now, units int64) {
 	c.s = c.s.Charge(p, now, units)
+}
+func (c *slidingWindowCell) carry(from, to *algo.Params, now int64) {
+	c.s = c.s.Carry(from, to, now)
 }
 func (c *slidingWindowCell) save() saved { return saved{c.s.Start, c.s.Prev, c.s.Cur} }
 func (c *slidingWindowCell) restore(s saved, _ int64) {
@@ -101,6 +110,11 @@ func (c *slidingLogCell) refund(p *algo.Params, now, units int64) {
 }
 func (c *slidingLogCell) charge(p *algo.Params, now, units int64) {
 	c.log.Charge(p, now, units)
+}
+func (c *slidingLogCell) carry(from, to *algo.Params, now int64) {
+	if c.log != nil {
+		c.log.Carry(from, to, now)
+	}
 }
 func (c *slidingLogCell) save() saved                 { return saved{} }
 func (c *slidingLogCell) restore(_ saved, cost int64) { c.log.Undo(cost) }
@@ -144,6 +158,7 @@ func (c *portionCell) refund(p *algo.Params, now, units int64) {
 func (c *portionCell) charge(p *algo.Params, now, units int64) {
 	c.s = c.s.Charge(p, now, units)
 }
+func (c *portionCell) carry(_, to *algo.Params, now int64) { c.fresh(to, now) } // a region's part is its agent's to set
 func (c *portionCell) save() saved { return saved{c.s.Level, c.s.Last, c.s.Held, c.s.Until} }
 func (c *portionCell) restore(s saved, _ int64) {
 	c.s.Level, c.s.Last, c.s.Held, c.s.Until = s[0], s[1], s[2], s[3]

@@ -155,6 +155,11 @@ type anyTable interface {
 	take(key string, now, cost int64, dry bool) algo.Result
 	chargeKey(key string, now, units int64) algo.Result
 	forget(key string) bool
+	// live, liveLocked and carryLocked move a key between a rule's tables
+	// (carry.go).
+	live(shard int, fp uint64, now int64) bool
+	liveLocked(shard int, fp uint64, now int64) bool
+	carryLocked(from anyTable, shard int, fp uint64, now int64) bool
 	stats() (keys int, evictions, overflows uint64)
 	sweep(now int64)
 }
@@ -246,6 +251,13 @@ func (s *Store) Take(ctx context.Context, takes []sluice.Take, out []sluice.Deci
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	for i := range takes {
+		if len(takes[i].Was) > 0 {
+			if err := s.carry(&takes[i]); err != nil {
+				return err
+			}
+		}
 	}
 	for i := range takes {
 		if takes[i].Hold != "" || takes[i].Charge {

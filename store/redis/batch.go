@@ -58,7 +58,7 @@ type queued struct {
 	deadline time.Time       // zero: none
 	sendBy   time.Time       // zero: none
 	keys     []string
-	args     []string // the call's hold flag and its takes' arguments
+	args     []string // the call's number of takes, hold flag and takes' arguments
 	vals     []int64
 	err      error
 	done     chan struct{}
@@ -66,9 +66,9 @@ type queued struct {
 
 // run sends one script call (keys, args as take.lua reads them), batched
 // with others when Redis is busy.
-func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, args []string) ([]int64, error) {
+func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, args []string, batchable bool) ([]int64, error) {
 	b := s.batchers[name]
-	if b == nil || s.clock != nil || c.Mode() == rueidis.ClientModeCluster {
+	if b == nil || !batchable || s.clock != nil || c.Mode() == rueidis.ClientModeCluster {
 		return s.scripts[name].Exec(ctx, c, keys, args).AsIntSlice()
 	}
 	b.mu.Lock()
@@ -144,14 +144,13 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	nk, na := 0, 3
 	for _, q := range live {
 		nk += len(q.keys)
-		na += 1 + len(q.args)
+		na += len(q.args)
 	}
 	keys := make([]string, 0, nk)
 	args := make([]string, 0, na)
 	args = append(args, "", "b", strconv.Itoa(len(live)))
 	for _, q := range live {
 		keys = append(keys, q.keys...)
-		args = append(args, strconv.Itoa(len(q.keys)))
 		args = append(args, q.args...)
 	}
 	// The batch may take as long as its most patient call allows; each call

@@ -55,7 +55,7 @@ func takeScript(algs ...string) string {
 			continue
 		}
 		b.WriteString(luaFile(a.file))
-		fmt.Fprintf(&table, "  [%q] = {%s_decide, %s_write, %s_refund, %s_charge},\n", a.name, a.fn, a.fn, a.fn, a.fn)
+		fmt.Fprintf(&table, "  [%q] = {%s_decide, %s_write, %s_refund, %s_charge, %s_carry},\n", a.name, a.fn, a.fn, a.fn, a.fn, a.fn)
 	}
 	b.WriteString(strings.Replace(luaFile("take"), "--ALGOS--\n", table.String(), 1))
 	return b.String()
@@ -504,13 +504,14 @@ func settleCap(p *params) int64 {
 
 // exec runs the script for the takes idx (all in one slot).
 func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps []*limitInfo, idx []int, now string, dry bool, out []sluice.Decision) error {
-	sent := make([]string, len(idx))
+	sent := make([]string, len(idx), len(idx)+carries(takes, idx))
 	hold := "0"
 	if dry {
 		hold = "1"
 	}
-	args := make([]string, 2, 2+11*len(idx))
-	args[0], args[1] = now, hold
+	args := make([]string, 3, 3+12*len(idx))
+	args[0], args[1], args[2] = now, itoa(int64(len(idx))), hold
+	var was []string // the limits carried from: 4 arguments each
 	for j, i := range idx {
 		tk, p := &takes[i], ps[i]
 		sent[j] = keys[i]
@@ -532,8 +533,22 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if tk.Settle || tk.Charge {
 			cost = min(cost, settleCap(&p.params))
 		}
-		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)), p.args[4])
+		nc := 0
+		for _, w := range tk.Was {
+			if !carriesFrom(tk.Limit, w) {
+				continue
+			}
+			wi, err := s.limits.info(w)
+			if err != nil {
+				continue // a limit no script could count: nothing is kept under it
+			}
+			sent = append(sent, s.key(tk.Rule, tk.Key, wi))
+			was = append(was, wi.args[0], wi.args[1], wi.args[2], wi.args[3])
+			nc++
+		}
+		args = append(args, p.alg, p.args[0], p.args[1], p.args[2], p.args[3], itoa(cost), d, tk.Hold, holdUS, itoa(max(tk.Floor, 0)), p.args[4], strconv.Itoa(nc))
 	}
+	args = append(args, was...)
 	script := ps[idx[0]].alg
 	for _, i := range idx[1:] {
 		if ps[i].alg != ps[idx[0]].alg {
@@ -544,7 +559,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	if c == nil {
 		return s.notConnected()
 	}
-	vals, err := s.run(ctx, c, script, sent, args)
+	vals, err := s.run(ctx, c, script, sent, args, len(was) == 0)
 	for wait := time.Millisecond; tryAgain(err); wait = min(2*wait, 50*time.Millisecond) {
 		// The slot is moving and these keys are on both sides of it:
 		// Redis applied none of the call. The move of one slot takes
@@ -557,7 +572,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if sluice.PastSendBy(ctx) {
 			return fmt.Errorf("redis: %w (%w)", err, sluice.ErrNotSent)
 		}
-		vals, err = s.run(ctx, c, script, sent, args)
+		vals, err = s.run(ctx, c, script, sent, args, len(was) == 0)
 	}
 	if err != nil {
 		select { // the node may have moved: read the slot map again
@@ -578,6 +593,22 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		}
 	}
 	return nil
+}
+
+// carries returns how many limits the takes idx may carry from, at most.
+func carries(takes []sluice.Take, idx []int) int {
+	n := 0
+	for _, i := range idx {
+		n += len(takes[i].Was)
+	}
+	return n
+}
+
+// carriesFrom reports whether a key counted under w moves to l when its
+// limit changes (sluice.Take.Was): a limit of the same algorithm, other
+// than l, neither a region's part of a global limit.
+func carriesFrom(l, w sluice.Limit) bool {
+	return w != l && w.Algorithm == l.Algorithm && w.Portion == 0 && l.Portion == 0
 }
 
 // tryAgain reports whether err is Redis Cluster's TRYAGAIN: a call whose

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every [sluice.Store] must pass:
 // decisions identical to package algo on random traffic, exactness under
 // concurrency, independence of keys and rules, all-or-nothing multi-key
-// takes, expiry, and reservations settled exactly once.
+// takes, expiry, reservations settled exactly once, and a key's usage
+// carried when its limit changes.
 //
 // A store's test calls [Run] with a factory that builds a fresh, empty store
 // reading time from the given clock:
@@ -82,6 +83,9 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("FloorsKeepTheShareAbove", func(t *testing.T) { testFloorsKeepTheShareAbove(t, newStore) })
 	t.Run("KeysAreNotKeptPastTheCall", func(t *testing.T) { testKeysAreNotKeptPastTheCall(t, newStore) })
 	t.Run("SharesMatchAlgo", func(t *testing.T) { testSharesMatchAlgo(t, newStore) })
+	t.Run("CarryMatchesAlgo", func(t *testing.T) { testCarryMatchesAlgo(t, newStore) })
+	t.Run("CarryRaiseAndLower", func(t *testing.T) { testCarryRaiseAndLower(t, newStore) })
+	t.Run("CarryConcurrent", func(t *testing.T) { testCarryConcurrent(t, newStore) })
 }
 
 // limits returns one small limit per algorithm, and a region's part of a

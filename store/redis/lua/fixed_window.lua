@@ -138,3 +138,13 @@ local function fw_refund(key, p, now, units)
   if c == 0 or idx ~= nidx then return nil end
   return {idx, math.max(0, c - units), p}
 end
+
+-- The count of the window holding now carries, into the new limit's window
+-- holding now (the same window when the windows are alike).
+local function fw_carry(from, to, fp, tp, now)
+  local s, idx, c = fw_load(from, fp, now)
+  redis.call('DEL', from)
+  if c == 0 then return end
+  if fp.W ~= tp.W or math.min(fp.T, 0) ~= math.min(tp.T, 0) then idx = fw_index(tp, now) end
+  fw_write(to, {idx, c, tp}, ceildiv(fw_start(tp, idx + 1) - now, 1000) + 1000)
+end

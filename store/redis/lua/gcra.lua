@@ -33,3 +33,5 @@ local function gcra_refund(key, p, now, units)
   if tat <= now then return nil end
   return {math.max(tat - units * p.T, now)}
 end
+
+local function gcra_carry(from, to, fp, tp, now) carry_instant(from, to, fp, tp, now) end

@@ -38,3 +38,14 @@ local function lm_refund(key, p, now, units)
   if level <= 0 then return nil end
   return {now - (p.D - math.max(0, level - units * p.T))}
 end
+
+-- The level carries, scaled to the new T.
+local function lm_carry(from, to, fp, tp, now)
+  local e = tonumber(redis.call('GET', from) or '')
+  redis.call('DEL', from)
+  if not e then return end
+  local level = fp.D - math.min(now - e, fp.D)
+  if level <= 0 then return end
+  local l = mul_div_ceil(level, tp.T, fp.T)
+  redis.call('SET', to, string.format('%.0f', now - (tp.D - l)), 'PX', ceildiv(l, 1000) + 1000)
+end

@@ -44,3 +44,5 @@ local function lq_refund(key, p, now, units)
   if not v or tonumber(v) <= now then return nil end
   return {math.max(tonumber(v) - units * p.T, now)}
 end
+
+local function lq_carry(from, to, fp, tp, now) carry_instant(from, to, fp, tp, now) end

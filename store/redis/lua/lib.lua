@@ -14,3 +14,48 @@ end
 local function allowed(rem, reset) return {1, 0, math.max(rem, 0), 0, reset, 0} end
 local function limited(rem, retry, reset) return {0, 1, math.max(rem, 0), retry, reset, 0} end
 local function toolarge(rem, reset) return {0, 2, math.max(rem, 0), 0, reset, 0} end
+
+-- A key's state moves to a new limit (algo/carry.go: what was spent stays
+-- spent) scaled by T_to / T_from, rounded up. mul_div_ceil returns
+-- ceil(x * a / b) for integers x >= 0, a > 0 and 0 < b < 2^52, exactly, or
+-- cap if it is larger: x * a may be far beyond 2^53, so it is built bit by
+-- bit of a, every sum staying below 2^53. Beyond b's bound (a limit of one
+-- unit per 142 years) the double quotient is close enough.
+local CARRY_CAP = 2 ^ 51 -- microseconds: 71 years, refused as long as any bound
+
+local function mul_div_ceil(x, a, b)
+  if x <= 0 then return 0 end
+  if b >= 2 ^ 52 then return math.min(math.ceil(x * a / b), CARRY_CAP) end
+  local qx = math.floor(x / b)
+  local rx = x - qx * b
+  if rx < 0 then qx, rx = qx - 1, rx + b elseif rx >= b then qx, rx = qx + 1, rx - b end
+  local bits, n = {}, 0
+  while a > 0 do
+    local bit = a % 2
+    n = n + 1
+    bits[n] = bit
+    a = (a - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = n, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= b then q, r = q + 1, r - b end
+    if bits[i] == 1 then
+      q, r = q + qx, r + rx
+      if r >= b then q, r = q + 1, r - b end
+    end
+    if q >= CARRY_CAP then return CARRY_CAP end
+  end
+  if r > 0 then q = q + 1 end
+  return math.min(q, CARRY_CAP)
+end
+
+-- carry_instant moves a state that is one instant ahead of now by the
+-- backlog (GCRA's TAT, a queue's next departure) from one key to another.
+local function carry_instant(from, to, fp, tp, now)
+  local v = tonumber(redis.call('GET', from) or '')
+  redis.call('DEL', from)
+  if not v or v <= now then return end
+  local b = mul_div_ceil(v - now, tp.T, fp.T)
+  redis.call('SET', to, string.format('%.0f', now + b), 'PX', ceildiv(b, 1000) + 1000)
+end

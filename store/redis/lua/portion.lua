@@ -97,3 +97,7 @@ local function por_refund(key, p, now, units)
   st.l, st.own, st.D, st.keeps_ttl = math.min(st.l + units * p.T * 1000, p.D * st.h), p.own, p.D, true
   return st
 end
+
+-- A region's part is its agent's to set: it never carries (the store sends
+-- no carry for it).
+local function por_carry(from, to, fp, tp, now) end

@@ -47,3 +47,18 @@ local function sl_refund(key, p, now, units)
   for i = 1, math.min(units, #entries - drop) do redis.call('RPOP', key) end
   return nil
 end
+
+-- The entries both windows hold carry, the newest L of them.
+local function sl_carry(from, to, fp, tp, now)
+  local entries, drop
+  entries, drop, now = sl_load(from, fp, now)
+  local n, keep = #entries, 0
+  while keep < n - drop and keep < tp.L and tonumber(entries[n - keep]) > now - tp.W do keep = keep + 1 end
+  if keep == 0 then
+    redis.call('DEL', from)
+    return
+  end
+  redis.call('RENAME', from, to)
+  if n - keep > 0 then redis.call('LTRIM', to, n - keep, -1) end
+  redis.call('PEXPIRE', to, ceildiv(tonumber(entries[n]) + tp.W - now, 1000) + 1000)
+end

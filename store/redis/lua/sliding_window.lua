@@ -91,3 +91,17 @@ local function sw_refund(key, p, now, units)
   local s, prev, cur = sw_roll(key, p, now)
   return {s, prev, math.max(0, cur - units)}
 end
+
+-- Windows of one length keep both counts; otherwise the estimate at now,
+-- rounded up, is counted in the new window holding now.
+local function sw_carry(from, to, fp, tp, now)
+  if fp.W == tp.W then
+    redis.call('RENAME', from, to)
+    return
+  end
+  local s, prev, cur, n = sw_roll(from, fp, now)
+  redis.call('DEL', from)
+  local est = cur + mul_div_ceil(prev, fp.W - (n - s), fp.W)
+  if est <= 0 then return end
+  sw_write(to, {window_start(n, tp.W), 0, est}, ceildiv(2 * tp.W, 1000) + 1000)
+end

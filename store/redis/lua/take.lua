@@ -6,15 +6,23 @@
 -- restored if any take is refused.
 -- KEYS[i]: the i-th take's key (all in one hash slot).
 -- ARGV[1]: now in microseconds, or "" for the server's TIME.
--- ARGV[2]: "1" to decide without writing anything (a caller's other key
+-- ARGV[2]: the number of takes (KEYS holds their keys, then the keys of
+--   the limits they carry from).
+-- ARGV[3]: "1" to decide without writing anything (a caller's other key
 --   already refused), else "0".
--- ARGV[3 + 11*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
+-- ARGV[4 + 12*(i-1) ...]: per take: algorithm, T, D, W, L (microseconds and
 --   units), cost (negative: give -cost units back), dry run (0 or 1),
 --   reservation id ("" for none), and for a reservation: its lifetime in
 --   microseconds to open it, -1 to settle it at cost, or -2 (without an id)
 --   to charge cost whatever the limit and the other takes say; the floor
 --   (units the take must leave: it decides as cost + floor, and takes cost);
---   a region's own share of a global limit (thousandths; portion.lua), or 0.
+--   a region's own share of a global limit (thousandths; portion.lua), or 0;
+--   the number of limits the key may have been counted under before (c).
+-- After the takes' arguments, 4 per such limit, in take order: its T, D, W,
+-- L; its key follows the takes' keys in KEYS. A take whose key does not
+-- exist moves the state of the first of its c keys that does into its own,
+-- converted so that what was spent stays spent (each algorithm's _carry),
+-- before it is decided.
 -- A reservation is a key beside the take's key (same hash slot) holding the
 -- units reserved, expiring at the deadline: opened only if every take is
 -- admitted, deleted by its settle, which then refunds or charges the
@@ -25,8 +33,9 @@
 -- key as it stands.
 -- A batch decides several such calls, each as if alone, one after another:
 -- ARGV[2] is "b", ARGV[3] the number of calls, and each call is its number
--- of keys, its hold flag ("0" or "1") and its takes' 11 arguments; KEYS
+-- of takes, its hold flag ("0" or "1") and its takes' 12 arguments; KEYS
 -- holds the calls' keys in order. It returns the calls' integers in order.
+-- A batched call carries no limits (c is 0).
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -58,12 +67,24 @@ local function take(k0, n, a0, hold)
   end
   sequential = sequential and not hold
   local out, pending, ok, snaps = {}, {}, not hold, {}
+  local carried = 0 -- limits read so far
   for i = 1, n do
     local key = KEYS[k0 + i]
-    local a = a0 + (i - 1) * 11
+    local a = a0 + (i - 1) * 12
     local alg = algos[ARGV[a + 1]]
     local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5]),
       own = tonumber(ARGV[a + 11])}
+    local nc = tonumber(ARGV[a + 12])
+    if nc > 0 and redis.call('EXISTS', key) == 0 then
+      for j = carried + 1, carried + nc do
+        local from, c = KEYS[k0 + n + j], a0 + 12 * n + (j - 1) * 4
+        if redis.call('EXISTS', from) == 1 then
+          alg[5](from, key, {T = tonumber(ARGV[c + 1]), D = tonumber(ARGV[c + 2]), W = tonumber(ARGV[c + 3]), L = tonumber(ARGV[c + 4])}, p, now)
+          break
+        end
+      end
+    end
+    carried = carried + nc
     local cost, dry = tonumber(ARGV[a + 6]), ARGV[a + 7] == '1'
     local hid, hold_us = ARGV[a + 8], tonumber(ARGV[a + 9])
     local floor = tonumber(ARGV[a + 10])
@@ -143,11 +164,11 @@ local function take(k0, n, a0, hold)
   end
   return out
 end
-if ARGV[2] ~= 'b' then return take(0, #KEYS, 2, ARGV[2] == '1') end
+if ARGV[2] ~= 'b' then return take(0, tonumber(ARGV[2]), 3, ARGV[3] == '1') end
 local all, k, a = {}, 0, 4
 for _ = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[a])
   for _, v in ipairs(take(k, n, a + 1, ARGV[a + 1] == '1')) do all[#all + 1] = v end
-  k, a = k + n, a + 2 + 11 * n
+  k, a = k + n, a + 2 + 12 * n
 end
 return all
