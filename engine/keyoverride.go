@@ -54,8 +54,8 @@ type keyOverrides struct {
 	// (under mu) for a later rebuild.
 	kept    func(rule string, l sluice.Limit) bool
 	waiting map[limitKey]bool
-	mu             sync.Mutex
-	derived        atomic.Pointer[derivedRules]
+	mu      sync.Mutex
+	derived atomic.Pointer[derivedRules]
 }
 
 type derivedRules struct {
@@ -109,7 +109,7 @@ func (k *keyOverrides) dropUnused(old *derivedRules, rs *ruleSet, set *overrides
 	if k.drop == nil && k.fallback == nil {
 		return
 	}
-	inUse := map[limitKey]bool{} // the limits of set's overrides, in both units
+	inUse := map[limitKey]bool{}  // the limits of set's overrides, in both units
 	for _, o := range set.All() { // expired ones too: their keys carry back (carry.go)
 		if base := rs.find(o.Rule); base != nil && o.Action == overrides.Limit {
 			l := base.Limit

@@ -159,7 +159,7 @@ func (c *portionCell) charge(p *algo.Params, now, units int64) {
 	c.s = c.s.Charge(p, now, units)
 }
 func (c *portionCell) carry(_, to *algo.Params, now int64) { c.fresh(to, now) } // a region's part is its agent's to set
-func (c *portionCell) save() saved { return saved{c.s.Level, c.s.Last, c.s.Held, c.s.Until} }
+func (c *portionCell) save() saved                         { return saved{c.s.Level, c.s.Last, c.s.Held, c.s.Until} }
 func (c *portionCell) restore(s saved, _ int64) {
 	c.s.Level, c.s.Last, c.s.Held, c.s.Until = s[0], s[1], s[2], s[3]
 }
