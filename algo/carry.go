@@ -20,9 +20,9 @@ import "math"
 //   - The sliding window keeps both counts when the window length is the
 //     same; otherwise the estimate at now, rounded up, is counted in the new
 //     window holding now.
-//   - The sliding log keeps the entries that both windows still hold,
-//     the newest ones if they are more than the new limit (the older ones
-//     would leave first and change no answer).
+//   - The sliding log keeps the entries that both windows still hold, more
+//     than the new limit if the key spent more: it is then over the limit
+//     until enough have left.
 //
 // Rounding is up, so a carried key is never emptier than the units it
 // spent. The functions assume from and to are of the same algorithm.
@@ -103,20 +103,12 @@ func (s *SlidingLog) Carry(from, to *Params, now int64) {
 	}
 	cutoff := SubSat(now, to.W)
 	keep := 0
-	for i := s.n - 1; i >= 0 && s.at(i) > cutoff && int64(keep) < to.Burst; i-- {
+	for i := s.n - 1; i >= 0 && s.at(i) > cutoff; i-- {
 		keep++
 	}
 	s.head = (s.head + s.n - keep) % len(s.buf)
 	s.n = keep
 	if keep == 0 {
 		s.head = 0
-		return
-	}
-	if len(s.buf) > int(to.Burst) { // the new limit's largest log
-		buf := make([]int64, keep)
-		for i := range keep {
-			buf[i] = s.at(i)
-		}
-		s.buf, s.head = buf, 0
 	}
 }

@@ -77,9 +77,6 @@ func (m *refLog) carry(to Params, now int64) {
 			keep = append(keep, e)
 		}
 	}
-	if len(keep) > int(to.Burst) {
-		keep = keep[len(keep)-int(to.Burst):]
-	}
 	m.L, m.W, m.entries = to.Burst, to.W, keep
 }
 

@@ -176,16 +176,19 @@ func (m *refLog) take(now, cost int64) Result {
 		reset = slices.Max(in) + m.W - now
 	}
 	switch {
+	case cost == 0 && n > m.L: // over, after a carry from a larger limit: until n-L have left
+		slices.Sort(in)
+		return Result{Reason: sluice.ReasonLimited, RetryAfter: in[n-m.L-1] + m.W - now, ResetAfter: reset}
 	case cost == 0:
 		return Result{Allowed: true, Remaining: m.L - n, ResetAfter: reset}
 	case cost > m.L:
-		return Result{Reason: sluice.ReasonTooLarge, Remaining: m.L - n, ResetAfter: reset}
+		return Result{Reason: sluice.ReasonTooLarge, Remaining: max(m.L-n, 0), ResetAfter: reset}
 	case n+cost > m.L:
 		// The earliest t with at most L-cost entries in (t-W, t]: the
 		// (L-cost+1)-th newest entry must have left.
 		slices.Sort(in)
 		slices.Reverse(in)
-		return Result{Reason: sluice.ReasonLimited, Remaining: m.L - n,
+		return Result{Reason: sluice.ReasonLimited, Remaining: max(m.L-n, 0),
 			RetryAfter: in[m.L-cost] + m.W - now, ResetAfter: reset}
 	}
 	for range cost {

@@ -31,15 +31,21 @@ func (s *SlidingLog) Decide(p *Params, now, cost int64, r *Result) {
 		reset = AddSat(s.at(s.n-1), p.W) - now
 	}
 	if cost == 0 {
-		*r = allowed(p.Burst-count, reset)
+		if over := count - p.Burst; over > 0 {
+			// Carried from a larger limit (see Carry): over it until the
+			// over-th oldest entry has left.
+			*r = limited(0, AddSat(s.at(int(over-1)), p.W)-now, reset)
+		} else {
+			*r = allowed(p.Burst-count, reset)
+		}
 		return
 	}
 	if cost > p.Burst {
-		*r = tooLarge(p.Burst-count, reset)
+		*r = tooLarge(max(p.Burst-count, 0), reset)
 		return
 	}
 	if k := count + cost - p.Burst; k > 0 {
-		*r = limited(p.Burst-count, AddSat(s.at(int(k-1)), p.W)-now, reset)
+		*r = limited(max(p.Burst-count, 0), AddSat(s.at(int(k-1)), p.W)-now, reset)
 		return
 	}
 	*r = allowed(p.Burst-count-cost, p.W)

@@ -19,7 +19,11 @@ local function sl_decide(key, p, now, cost)
   local count = #entries - drop
   local reset = 0
   if count > 0 then reset = tonumber(entries[#entries]) + p.W - now end
-  if cost == 0 then return allowed(p.L - count, reset), nil end
+  if cost == 0 then
+    -- Over, after a carry from a larger limit: until count - L have left.
+    if count > p.L then return limited(0, tonumber(entries[drop + count - p.L]) + p.W - now, reset), nil end
+    return allowed(p.L - count, reset), nil
+  end
   if cost > p.L then return toolarge(p.L - count, reset), nil end
   local k = count + cost - p.L
   if k > 0 then return limited(p.L - count, tonumber(entries[drop + k]) + p.W - now, reset), nil end
@@ -48,12 +52,12 @@ local function sl_refund(key, p, now, units)
   return nil
 end
 
--- The entries both windows hold carry, the newest L of them.
+-- The entries both windows hold carry, more than L if the key spent more.
 local function sl_carry(from, to, fp, tp, now)
   local entries, drop
   entries, drop, now = sl_load(from, fp, now)
   local n, keep = #entries, 0
-  while keep < n - drop and keep < tp.L and tonumber(entries[n - keep]) > now - tp.W do keep = keep + 1 end
+  while keep < n - drop and tonumber(entries[n - keep]) > now - tp.W do keep = keep + 1 end
   if keep == 0 then
     redis.call('DEL', from)
     return
