@@ -92,6 +92,11 @@ func TestServeTakesItsRulesOverXDSEndToEnd(t *testing.T) {
 	if ok := envoyOKs(t, rls, "u3", 200); ok != 5 {
 		t.Fatalf("v3 (5 an hour): %d OK, want 5", ok)
 	}
+	// A user that spent 3 under v1 keeps them: the update raised its
+	// limit to 5, so 2 more, not a fresh 5.
+	if ok := envoyOKs(t, rls, "u1", 50); ok != 2 {
+		t.Fatalf("u1 spent 3 under v1 (3 an hour), v3 raised the limit to 5: %d more OK, want 2", ok)
+	}
 	if got := proctest.Metric(t, base, `sluice_rules_version_info{version="v3"}`); got != 1 {
 		t.Fatalf("sluice_rules_version_info{version=\"v3\"} = %v", got)
 	}
