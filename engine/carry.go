@@ -283,6 +283,14 @@ func (p *pastLimits) each(rule, key string, now time.Time, fn func(sluice.Limit)
 // sluice.Take.Was; nil when there are none. set is the override set in
 // force.
 func (e *Engine) wasFor(set *overrides.Set, base, counted *rule, key string, now time.Time) []sluice.Limit {
+	past := e.past.has(base.ID)
+	others := set.AnyEnded(now) || set.HasPrefixes(base.ID) // overrides of the key other than the one in force
+	switch {
+	case counted == base && !past && !set.AnyEnded(now):
+		return nil // no override of the key is out of force: it was never counted elsewhere
+	case counted != base && !past && !others:
+		return counted.was // the rule's own limit, and nothing else (shared, never modified)
+	}
 	var was []sluice.Limit
 	add := func(l sluice.Limit) {
 		if l != counted.store && !slices.Contains(was, l) {

@@ -182,6 +182,9 @@ func withLimit(base *rule, o *overrides.Override) (*rule, error) {
 	if rr.Adaptive {
 		c.store = rules.AdaptiveLimit(l)
 	}
+	if c.store != base.store {
+		c.was = []sluice.Limit{base.store}
+	}
 	return c, nil
 }
 

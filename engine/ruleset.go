@@ -22,6 +22,10 @@ type rule struct {
 	lockID, rejectsID, fallbackID string
 	lockLimit, rejectsLimit       sluice.Limit
 	stats                         *counters // shared by the rule's limit overrides
+	// was is, for a limit override's rule, its base rule's own limit: what
+	// a key counted under the override may have been counted under before
+	// (carry.go).
+	was []sluice.Limit
 }
 
 // unreported counts for the rules made for one request (an Envoy limit

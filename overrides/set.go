@@ -8,9 +8,10 @@ import (
 // Set is the overrides in force at one version of a store, indexed for
 // Find. It is immutable; a change makes a new Set.
 type Set struct {
-	version int64
-	all     []*Override
-	rules   map[string]*ruleIndex
+	version  int64
+	all      []*Override
+	rules    map[string]*ruleIndex
+	firstEnd time.Time // the earliest expiry among the set's overrides; zero if none ends
 }
 
 // ruleIndex finds one rule's overrides: exact keys in a map, prefixes by
@@ -27,6 +28,9 @@ type ruleIndex struct {
 func NewSet(version int64, list []*Override) *Set {
 	s := &Set{version: version, all: list, rules: map[string]*ruleIndex{}}
 	for _, o := range list {
+		if !o.UntilRemoved && (s.firstEnd.IsZero() || o.Expires.Before(s.firstEnd)) {
+			s.firstEnd = o.Expires
+		}
 		ri := s.rules[o.Rule]
 		if ri == nil {
 			ri = &ruleIndex{exact: map[string]*Override{}, prefixes: map[string]*Override{}}
@@ -123,6 +127,21 @@ func (s *Set) Live(now time.Time) []*Override {
 		return cmpString(a.ID, b.ID)
 	})
 	return out
+}
+
+// AnyEnded reports whether any override of the set is out of force at now
+// (expired, and not yet dropped by its store).
+func (s *Set) AnyEnded(now time.Time) bool {
+	return s != nil && !s.firstEnd.IsZero() && !now.Before(s.firstEnd)
+}
+
+// HasPrefixes reports whether rule has an override of a prefix.
+func (s *Set) HasPrefixes(rule string) bool {
+	if s == nil {
+		return false
+	}
+	ri := s.rules[rule]
+	return ri != nil && len(ri.lengths) > 0
 }
 
 // All returns every override of the set, in force or not. The slice is the

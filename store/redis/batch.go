@@ -59,6 +59,7 @@ type queued struct {
 	sendBy   time.Time       // zero: none
 	keys     []string
 	args     []string // the call's number of takes, hold flag and takes' arguments
+	takes    int      // its takes: its keys are theirs and those they carry from
 	vals     []int64
 	err      error
 	done     chan struct{}
@@ -66,9 +67,9 @@ type queued struct {
 
 // run sends one script call (keys, args as take.lua reads them), batched
 // with others when Redis is busy.
-func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, args []string, batchable bool) ([]int64, error) {
+func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, args []string) ([]int64, error) {
 	b := s.batchers[name]
-	if b == nil || !batchable || s.clock != nil || c.Mode() == rueidis.ClientModeCluster {
+	if b == nil || s.clock != nil || c.Mode() == rueidis.ClientModeCluster {
 		return s.scripts[name].Exec(ctx, c, keys, args).AsIntSlice()
 	}
 	b.mu.Lock()
@@ -79,7 +80,8 @@ func (s *Store) run(ctx context.Context, c rueidis.Client, name string, keys, ar
 		s.landed(c, name, b)
 		return vals, err
 	}
-	q := &queued{ctx: ctx, keys: keys, args: args[1:], done: make(chan struct{})}
+	takes, _ := strconv.Atoi(args[1])
+	q := &queued{ctx: ctx, keys: keys, args: args[1:], takes: takes, done: make(chan struct{})}
 	q.deadline, _ = ctx.Deadline()
 	if sb, ok := ctx.(sluice.SendBy); ok {
 		q.sendBy = sb.SendBy()
@@ -141,9 +143,10 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	if len(live) == 0 {
 		return
 	}
-	nk, na := 0, 3
+	nk, na, nt := 0, 3, 0
 	for _, q := range live {
 		nk += len(q.keys)
+		nt += q.takes
 		na += len(q.args)
 	}
 	keys := make([]string, 0, nk)
@@ -161,7 +164,7 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 	}
 	vals, err := s.scripts[name].Exec(ctx, c, keys, args).AsIntSlice()
 	cancel()
-	if err == nil && len(vals) != 6*(len(keys)) {
+	if err == nil && len(vals) != 6*nt {
 		err = errors.New("redis: the batch script answered an unexpected shape")
 	}
 	off := 0
@@ -169,8 +172,8 @@ func (s *Store) fly(c rueidis.Client, name string, b *batcher, batch []*queued) 
 		if err != nil {
 			q.err = err
 		} else {
-			q.vals = vals[off : off+6*len(q.keys) : off+6*len(q.keys)]
-			off += 6 * len(q.keys)
+			q.vals = vals[off : off+6*q.takes : off+6*q.takes]
+			off += 6 * q.takes
 		}
 		close(q.done)
 	}

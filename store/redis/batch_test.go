@@ -206,3 +206,63 @@ func unitTaker(t *testing.T) (*redistest.Server, *Store, sluice.Limit, func(ctx 
 	}
 	return srv, s, l, take
 }
+
+// Calls that carry their keys from earlier limits (sluice.Take.Was) go in
+// batches like the others, each carried and decided as it would be alone:
+// 64 goroutines each spend their key's first limit, then take under a
+// limit three times as large naming the first, beside a rule that names
+// none; each is admitted exactly the difference.
+func TestBatchedCallsCarryTheirKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, a := range sluice.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			before := s.batched.Load()
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					n := int64(g%5 + 1)
+					year := 365 * 24 * time.Hour
+					first := sluice.Limit{Rate: n, Period: year, Algorithm: a}
+					raised := sluice.Limit{Rate: 3 * n, Period: year, Algorithm: a}
+					other := sluice.Limit{Rate: 50, Period: year, Algorithm: a} // a sliding window in Lua keeps limit x window below 2^53 µs
+					key := fmt.Sprintf("%s-c%d", a, g)
+					out := make([]sluice.Decision, 2)
+					count := func(takes []sluice.Take, tries int64) (admitted int64) {
+						for range tries {
+							if err := s.Take(context.Background(), takes, out); err != nil {
+								t.Error(err)
+								return
+							}
+							if out[0].Allowed {
+								admitted++
+							}
+						}
+						return admitted
+					}
+					used := count([]sluice.Take{{Rule: "r", Key: key, Limit: first, Cost: 1}}, n+5)
+					got := count([]sluice.Take{
+						{Rule: "r", Key: key, Limit: raised, Cost: 1, Was: []sluice.Limit{first}},
+						{Rule: "plain", Key: key, Limit: other, Cost: 1},
+					}, 3*n+5)
+					want := 3*n - n
+					if a == sluice.LeakyQueue {
+						used-- // its first unit leaves at once, under either limit
+					}
+					if used != n || got != want {
+						t.Errorf("goroutine %d: %d used of %d, then %d admitted under %d, want %d", g, used, n, got, 3*n, want)
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%d calls went in batches", s.batched.Load()-before)
+		})
+	}
+	if s.batched.Load() == 0 {
+		t.Fatal("no call went in a batch: the test did not exercise batching")
+	}
+}

@@ -559,7 +559,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 	if c == nil {
 		return s.notConnected()
 	}
-	vals, err := s.run(ctx, c, script, sent, args, len(was) == 0)
+	vals, err := s.run(ctx, c, script, sent, args)
 	for wait := time.Millisecond; tryAgain(err); wait = min(2*wait, 50*time.Millisecond) {
 		// The slot is moving and these keys are on both sides of it:
 		// Redis applied none of the call. The move of one slot takes
@@ -572,7 +572,7 @@ func (s *Store) exec(ctx context.Context, takes []sluice.Take, keys []string, ps
 		if sluice.PastSendBy(ctx) {
 			return fmt.Errorf("redis: %w (%w)", err, sluice.ErrNotSent)
 		}
-		vals, err = s.run(ctx, c, script, sent, args, len(was) == 0)
+		vals, err = s.run(ctx, c, script, sent, args)
 	}
 	if err != nil {
 		select { // the node may have moved: read the slot map again

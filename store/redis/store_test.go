@@ -148,3 +148,31 @@ func FuzzCostAndTime(f *testing.F) {
 	url := redistest.Start(f).URL()
 	storetest.FuzzCostAndTime(f, storeOn(url), storetest.Options{Resolution: time.Microsecond})
 }
+
+// A take that names the limits its key may have had (sluice.Take.Was), on a
+// real redis-server: the key exists under its limit, so the script only
+// checks that it does; each limit named adds its key and four arguments to
+// the call. Against the same take naming none.
+//
+//	go test ./store/redis -run '^$' -bench TakeNamingEarlierLimits -benchmem -count 8
+func BenchmarkTakeNamingEarlierLimits(b *testing.B) {
+	s, err := redis.New(redis.Options{URL: redistest.Start(b).URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 1000000, Period: time.Second, Burst: 1 << 20}
+	earlier := []sluice.Limit{{Rate: 500000, Period: time.Second, Burst: 1 << 19}, {Rate: 2000000, Period: time.Second, Burst: 1 << 20}}
+	out := make([]sluice.Decision, 1)
+	for _, n := range []int{0, 1, 2} {
+		b.Run(fmt.Sprintf("was=%d", n), func(b *testing.B) {
+			tk := []sluice.Take{{Rule: "r", Key: "k", Limit: l, Cost: 1, Was: earlier[:n]}}
+			for b.Loop() {
+				if err := s.Take(ctx, tk, out); err != nil || !out[0].Allowed {
+					b.Fatal(err, out[0])
+				}
+			}
+		})
+	}
+}

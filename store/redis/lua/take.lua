@@ -35,7 +35,8 @@
 -- ARGV[2] is "b", ARGV[3] the number of calls, and each call is its number
 -- of takes, its hold flag ("0" or "1") and its takes' 12 arguments; KEYS
 -- holds the calls' keys in order. It returns the calls' integers in order.
--- A batched call carries no limits (c is 0).
+-- A call's limits carried from follow its takes, in KEYS and in ARGV, as
+-- in a call alone.
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -162,13 +163,14 @@ local function take(k0, n, a0, hold)
       out[w[6] + 3], out[w[6] + 5] = math.max(peek[3] - w[10], 0), peek[5]
     end
   end
-  return out
+  return out, carried
 end
-if ARGV[2] ~= 'b' then return take(0, tonumber(ARGV[2]), 3, ARGV[3] == '1') end
+if ARGV[2] ~= 'b' then return (take(0, tonumber(ARGV[2]), 3, ARGV[3] == '1')) end
 local all, k, a = {}, 0, 4
 for _ = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[a])
-  for _, v in ipairs(take(k, n, a + 1, ARGV[a + 1] == '1')) do all[#all + 1] = v end
-  k, a = k + n, a + 2 + 12 * n
+  local out, m = take(k, n, a + 1, ARGV[a + 1] == '1')
+  for _, v in ipairs(out) do all[#all + 1] = v end
+  k, a = k + n + m, a + 2 + 12 * n + 4 * m
 end
 return all
