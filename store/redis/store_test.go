@@ -176,3 +176,59 @@ func BenchmarkTakeNamingEarlierLimits(b *testing.B) {
 		})
 	}
 }
+
+// Two processes on one Redis see a limit change at different moments (an
+// override reaches each within its follower's interval). The key's state
+// under the old limit stays for a few seconds after it moved, so the
+// process that has not seen the change counts from what the key spent,
+// never afresh; and a change undone meanwhile carries back from the new
+// limit, not from that copy.
+func TestAProcessThatHasNotSeenAChangeCountsFromWhatTheKeySpent(t *testing.T) {
+	url := redistest.Start(t).URL()
+	a, err := redis.New(redis.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := redis.New(redis.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	three := sluice.Limit{Rate: 3, Period: 10 * time.Minute}
+	six := sluice.Limit{Rate: 6, Period: 10 * time.Minute}
+	burst := func(s *redis.Store, tk sluice.Take) int {
+		out := make([]sluice.Decision, 1)
+		n := 0
+		for ; n < 20; n++ {
+			if err := s.Take(ctx, []sluice.Take{tk}, out); err != nil {
+				t.Fatal(err)
+			}
+			if !out[0].Allowed {
+				break
+			}
+		}
+		return n
+	}
+	if n := burst(a, sluice.Take{Rule: "r", Key: "k", Limit: three, Cost: 1}); n != 3 {
+		t.Fatalf("a fresh key admitted %d under 3", n)
+	}
+	// A has seen the raise: the key moves, 3 more.
+	if n := burst(a, sluice.Take{Rule: "r", Key: "k", Limit: six, Cost: 1, Was: []sluice.Limit{three}}); n != 3 {
+		t.Fatalf("3 used, raised to 6: %d admitted, want 3", n)
+	}
+	// B has not: under the old limit, naming nothing, it finds the key
+	// spent, not fresh.
+	if n := burst(b, sluice.Take{Rule: "r", Key: "k", Limit: three, Cost: 1}); n != 0 {
+		t.Fatalf("a process that has not seen the raise admitted %d afresh, want 0", n)
+	}
+	// The raise undone: 6 spent under 6 carry back, not the 3 of the copy.
+	if n := burst(b, sluice.Take{Rule: "r", Key: "k", Limit: three, Cost: 1, Was: []sluice.Limit{six}}); n != 0 {
+		t.Fatalf("6 used under 6, back to 3: %d admitted, want 0", n)
+	}
+	// And raised once more: what it spent under 6 is still spent.
+	if n := burst(a, sluice.Take{Rule: "r", Key: "k", Limit: six, Cost: 1, Was: []sluice.Limit{three}}); n != 0 {
+		t.Fatalf("6 used, back to 3, raised to 6 again: %d admitted, want 0", n)
+	}
+}

@@ -143,7 +143,6 @@ end
 -- holding now (the same window when the windows are alike).
 local function fw_carry(from, to, fp, tp, now)
   local s, idx, c = fw_load(from, fp, now)
-  redis.call('DEL', from)
   if c == 0 then return end
   if fp.W ~= tp.W or math.min(fp.T, 0) ~= math.min(tp.T, 0) then idx = fw_index(tp, now) end
   fw_write(to, {idx, c, tp}, ceildiv(fw_start(tp, idx + 1) - now, 1000) + 1000)

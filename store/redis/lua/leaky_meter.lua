@@ -42,7 +42,6 @@ end
 -- The level carries, scaled to the new T.
 local function lm_carry(from, to, fp, tp, now)
   local e = tonumber(redis.call('GET', from) or '')
-  redis.call('DEL', from)
   if not e then return end
   local level = fp.D - math.min(now - e, fp.D)
   if level <= 0 then return end

@@ -50,11 +50,30 @@ local function mul_div_ceil(x, a, b)
   return math.min(q, CARRY_CAP)
 end
 
+-- carry_copy copies a key's state and TTL to another key of the slot.
+local function carry_copy(from, to)
+  redis.call('RESTORE', to, math.max(redis.call('PTTL', from), 0), redis.call('DUMP', from), 'REPLACE')
+end
+
+-- A key whose state moved to a new limit stays, for CARRY_GRACE_MS (the
+-- overrides' reread interval), for the processes that have not seen the
+-- change yet: they count from what it had spent, never afresh. Its marker
+-- says it moved, so that a take carrying back into it (the change undone
+-- meanwhile) treats it as absent.
+local CARRY_GRACE_MS = 5000
+
+local function carry_mark(key) return key .. '\0moved' end
+
+local function carry_leave(from)
+  local ttl = redis.call('PTTL', from)
+  if ttl < 0 or ttl > CARRY_GRACE_MS then redis.call('PEXPIRE', from, CARRY_GRACE_MS) end
+  redis.call('SET', carry_mark(from), '1', 'PX', CARRY_GRACE_MS)
+end
+
 -- carry_instant moves a state that is one instant ahead of now by the
 -- backlog (GCRA's TAT, a queue's next departure) from one key to another.
 local function carry_instant(from, to, fp, tp, now)
   local v = tonumber(redis.call('GET', from) or '')
-  redis.call('DEL', from)
   if not v or v <= now then return end
   local b = mul_div_ceil(v - now, tp.T, fp.T)
   redis.call('SET', to, string.format('%.0f', now + b), 'PX', ceildiv(b, 1000) + 1000)

@@ -58,11 +58,8 @@ local function sl_carry(from, to, fp, tp, now)
   entries, drop, now = sl_load(from, fp, now)
   local n, keep = #entries, 0
   while keep < n - drop and tonumber(entries[n - keep]) > now - tp.W do keep = keep + 1 end
-  if keep == 0 then
-    redis.call('DEL', from)
-    return
-  end
-  redis.call('RENAME', from, to)
+  if keep == 0 then return end
+  carry_copy(from, to)
   if n - keep > 0 then redis.call('LTRIM', to, n - keep, -1) end
   redis.call('PEXPIRE', to, ceildiv(tonumber(entries[n]) + tp.W - now, 1000) + 1000)
 end

@@ -96,11 +96,10 @@ end
 -- rounded up, is counted in the new window holding now.
 local function sw_carry(from, to, fp, tp, now)
   if fp.W == tp.W then
-    redis.call('RENAME', from, to)
+    carry_copy(from, to)
     return
   end
   local s, prev, cur, n = sw_roll(from, fp, now)
-  redis.call('DEL', from)
   local est = cur + mul_div_ceil(prev, fp.W - (n - s), fp.W)
   if est <= 0 then return end
   sw_write(to, {window_start(n, tp.W), 0, est}, ceildiv(2 * tp.W, 1000) + 1000)

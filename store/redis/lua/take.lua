@@ -20,9 +20,11 @@
 --   the number of limits the key may have been counted under before (c).
 -- After the takes' arguments, 4 per such limit, in take order: its T, D, W,
 -- L; its key follows the takes' keys in KEYS. A take whose key does not
--- exist moves the state of the first of its c keys that does into its own,
--- converted so that what was spent stays spent (each algorithm's _carry),
--- before it is decided.
+-- exist (or is the copy left behind when it moved away) moves the state of
+-- the first of its c keys that does into its own, converted so that what
+-- was spent stays spent (each algorithm's _carry), before it is decided; the
+-- key it moved from stays a few seconds for processes that have not seen
+-- the change yet (carry_leave in lib.lua).
 -- A reservation is a key beside the take's key (same hash slot) holding the
 -- units reserved, expiring at the deadline: opened only if every take is
 -- admitted, deleted by its settle, which then refunds or charges the
@@ -76,11 +78,16 @@ local function take(k0, n, a0, hold)
     local p = {T = tonumber(ARGV[a + 2]), D = tonumber(ARGV[a + 3]), W = tonumber(ARGV[a + 4]), L = tonumber(ARGV[a + 5]),
       own = tonumber(ARGV[a + 11])}
     local nc = tonumber(ARGV[a + 12])
-    if nc > 0 and redis.call('EXISTS', key) == 0 then
+    -- The key carries from a limit it had when it has no state of its own,
+    -- or only the copy left when it moved away (carry_leave).
+    local here = nc > 0 and redis.call('EXISTS', key) == 1
+    if nc > 0 and (not here or redis.call('EXISTS', carry_mark(key)) == 1) then
       for j = carried + 1, carried + nc do
         local from, c = KEYS[k0 + n + j], a0 + 12 * n + (j - 1) * 4
-        if redis.call('EXISTS', from) == 1 then
+        if redis.call('EXISTS', from) == 1 and redis.call('EXISTS', carry_mark(from)) == 0 then
+          redis.call('DEL', key, carry_mark(key))
           alg[5](from, key, {T = tonumber(ARGV[c + 1]), D = tonumber(ARGV[c + 2]), W = tonumber(ARGV[c + 3]), L = tonumber(ARGV[c + 4])}, p, now)
+          carry_leave(from)
           break
         end
       end

@@ -43,7 +43,6 @@ end
 -- The spent part of the bucket (D - tokens) carries, scaled to the new T.
 local function tb_carry(from, to, fp, tp, now)
   local e = tonumber(redis.call('GET', from) or '')
-  redis.call('DEL', from)
   if not e then return end
   local spent = fp.D - math.min(now - e, fp.D)
   if spent <= 0 then return end
