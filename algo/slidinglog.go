@@ -123,3 +123,13 @@ func (s *SlidingLog) grow(p *Params, n int) {
 	}
 	s.buf, s.head = buf, 0
 }
+
+// Clone returns a copy of the log that shares nothing with it.
+func (s *SlidingLog) Clone() *SlidingLog {
+	c := &SlidingLog{buf: make([]int64, max(s.n, 1))}
+	for i := range s.n {
+		c.buf[i] = s.at(i)
+	}
+	c.n = s.n
+	return c
+}

@@ -1,6 +1,10 @@
 package memory
 
 import (
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algo"
 )
@@ -8,12 +12,17 @@ import (
 // A rule's keys live in a table per limit, so a key whose limit changes
 // would start fresh in the new limit's table. A take that names the limits
 // the key may have had (sluice.Take.Was) moves the key's state instead:
-// when the key holds no live state under the take's limit, the first table
-// of Was that does gives it up, converted (algo's Carry), under the locks of
-// the key's shard in every table involved, taken in the store's one order
-// (table id, then shard). A key is then live in at most one of its rule's
-// tables, and the move is one step: no take, lock-free or not, sees the
-// key in neither table or in both.
+// when the key holds no live state under the take's limit (or only the copy
+// it left there when it moved away), the first table of Was that holds it
+// gives its state, converted (algo's Carry), under the locks of the key's
+// shard in every table involved, taken in the store's one order (table id,
+// then shard): the move is one step.
+//
+// The table it moved from keeps its state for movedGrace, marked as moved
+// (tableMeta.moved), for the takes that have not seen the change yet (a
+// request matched under the old rules a moment before): they count from
+// what the key had spent, never afresh. A take carrying back into that
+// table within the grace (the change undone) treats the copy as absent.
 
 // carry moves tk's key to tk.Limit's table from the first table of tk.Was
 // that holds it live, converted. A key already live under tk.Limit, or held
@@ -28,7 +37,7 @@ func (s *Store) carry(tk *sluice.Take) error {
 	}
 	fp, sh := t.locate(tk.Key)
 	now := s.clock.Now()
-	if t.live(sh, fp, now) {
+	if t.live(sh, fp, now) && !t.meta().moved.has(fp, now) {
 		return nil // the common case: the key has been carried, or never moved
 	}
 	entries := (*s.tables.Load())[tk.Rule]
@@ -50,9 +59,16 @@ func (s *Store) carry(tk *sluice.Take) error {
 	for _, l := range locks {
 		l.t.lockShard(l.shard)
 	}
-	if !t.liveLocked(sh, fp, now) {
+	if copied := t.meta().moved.has(fp, now); copied || !t.liveLocked(sh, fp, now) {
+		if copied { // a copy left behind is no state of the key's
+			t.forgetLocked(sh, fp)
+			t.meta().moved.forget(fp)
+		}
 		for _, p := range ps[1:] {
-			if t.carryLocked(p.t, sh, fp, now) {
+			if p.t.liveLocked(sh, fp, now) && !p.t.meta().moved.has(fp, now) && t.carryLocked(p.t, sh, fp, now) {
+				if !p.t.meta().moved.add(fp, now+movedGrace) {
+					p.t.forgetLocked(sh, fp) // no room to remember it moved: it moves whole
+				}
 				break
 			}
 		}
@@ -121,7 +137,6 @@ func (t *wordTable) carryLocked(from anyTable, i int, fp uint64, now int64) bool
 	if src.idle(v, now) {
 		return false
 	}
-	s.word.Store(frozen) // a tombstone until the shard's next rebuild
 	if d := t.lookup(&t.shards[i], fp, now); d != &t.overflow {
 		d.word.Store(carryWord(&src.params, &t.params, v, now))
 	}
@@ -153,12 +168,88 @@ func (t *table[C, P]) carryLocked(from anyTable, i int, fp uint64, now int64) bo
 	if j < 0 || P(&ssh.slots[j].c).resetAfter(&src.params, now) == 0 {
 		return false
 	}
-	c := ssh.slots[j].c // the cell moves whole: a sliding log's buffer with it
-	src.remove(ssh, j)
+	c := ssh.slots[j].c // the cell's carry copies a sliding log's buffer
 	dsh := &t.shards[i]
 	if k := t.lookup(dsh, fp, now); k != overflowed {
 		dsh.slots[k].c = c
 		P(&dsh.slots[k].c).carry(&src.params, &t.params, now)
 	}
 	return true
+}
+
+// forgetLocked drops fp's state from the table; call with its shard locked.
+func (t *wordTable) forgetLocked(i int, fp uint64) {
+	if s := t.find(&t.shards[i], fp); s != nil {
+		s.word.Store(frozen) // a tombstone until the shard's next rebuild
+	}
+}
+
+func (t *table[C, P]) forgetLocked(i int, fp uint64) {
+	if j := t.shards[i].find(fp); j >= 0 {
+		t.remove(&t.shards[i], j)
+	}
+}
+
+// movedGrace is how long a table surely remembers that a key's state moved
+// to another limit of its rule: longer than any request takes from its
+// match to its take. Past it the mark may give way to newer ones.
+const movedGrace = int64(5 * time.Second)
+
+// maxMoved bounds the keys a table remembers as moved; past it, marks whose
+// grace has ended are dropped, and if none has, a key moves whole, leaving
+// nothing behind.
+const maxMoved = 1 << 16
+
+// movedKeys are the keys whose state moved out of a table, by fingerprint,
+// each until its grace ends (store time).
+type movedKeys struct {
+	n  atomic.Int32 // len(m): the common case, none, without the lock
+	mu sync.Mutex
+	m  map[uint64]int64
+}
+
+// has reports whether fp's state in the table is a copy left when it moved:
+// stale for a take that knows the key's earlier limits, whatever its age,
+// and what a take that does not know them counts from.
+func (k *movedKeys) has(fp uint64, _ int64) bool {
+	if k.n.Load() == 0 {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.m[fp]
+	return ok
+}
+
+// add remembers fp as moved until until; false if the table remembers as
+// many as it may.
+func (k *movedKeys) add(fp uint64, until int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[uint64]int64{}
+	}
+	if len(k.m) >= maxMoved {
+		for f, u := range k.m {
+			if u <= until-movedGrace { // a copy whose grace has ended: drop it with its mark
+				delete(k.m, f)
+			}
+		}
+		if len(k.m) >= maxMoved {
+			return false
+		}
+	}
+	k.m[fp] = until
+	k.n.Store(int32(len(k.m)))
+	return true
+}
+
+func (k *movedKeys) forget(fp uint64) {
+	if k.n.Load() == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, fp)
+	k.n.Store(int32(len(k.m)))
 }

@@ -113,6 +113,7 @@ func (c *slidingLogCell) charge(p *algo.Params, now, units int64) {
 }
 func (c *slidingLogCell) carry(from, to *algo.Params, now int64) {
 	if c.log != nil {
+		c.log = c.log.Clone() // the table it came from keeps its own a while
 		c.log.Carry(from, to, now)
 	}
 }

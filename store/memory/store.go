@@ -142,6 +142,7 @@ type tableMeta struct {
 	id    uint64
 	rule  string
 	limit sluice.Limit
+	moved movedKeys // keys whose state moved to another of the rule's limits (carry.go)
 }
 
 // anyTable is a table of any cell type.
@@ -160,6 +161,7 @@ type anyTable interface {
 	live(shard int, fp uint64, now int64) bool
 	liveLocked(shard int, fp uint64, now int64) bool
 	carryLocked(from anyTable, shard int, fp uint64, now int64) bool
+	forgetLocked(shard int, fp uint64)
 	stats() (keys int, evictions, overflows uint64)
 	sweep(now int64)
 }

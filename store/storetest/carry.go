@@ -221,3 +221,45 @@ func testCarryConcurrent(t *testing.T, newStore Factory) {
 		})
 	}
 }
+
+// testCarryLeavesACopy: a take that has not seen the change (a request
+// matched under the old limit a moment before, or a process whose
+// overrides are behind) counts from what the key spent, never afresh; a
+// change undone carries back from the new limit, not from the copy; a
+// copy whose key has since gone idle under the new limit is no state.
+func testCarryLeavesACopy(t *testing.T, newStore Factory) {
+	for _, a := range sluice.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			clock := sluice.NewManualClock(Epoch.Add(time.Minute))
+			s := newStore(t, clock)
+			three := sluice.Limit{Algorithm: a, Rate: 3, Period: 10 * time.Minute}
+			six := sluice.Limit{Algorithm: a, Rate: 6, Period: 10 * time.Minute}
+			burst := func(key string, l sluice.Limit, was ...sluice.Limit) int {
+				n := 0
+				for n < 20 && call1(t, s, sluice.Take{Rule: "r", Key: key, Limit: l, Cost: 1, Was: was}).Allowed {
+					n++
+				}
+				return n
+			}
+			used := burst("k", three)
+			if n := burst("k", six, three); n != burst("fresh6", six)-used {
+				t.Fatalf("%d used, raised to 6: %d admitted", used, n)
+			}
+			if n := burst("k", three); n != 0 {
+				t.Fatalf("a take that has not seen the raise admitted %d afresh, want 0", n)
+			}
+			if n := burst("k", three, six); n != 0 {
+				t.Fatalf("all spent under 6, back to 3: %d admitted, want 0", n)
+			}
+			if n := burst("k", six, three); n != 0 {
+				t.Fatalf("all spent, back to 3, raised to 6 again: %d admitted, want 0", n)
+			}
+			// Long after, the key idle under 6: the copy left under 3 is
+			// not its state; the key is fresh.
+			advance(clock, time.Hour)
+			if n := burst("k", three, six); n != burst("fresh3", three) {
+				t.Fatalf("the key idle an hour, back to 3: %d admitted, want a fresh key's", n)
+			}
+		})
+	}
+}

@@ -86,6 +86,7 @@ func RunWith(t *testing.T, newStore Factory, o Options) {
 	t.Run("CarryMatchesAlgo", func(t *testing.T) { testCarryMatchesAlgo(t, newStore) })
 	t.Run("CarryRaiseAndLower", func(t *testing.T) { testCarryRaiseAndLower(t, newStore) })
 	t.Run("CarryConcurrent", func(t *testing.T) { testCarryConcurrent(t, newStore) })
+	t.Run("CarryLeavesACopy", func(t *testing.T) { testCarryLeavesACopy(t, newStore) })
 }
 
 // limits returns one small limit per algorithm, and a region's part of a
