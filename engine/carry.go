@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,7 +28,10 @@ import (
 //     still in the override set, in force or expired;
 //   - the limits of overrides of the key that left the set, and r's limits
 //     before a reload, each for as long as a key counted under it can hold
-//     state (pastLimits): a bucket's refill time, two windows.
+//     state (pastLimits): a bucket's refill time, two windows;
+//   - on a store several processes share, the limits the others count r's
+//     keys under or did lately (FollowLimits): a process that started after
+//     a change, or reloads later than another, still carries.
 //
 // A rule that never changed and has no overrides names none, and its takes
 // cost nothing more.
@@ -39,6 +44,24 @@ type pastLimits struct {
 	mu   sync.Mutex
 	set  atomic.Pointer[overrides.Set] // the override set last noted
 	view atomic.Pointer[pastView]      // nil: nothing has left
+	// shared are the limits other processes on the store count the rules'
+	// keys under, or did lately (FollowLimits); every key of the rule.
+	shared atomic.Pointer[pastView]
+	// changed wakes FollowLimits at once when the rules or the overrides
+	// change, so the others learn the limits before their next round.
+	changed chan struct{}
+}
+
+// LimitsChanged tells FollowLimits that the overrides in force changed:
+// the limits this process counts under are noted at once. (A reload does
+// so itself.)
+func (e *Engine) LimitsChanged() { e.past.wake() }
+
+func (p *pastLimits) wake() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 }
 
 // maxPast bounds the limits remembered, over all rules and keys;
@@ -219,17 +242,24 @@ func (p *pastLimits) add(entries []pastEntry, now time.Time) {
 
 // has reports whether any limit of rule has left.
 func (p *pastLimits) has(rule string) bool {
-	v := p.view.Load()
-	if v == nil {
-		return false
+	for _, v := range [2]*pastView{p.view.Load(), p.shared.Load()} {
+		if v != nil && (*v)[rule] != nil {
+			return true
+		}
 	}
-	_, ok := (*v)[rule]
-	return ok
+	return false
 }
 
 // holds reports whether l is a limit of rule that left and that keys may
 // still hold state under at now: its store state must not be dropped.
 func (p *pastLimits) holds(rule string, l sluice.Limit, now time.Time) bool {
+	if s := p.shared.Load(); s != nil && (*s)[rule] != nil {
+		for _, x := range (*s)[rule].all {
+			if x.limit == l && x.until.After(now) {
+				return true
+			}
+		}
+	}
 	v := p.view.Load()
 	if v == nil || (*v)[rule] == nil {
 		return false
@@ -254,6 +284,16 @@ func (p *pastLimits) holds(rule string, l sluice.Limit, now time.Time) bool {
 // each calls fn with the limits of rule that left and may still hold key's
 // state at now.
 func (p *pastLimits) each(rule, key string, now time.Time, fn func(sluice.Limit)) {
+	emit := func(ls []pastLimit) {
+		for _, l := range ls {
+			if l.until.After(now) {
+				fn(l.limit)
+			}
+		}
+	}
+	if s := p.shared.Load(); s != nil && (*s)[rule] != nil {
+		emit((*s)[rule].all)
+	}
 	v := p.view.Load()
 	if v == nil {
 		return
@@ -261,13 +301,6 @@ func (p *pastLimits) each(rule, key string, now time.Time, fn func(sluice.Limit)
 	rp := (*v)[rule]
 	if rp == nil {
 		return
-	}
-	emit := func(ls []pastLimit) {
-		for _, l := range ls {
-			if l.until.After(now) {
-				fn(l.limit)
-			}
-		}
 	}
 	emit(rp.all)
 	emit(rp.exact[key])
@@ -309,4 +342,115 @@ func (e *Engine) wasFor(set *overrides.Set, base, counted *rule, key string, now
 	}
 	e.past.each(base.ID, key, now, add)
 	return was
+}
+
+// LimitHistory is implemented by a store that several processes share
+// (store/redis): which limits each rule's keys were counted under lately.
+// A process that did not see a limit change — it started after an override
+// ended, or reloads its rules later than another — learns there the limits
+// its keys may still hold state under (FollowLimits).
+type LimitHistory interface {
+	// Note records that each rule's keys are counted under its limits now.
+	Note(ctx context.Context, limits map[string][]sluice.Limit, now time.Time) error
+	// Recent returns each rule's limits and when they were last noted.
+	Recent(ctx context.Context) (map[string]map[sluice.Limit]time.Time, error)
+}
+
+// FollowLimits notes in h, every interval until ctx ends, the limits this
+// process counts each rule's keys under (the rules' own, and their live
+// limit overrides'), and takes the others that processes noted lately as
+// limits that left (for every key of their rule, as long as a key may hold
+// state under them since last noted). The first round is done before it
+// returns, within the interval.
+func (e *Engine) FollowLimits(ctx context.Context, h LimitHistory, interval time.Duration) {
+	round := func() {
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		defer cancel()
+		e.followLimitsOnce(rctx, h, time.Now())
+	}
+	round()
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case <-e.past.changed:
+			}
+			round()
+		}
+	}()
+}
+
+func (e *Engine) followLimitsOnce(ctx context.Context, h LimitHistory, now time.Time) {
+	rs := e.set.Load()
+	set := e.keyOverrides.current()
+	e.past.noteSet(set, rs) // the overrides that left, even before a request meets them
+	own := map[string][]sluice.Limit{}
+	add := func(rule string, l sluice.Limit) {
+		if !slices.Contains(own[rule], l) {
+			own[rule] = append(own[rule], l)
+		}
+	}
+	for _, r := range rs.rules {
+		add(r.ID, r.store)
+	}
+	for _, o := range set.Live(now) {
+		if base := rs.find(o.Rule); base != nil && o.Action == overrides.Limit {
+			add(o.Rule, overrideLimit(base, o))
+		}
+	}
+	noted := maps.Clone(own) // and the limits that left here, while keys may hold state under them
+	if v := e.past.view.Load(); v != nil {
+		for rule, rp := range *v {
+			for _, ls := range append([][]pastLimit{rp.all}, slices.Collect(maps.Values(rp.exact))...) {
+				for _, l := range ls {
+					if l.until.After(now) && !slices.Contains(noted[rule], l.limit) {
+						noted[rule] = append(noted[rule], l.limit)
+					}
+				}
+			}
+			for _, ls := range rp.prefixes {
+				for _, l := range ls {
+					if l.until.After(now) && !slices.Contains(noted[rule], l.limit) {
+						noted[rule] = append(noted[rule], l.limit)
+					}
+				}
+			}
+		}
+	}
+	if err := h.Note(ctx, noted, now); err != nil {
+		e.log.Debug("sluice: the limits in use not noted in the store", "error", err)
+	}
+	recent, err := h.Recent(ctx)
+	if err != nil {
+		e.log.Debug("sluice: the limits in use elsewhere not read from the store", "error", err)
+		return
+	}
+	shared := pastView{}
+	for rule, ls := range recent {
+		if rs.find(rule) == nil {
+			continue
+		}
+		var past []pastLimit
+		for l, at := range ls {
+			if until := at.Add(horizon(l)); !slices.Contains(own[rule], l) && until.After(now) {
+				past = append(past, pastLimit{l, until})
+			}
+		}
+		slices.SortFunc(past, func(a, b pastLimit) int { return b.until.Compare(a.until) })
+		if len(past) > maxPastLimits {
+			past = past[:maxPastLimits]
+		}
+		if len(past) > 0 {
+			shared[rule] = &rulePast{all: past}
+		}
+	}
+	if len(shared) == 0 {
+		e.past.shared.Store(nil)
+		return
+	}
+	e.past.shared.Store(&shared)
 }

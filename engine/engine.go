@@ -99,6 +99,7 @@ func New(cfg *rules.Config, o Options) (*Engine, error) {
 	e := &Engine{store: o.Store, load: o.Load, fallback: o.Fallback, log: o.Logger, gateways: o.Gateways, decisions: o.DecisionLog,
 		onReject: o.OnReject, onLock: o.OnLock, pressure: o.Pressure}
 	e.keyOverrides.source = o.Overrides
+	e.past.changed = make(chan struct{}, 1)
 	dropper, _ := o.Store.(LimitDropper)
 	e.descLimits = newDescriptorLimits(o.MaxDescriptorLimits, dropper)
 	e.keyOverrides.drop = dropper

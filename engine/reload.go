@@ -28,6 +28,7 @@ func (e *Engine) Reload(cfg *rules.Config) {
 	}
 	e.past.noteReload(prev, next)
 	e.set.Store(next)
+	e.past.wake()
 	e.reloads[0].Add(1)
 }
 

@@ -212,6 +212,14 @@ func (c *common) build(stderr io.Writer) (*setup, error) {
 	if *c.store != "memory" {
 		s.closers = append([]func(){s.writeBack}, s.closers...)
 	}
+	if h, ok := store.(interface{ LimitHistory() *redis.LimitHistory }); ok {
+		// The limits each rule is counted under, shared with the other
+		// processes on the store: a key keeps its usage across a change
+		// this process did not see (engine/carry.go).
+		ctx, cancel := context.WithCancel(context.Background())
+		s.eng.FollowLimits(ctx, h.LimitHistory(), 2*time.Second)
+		s.closers = append([]func(){cancel}, s.closers...)
+	}
 	if err := c.runGlobal(s, store, demand); err != nil {
 		return nil, err
 	}
@@ -330,7 +338,11 @@ func (c *common) openStore(s *setup) (sluice.Store, overrides.Store, func() int,
 // request, and follows their store from then on; a store that does not
 // answer yet is followed until it does.
 func (s *setup) followOverrides(store overrides.Store) {
-	s.overrides = &overrides.Follower{Store: store, Logger: s.log}
+	s.overrides = &overrides.Follower{Store: store, Logger: s.log, OnChange: func(*overrides.Set) {
+		if e := s.engine.Load(); e != nil {
+			e.LimitsChanged() // the limits in use, noted for the other processes at once
+		}
+	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 	if err := s.overrides.Refresh(rctx); err != nil {

@@ -159,3 +159,93 @@ func rulesVersion(t *testing.T, base string) string {
 	resp.Body.Close()
 	return resp.Header.Get("Sluice-Rules-Version")
 }
+
+// A process that did not see a limit change still carries its keys' usage,
+// for the processes on one Redis share the limits each rule is counted
+// under: one started after an override ended, one that reloads its rules 7
+// seconds after the other (longer than the copy a moved key leaves behind
+// lives), and two restarted with a new rule file.
+func TestAProcessThatDidNotSeeAChangeStillCarriesEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	proctest.Exclusive(t)
+	redistest.Need(t)
+	const file = "rules:\n  - {id: per-user, key: [user], rate: %d, per: 10m}\n"
+	rules := proctest.WriteRules(t, fmt.Sprintf(file, 3))
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--watch", "0", "--config", rules, "--store", redistest.Start(t).URL()}
+	type proc struct {
+		base string
+		p    *os.Process
+	}
+	run := func() proc {
+		b, cmd := start(t, args...)
+		proctest.WaitHealthy(t, []string{b})
+		return proc{b, cmd.Process}
+	}
+	stop := func(p proc) {
+		p.p.Kill()
+		p.p.Wait()
+	}
+	admits := func(what, user string, want int64, through ...proc) {
+		t.Helper()
+		var bases []string
+		for _, p := range through {
+			bases = append(bases, p.base)
+		}
+		o := proctest.Load(t, bases, "/", user, 1000)
+		if o.Admitted < want-o.Degraded || o.Admitted > want+o.DegradedAdmitted {
+			t.Errorf("%s: %d of 1,000 admitted, want %d (degraded answers %d, %d of them admitted)", what, o.Admitted, want, o.Degraded, o.DegradedAdmitted)
+		}
+	}
+	reload := func(p proc) {
+		t.Helper()
+		before := rulesVersion(t, p.base)
+		p.p.Signal(syscall.SIGHUP)
+		for deadline := time.Now().Add(10 * time.Second); rulesVersion(t, p.base) == before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not reload its rules 10 s after SIGHUP", p.base)
+			}
+		}
+	}
+	a, b := run(), run()
+
+	// An override used up and removed; a process started afterwards.
+	code, out, errOut := runSluice(t, "override", "set", "--url", a.base, "--rule", "per-user", "--key-value", "user=joined",
+		"--action", "limit", "--rate", "6", "--per", "10m", "--for", "1h", "--reason", "test")
+	if code != 0 {
+		t.Fatalf("sluice override set: exit %d: %s", code, errOut)
+	}
+	id := strings.Fields(out)[1]
+	inForceEverywhere(t, []string{a.base, b.base}, id, "limit")
+	admits("raised to 6", "joined", 6, a, b)
+	if code, _, errOut := runSluice(t, "override", "rm", "--url", b.base, id, "--reason", "test"); code != 0 {
+		t.Fatalf("sluice override rm: exit %d: %s", code, errOut)
+	}
+	inForceEverywhere(t, []string{a.base, b.base}, id, "")
+	stop(b)
+	c := run()
+	admits("6 used under a removed override of 6, through a process started after it", "joined", 0, c)
+
+	// The rule file raised to 6: one process reloads, the other 7 s later.
+	admits("used 3", "skewed", 3, a, c)
+	if err := os.WriteFile(rules, []byte(fmt.Sprintf(file, 6)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reload(a)
+	admits("3 used, raised to 6 through the process that reloaded", "skewed", 3, a)
+	time.Sleep(7 * time.Second) // the scenario: the other reloads 7 s later
+	admits("6 used, through the process still on 3", "skewed", 0, c)
+	reload(c)
+	admits("6 used, both on 6", "skewed", 0, a, c)
+
+	// Both restarted with the file back at 3.
+	admits("used 6", "restarted", 6, a, c)
+	if err := os.WriteFile(rules, []byte(fmt.Sprintf(file, 3)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop(a)
+	stop(c)
+	a, c = run(), run()
+	admits("6 used under 6, both restarted on 3", "restarted", 0, a, c)
+}
