@@ -363,28 +363,41 @@ type LimitHistory interface {
 // state under them since last noted). The first round is done before it
 // returns, within the interval.
 func (e *Engine) FollowLimits(ctx context.Context, h LimitHistory, interval time.Duration) {
-	round := func() {
+	failing := false
+	round := func() time.Duration {
 		rctx, cancel := context.WithTimeout(ctx, interval)
 		defer cancel()
-		e.followLimitsOnce(rctx, h, time.Now())
+		err := e.followLimitsOnce(rctx, h, time.Now())
+		switch {
+		case err != nil && !failing:
+			e.log.Warn("sluice: the limits the other processes count under could not be read or noted; a key whose limit changed elsewhere may start afresh here until they are", "error", err)
+		case err == nil && failing:
+			e.log.Info("sluice: the limits the other processes count under are read again")
+		}
+		failing = err != nil
+		if failing {
+			return min(interval, 100*time.Millisecond) // soon: a process knows no history until then
+		}
+		return interval
 	}
-	round()
+	next := round()
 	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
 		for {
+			t := time.NewTimer(next)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
 			case <-t.C:
 			case <-e.past.changed:
+				t.Stop()
 			}
-			round()
+			next = round()
 		}
 	}()
 }
 
-func (e *Engine) followLimitsOnce(ctx context.Context, h LimitHistory, now time.Time) {
+func (e *Engine) followLimitsOnce(ctx context.Context, h LimitHistory, now time.Time) error {
 	rs := e.set.Load()
 	set := e.keyOverrides.current()
 	e.past.noteSet(set, rs) // the overrides that left, even before a request meets them
@@ -421,13 +434,10 @@ func (e *Engine) followLimitsOnce(ctx context.Context, h LimitHistory, now time.
 			}
 		}
 	}
-	if err := h.Note(ctx, noted, now); err != nil {
-		e.log.Debug("sluice: the limits in use not noted in the store", "error", err)
-	}
+	noteErr := h.Note(ctx, noted, now)
 	recent, err := h.Recent(ctx)
 	if err != nil {
-		e.log.Debug("sluice: the limits in use elsewhere not read from the store", "error", err)
-		return
+		return err
 	}
 	shared := pastView{}
 	for rule, ls := range recent {
@@ -450,7 +460,8 @@ func (e *Engine) followLimitsOnce(ctx context.Context, h LimitHistory, now time.
 	}
 	if len(shared) == 0 {
 		e.past.shared.Store(nil)
-		return
+	} else {
+		e.past.shared.Store(&shared)
 	}
-	e.past.shared.Store(&shared)
+	return noteErr
 }

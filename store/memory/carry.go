@@ -59,13 +59,13 @@ func (s *Store) carry(tk *sluice.Take) error {
 	for _, l := range locks {
 		l.t.lockShard(l.shard)
 	}
-	if copied := t.meta().moved.has(fp, now); copied || !t.liveLocked(sh, fp, now) {
-		if copied { // a copy left behind is no state of the key's
-			t.forgetLocked(sh, fp)
-			t.meta().moved.forget(fp)
-		}
+	if t.meta().moved.has(fp, now) || !t.liveLocked(sh, fp, now) {
 		for _, p := range ps[1:] {
-			if p.t.liveLocked(sh, fp, now) && !p.t.meta().moved.has(fp, now) && t.carryLocked(p.t, sh, fp, now) {
+			// A copy left behind is no state of the key's once the state it
+			// left for is found (carryLocked writes over it); until then it
+			// is all the take knows.
+			if !p.t.meta().moved.has(fp, now) && t.carryLocked(p.t, sh, fp, now) {
+				t.meta().moved.forget(fp)
 				if !p.t.meta().moved.add(fp, now+movedGrace) {
 					p.t.forgetLocked(sh, fp) // no room to remember it moved: it moves whole
 				}
@@ -121,9 +121,10 @@ func (t *wordTable) liveLocked(i int, fp uint64, now int64) bool {
 	return s != nil && !t.idle(s.word.Load(), now)
 }
 
-// carryLocked moves fp's live state from table from (a word table of the
-// same algorithm) to t, converted. Call with fp's shard locked in both
-// (their busy flags keep lock-free takes off the two slots).
+// carryLocked copies fp's state from table from (a word table of the same
+// algorithm) to t, converted, and reports whether from held the key; a
+// state back to idle leaves the key fresh in t. Call with fp's shard locked
+// in both (their busy flags keep lock-free takes off the two slots).
 func (t *wordTable) carryLocked(from anyTable, i int, fp uint64, now int64) bool {
 	src, ok := from.(*wordTable)
 	if !ok {
@@ -135,7 +136,8 @@ func (t *wordTable) carryLocked(from anyTable, i int, fp uint64, now int64) bool
 	}
 	v := s.word.Load()
 	if src.idle(v, now) {
-		return false
+		t.forgetLocked(i, fp) // the key's state is back to idle: it is fresh here too
+		return true
 	}
 	if d := t.lookup(&t.shards[i], fp, now); d != &t.overflow {
 		d.word.Store(carryWord(&src.params, &t.params, v, now))
@@ -156,8 +158,9 @@ func (t *table[C, P]) liveLocked(i int, fp uint64, now int64) bool {
 	return j >= 0 && P(&sh.slots[j].c).resetAfter(&t.params, now) > 0
 }
 
-// carryLocked moves fp's live cell from table from (of the same cell type)
-// to t, converted. Call with fp's shard locked in both.
+// carryLocked copies fp's cell from table from (of the same cell type) to
+// t, converted, as the word table's does. Call with fp's shard locked in
+// both.
 func (t *table[C, P]) carryLocked(from anyTable, i int, fp uint64, now int64) bool {
 	src, ok := from.(*table[C, P])
 	if !ok {
@@ -165,8 +168,12 @@ func (t *table[C, P]) carryLocked(from anyTable, i int, fp uint64, now int64) bo
 	}
 	ssh := &src.shards[i]
 	j := ssh.find(fp)
-	if j < 0 || P(&ssh.slots[j].c).resetAfter(&src.params, now) == 0 {
+	if j < 0 {
 		return false
+	}
+	if P(&ssh.slots[j].c).resetAfter(&src.params, now) == 0 {
+		t.forgetLocked(i, fp) // the key's state is back to idle: it is fresh here too
+		return true
 	}
 	c := ssh.slots[j].c // the cell's carry copies a sliding log's buffer
 	dsh := &t.shards[i]

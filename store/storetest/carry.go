@@ -248,6 +248,12 @@ func testCarryLeavesACopy(t *testing.T, newStore Factory) {
 			if n := burst("k", three); n != 0 {
 				t.Fatalf("a take that has not seen the raise admitted %d afresh, want 0", n)
 			}
+			// One that has not seen it but knows an older limit, which does
+			// not hold the key: the copy is still all it knows.
+			two := sluice.Limit{Algorithm: a, Rate: 2, Period: 10 * time.Minute}
+			if n := burst("k", three, two); n != 0 {
+				t.Fatalf("a take behind the raise, naming an older limit, admitted %d afresh, want 0", n)
+			}
 			if n := burst("k", three, six); n != 0 {
 				t.Fatalf("all spent under 6, back to 3: %d admitted, want 0", n)
 			}

@@ -59,15 +59,18 @@ end
 -- overrides' reread interval), for the processes that have not seen the
 -- change yet: they count from what it had spent, never afresh. Its marker
 -- says it moved, so that a take carrying back into it (the change undone
--- meanwhile) treats it as absent.
+-- meanwhile) treats it as absent; the marker outlives any write a late
+-- process makes to the copy meanwhile (the copy's time back to idle under
+-- its limit, whose D and W are ARGV[c + 2], ARGV[c + 3]).
 local CARRY_GRACE_MS = 5000
 
 local function carry_mark(key) return key .. '\0moved' end
 
-local function carry_leave(from)
+local function carry_leave(from, c)
   local ttl = redis.call('PTTL', from)
   if ttl < 0 or ttl > CARRY_GRACE_MS then redis.call('PEXPIRE', from, CARRY_GRACE_MS) end
-  redis.call('SET', carry_mark(from), '1', 'PX', CARRY_GRACE_MS)
+  local idle = math.max(tonumber(ARGV[c + 2]), 2 * tonumber(ARGV[c + 3]))
+  redis.call('SET', carry_mark(from), '1', 'PX', CARRY_GRACE_MS + ceildiv(idle, 1000) + 1000)
 end
 
 -- carry_instant moves a state that is one instant ahead of now by the

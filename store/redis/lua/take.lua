@@ -82,13 +82,14 @@ local function take(k0, n, a0, hold)
     -- or only the copy left when it moved away (carry_leave).
     local here = nc > 0 and redis.call('EXISTS', key) == 1
     if nc > 0 and (not here or redis.call('EXISTS', carry_mark(key)) == 1) then
-      -- A copy left behind is no state of the key's.
-      if here then redis.call('DEL', key, carry_mark(key)) end
       for j = carried + 1, carried + nc do
         local from, c = KEYS[k0 + n + j], a0 + 12 * n + (j - 1) * 4
         if redis.call('EXISTS', from) == 1 and redis.call('EXISTS', carry_mark(from)) == 0 then
+          -- A copy left behind is no state of the key's once the state it
+          -- left for is found; until then it is all the take knows.
+          if here then redis.call('DEL', key, carry_mark(key)) end
           alg[5](from, key, {T = tonumber(ARGV[c + 1]), D = tonumber(ARGV[c + 2]), W = tonumber(ARGV[c + 3]), L = tonumber(ARGV[c + 4])}, p, now)
-          carry_leave(from)
+          carry_leave(from, c)
           break
         end
       end
