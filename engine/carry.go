@@ -50,7 +50,16 @@ type pastLimits struct {
 	// changed wakes FollowLimits at once when the rules or the overrides
 	// change, so the others learn the limits before their next round.
 	changed chan struct{}
+	// following says FollowLimits runs; known, that its last round read the
+	// others' limits (Engine.LimitsKnown).
+	following, known atomic.Bool
 }
+
+// LimitsKnown reports whether a process following the limits the others
+// count under (FollowLimits) has read them in its last round; true for one
+// that does not follow them. Until then a key whose limit changed
+// elsewhere may start afresh here: /readyz says not ready.
+func (e *Engine) LimitsKnown() bool { return !e.past.following.Load() || e.past.known.Load() }
 
 // LimitsChanged tells FollowLimits that the overrides in force changed:
 // the limits this process counts under are noted at once. (A reload does
@@ -375,11 +384,13 @@ func (e *Engine) FollowLimits(ctx context.Context, h LimitHistory, interval time
 			e.log.Info("sluice: the limits the other processes count under are read again")
 		}
 		failing = err != nil
+		e.past.known.Store(!failing)
 		if failing {
 			return min(interval, 100*time.Millisecond) // soon: a process knows no history until then
 		}
 		return interval
 	}
+	e.past.following.Store(true)
 	next := round()
 	go func() {
 		for {

@@ -9,6 +9,8 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/overrides"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
 // carryFixture is an engine on one rule, per-user 3 per 10 minutes under
@@ -177,4 +179,39 @@ func TestAReloadKeepsWhatEachKeySpent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A process following the limits the others count under (FollowLimits)
+// knows them once a round has read them, no longer while the store fails,
+// and again once it answers: /readyz says not ready in between.
+func TestTheLimitsOfTheOthersAreKnownOnceRead(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redis.New(redis.Options{URL: srv.URL(), Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := New(mustRules(t, "rules:\n  - {id: per-user, key: [user], rate: 3, per: 10m}\n"), Options{Store: s, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.LimitsKnown() {
+		t.Fatal("an engine that follows no history does not know it")
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never", what)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.FollowLimits(ctx, s.LimitHistory(), 200*time.Millisecond)
+	waitFor("the history read", e.LimitsKnown)
+	srv.Stop()
+	waitFor("the history unknown while the store is down", func() bool { return !e.LimitsKnown() })
+	srv.Restart() // on the same address: the lazy store reconnects
+	waitFor("the history read again once the store answers", e.LimitsKnown)
 }

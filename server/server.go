@@ -154,7 +154,8 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	var notReady []string
 	var b strings.Builder // the details
 	degraded := false
-	if err := s.e.Store().Ping(r.Context()); err != nil {
+	pingErr := s.e.Store().Ping(r.Context())
+	if err := pingErr; err != nil {
 		var closed []string
 		for _, rule := range s.e.Config().Rules {
 			if rule.FailClosed && !rule.Shadow {
@@ -173,6 +174,12 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 			degraded = true
 		}
 		fmt.Fprintf(&b, "store error: %v\n", err)
+	}
+	if pingErr == nil && !s.e.LimitsKnown() {
+		// The store answers, but a key whose limit another process changed
+		// would start afresh here. (While it does not answer, the rules
+		// fail open or closed as above.)
+		notReady = append(notReady, "the limits the other processes on the store count under have not been read since the store last failed; meanwhile a key whose limit changed elsewhere could start afresh")
 	}
 	states := s.e.Store().BreakerStates()
 	nodes := make([]string, 0, len(states))

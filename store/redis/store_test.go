@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -184,7 +185,8 @@ func BenchmarkTakeNamingEarlierLimits(b *testing.B) {
 // never afresh; and a change undone meanwhile carries back from the new
 // limit, not from that copy.
 func TestAProcessThatHasNotSeenAChangeCountsFromWhatTheKeySpent(t *testing.T) {
-	url := redistest.Start(t).URL()
+	server := redistest.Start(t)
+	url := server.URL()
 	a, err := redis.New(redis.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +219,13 @@ func TestAProcessThatHasNotSeenAChangeCountsFromWhatTheKeySpent(t *testing.T) {
 	// A has seen the raise: the key moves, 3 more.
 	if n := burst(a, sluice.Take{Rule: "r", Key: "k", Limit: six, Cost: 1, Was: []sluice.Limit{three}}); n != 3 {
 		t.Fatalf("3 used, raised to 6: %d admitted, want 3", n)
+	}
+	// The copy under the old limit keeps its own life (the time its state
+	// takes back to idle, minutes here), not a few seconds: a process cut
+	// off from Redis for longer still finds it.
+	reply, err := server.Do("PTTL", a.Key("r", "k", three))
+	if ttl, perr := strconv.ParseInt(strings.TrimPrefix(reply, ":"), 10, 64); err != nil || perr != nil || ttl < 60_000 {
+		t.Fatalf("the copy left under the old limit lives %q ms (%v), want its own time back to idle, minutes", reply, err)
 	}
 	// B has not: under the old limit, naming nothing, it finds the key
 	// spent, not fresh.

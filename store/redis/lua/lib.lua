@@ -55,22 +55,21 @@ local function carry_copy(from, to)
   redis.call('RESTORE', to, math.max(redis.call('PTTL', from), 0), redis.call('DUMP', from), 'REPLACE')
 end
 
--- A key whose state moved to a new limit stays, for CARRY_GRACE_MS (the
--- overrides' reread interval), for the processes that have not seen the
--- change yet: they count from what it had spent, never afresh. Its marker
--- says it moved, so that a take carrying back into it (the change undone
--- meanwhile) treats it as absent; the marker outlives any write a late
--- process makes to the copy meanwhile (the copy's time back to idle under
--- its limit, whose D and W are ARGV[c + 2], ARGV[c + 3]).
-local CARRY_GRACE_MS = 5000
+-- A key whose state moved to a new limit stays, as long as it would have
+-- (its time back to idle), for the processes that have not seen the change
+-- yet (behind a notification, cut off from Redis, paused): they count from
+-- what it had spent, never afresh. Its marker says it moved, so that a take
+-- carrying back into it (the change undone) treats it as absent; the marker
+-- outlives the copy and, by CARRY_GRACE_MS, a late process's writes to it
+-- (each sets the copy's life to at most its limit's time back to idle,
+-- whose D and W are ARGV[c + 2], ARGV[c + 3]).
+local CARRY_GRACE_MS = 60000
 
 local function carry_mark(key) return key .. '\0moved' end
 
 local function carry_leave(from, c)
-  local ttl = redis.call('PTTL', from)
-  if ttl < 0 or ttl > CARRY_GRACE_MS then redis.call('PEXPIRE', from, CARRY_GRACE_MS) end
-  local idle = math.max(tonumber(ARGV[c + 2]), 2 * tonumber(ARGV[c + 3]))
-  redis.call('SET', carry_mark(from), '1', 'PX', CARRY_GRACE_MS + ceildiv(idle, 1000) + 1000)
+  local idle = ceildiv(math.max(tonumber(ARGV[c + 2]), 2 * tonumber(ARGV[c + 3])), 1000) + 1000
+  redis.call('SET', carry_mark(from), '1', 'PX', math.max(redis.call('PTTL', from), idle) + CARRY_GRACE_MS)
 end
 
 -- carry_instant moves a state that is one instant ahead of now by the
