@@ -39,12 +39,4 @@ local function lm_refund(key, p, now, units)
   return {now - (p.D - math.max(0, level - units * p.T))}
 end
 
--- The level carries, scaled to the new T.
-local function lm_carry(from, to, fp, tp, now)
-  local e = tonumber(redis.call('GET', from) or '')
-  if not e then return end
-  local level = fp.D - math.min(now - e, fp.D)
-  if level <= 0 then return end
-  local l = mul_div_ceil(level, tp.T, fp.T)
-  redis.call('SET', to, string.format('%.0f', now - (tp.D - l)), 'PX', ceildiv(l, 1000) + 1000)
-end
+local function lm_carry(from, to, fp, tp, now) carry_bucket(from, to, fp, tp, now) end

@@ -72,6 +72,18 @@ local function carry_leave(from, c)
   redis.call('SET', carry_mark(from), '1', 'PX', math.max(redis.call('PTTL', from), idle) + CARRY_GRACE_MS)
 end
 
+-- carry_bucket moves a packed bucket (the token bucket's empty instant,
+-- the leaky meter's full one, both e with D - min(now - e, D) spent): the
+-- spent part carries, scaled to the new T.
+local function carry_bucket(from, to, fp, tp, now)
+  local e = tonumber(redis.call('GET', from) or '')
+  if not e then return end
+  local spent = fp.D - math.min(now - e, fp.D)
+  if spent <= 0 then return end
+  local s = mul_div_ceil(spent, tp.T, fp.T)
+  redis.call('SET', to, string.format('%.0f', now - (tp.D - s)), 'PX', ceildiv(s, 1000) + 1000)
+end
+
 -- carry_instant moves a state that is one instant ahead of now by the
 -- backlog (GCRA's TAT, a queue's next departure) from one key to another.
 local function carry_instant(from, to, fp, tp, now)

@@ -40,12 +40,4 @@ local function tb_refund(key, p, now, units)
   return {now - math.min(p.D, tokens + units * p.T)}
 end
 
--- The spent part of the bucket (D - tokens) carries, scaled to the new T.
-local function tb_carry(from, to, fp, tp, now)
-  local e = tonumber(redis.call('GET', from) or '')
-  if not e then return end
-  local spent = fp.D - math.min(now - e, fp.D)
-  if spent <= 0 then return end
-  local s = mul_div_ceil(spent, tp.T, fp.T)
-  redis.call('SET', to, string.format('%.0f', now - (tp.D - s)), 'PX', ceildiv(s, 1000) + 1000)
-end
+local function tb_carry(from, to, fp, tp, now) carry_bucket(from, to, fp, tp, now) end
